@@ -1,0 +1,39 @@
+"""dtype-doctor: every dtype and device mismatch in a PyTorch / Hugging Face pipeline, in one pass.
+
+    import dtype_doctor
+    report = dtype_doctor.diagnose(model, inputs)
+    with dtype_doctor.watch(model) as w:
+        model(**batch).loss.backward()
+    w.report
+
+Importing the package does not import torch; the engine loads on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = ["diagnose", "watch", "Report", "Finding", "Trace", "__version__"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dtype_doctor.records import Finding, Report, Trace
+    from dtype_doctor.trace.engine import diagnose, watch
+
+_LAZY = {
+    "diagnose": ("dtype_doctor.trace.engine", "diagnose"),
+    "watch": ("dtype_doctor.trace.engine", "watch"),
+    "Report": ("dtype_doctor.records", "Report"),
+    "Finding": ("dtype_doctor.records", "Finding"),
+    "Trace": ("dtype_doctor.records", "Trace"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'dtype_doctor' has no attribute {name!r}")

@@ -1,0 +1,3 @@
+from dtype_doctor.cli.main import run
+
+run()

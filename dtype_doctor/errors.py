@@ -1,0 +1,29 @@
+"""Typed errors. The CLI maps each type to one line on stderr and an exit code."""
+
+from __future__ import annotations
+
+
+class DoctorError(Exception):
+    """Base of the errors the tool raises on purpose."""
+
+    exit_code = 3
+
+
+class UsageError(DoctorError):
+    """Bad options: unknown format, unknown rule code, batch size 0 …"""
+
+    exit_code = 2
+
+
+class InputError(DoctorError):
+    """A model, dataset or preprocess function that cannot be loaded or used."""
+
+    exit_code = 2
+
+
+class RemoteCodeError(InputError):
+    """The model needs code from its repository and --trust-remote-code was not given."""
+
+
+class PickleRefusedError(InputError):
+    """The model's only weights are pickled (pytorch_model.bin)."""

@@ -1,0 +1,343 @@
+"""The records every stage passes on: small frozen dataclasses, no torch import.
+
+load → trace → rules → fix → report all speak in these types, so a rule can be tested
+on a hand-built Trace and a formatter on a hand-built Report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+# Where a dtype or device can come from, in pipeline order. "formatter" (the datasets
+# torch/numpy formatter) is an addition to SPEC.md's list: it silently casts fp16 → fp32
+# and int32 → int64, and users need to see it.
+STAGES = (
+    "dataset",
+    "preprocess",
+    "processor",
+    "formatter",
+    "collator",
+    "transfer",
+    "model-loading",
+    "model-code",
+    "loss",
+    "optimizer",
+)
+LINEAGE_STAGES = (
+    "dataset",
+    "preprocess",
+    "processor",
+    "formatter",
+    "collator",
+    "transfer",
+    "model-boundary",
+)
+SEVERITIES = ("error", "warning", "info")
+SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+
+ROLES = ("input", "weight", "bias", "index", "target", "mask", "buffer", "output", "other")
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMeta:
+    """What the doctor knows of one tensor at one place: never its values."""
+
+    dtype: str
+    device: str
+    shape: tuple[int, ...]
+    role: str = "input"
+    name: str | None = None
+    # Where the tensor's dtype was decided: "input:NAME" (a model input),
+    # "param:NAME" / "buffer:NAME" (model state), "created:OP@MODULE" (made inside
+    # model code), or None when unknown.
+    origin: str | None = None
+
+    @property
+    def is_floating(self) -> bool:
+        return self.dtype in FLOATING
+
+    @property
+    def is_scalar(self) -> bool:
+        return len(self.shape) == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "name": self.name,
+            "dtype": self.dtype,
+            "device": self.device,
+            "shape": list(self.shape),
+        }
+
+
+FLOATING = frozenset({"float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2"})
+HALF = frozenset({"float16", "bfloat16"})
+INTEGER = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
+
+
+@dataclass(frozen=True, slots=True)
+class OpCall:
+    """One op as the recorder saw it, with its operands after autocast's casts."""
+
+    index: int
+    op: str  # "aten.addmm.default", or "torch.nn.functional.scaled_dot_product_attention"
+    module: str  # innermost module's dotted name, "" for the model itself
+    module_type: str
+    operands: tuple[TensorMeta, ...]
+    outputs: tuple[TensorMeta, ...] = ()
+    phase: str = "forward"  # forward | backward
+    autocast: str | None = None  # autocast dtype in force for the op's device, if any
+    error: str | None = None  # what PyTorch raised for this op (first line), if it raised
+    recovered: bool = False  # the recorder repaired the operands to keep tracing
+    level: str = "aten"  # aten (dispatcher) | function (torch function / F.*)
+    # Extra facts an op family needs (e.g. "ignore_index"); plain values only.
+    attrs: tuple[tuple[str, Any], ...] = ()
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        for k, v in self.attrs:
+            if k == key:
+                return v
+        return default
+
+    def by_role(self, *roles: str) -> tuple[TensorMeta, ...]:
+        return tuple(t for t in self.operands if t.role in roles)
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleCall:
+    name: str
+    module_type: str
+    inputs: tuple[TensorMeta, ...]
+    outputs: tuple[TensorMeta, ...]
+    phase: str = "forward"
+
+
+@dataclass(frozen=True, slots=True)
+class StateTensor:
+    """A parameter or buffer of the model, as it was when the trace started."""
+
+    name: str
+    kind: str  # parameter | buffer
+    dtype: str
+    device: str
+    shape: tuple[int, ...]
+    requires_grad: bool = False
+    persistent: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    class_name: str
+    state: tuple[StateTensor, ...]
+    keep_in_fp32_modules: tuple[str, ...] = ()
+    module_types: tuple[tuple[str, str], ...] = ()  # (dotted name, class name)
+
+    @property
+    def parameters(self) -> tuple[StateTensor, ...]:
+        return tuple(s for s in self.state if s.kind == "parameter")
+
+    @property
+    def buffers(self) -> tuple[StateTensor, ...]:
+        return tuple(s for s in self.state if s.kind == "buffer")
+
+    def module_type(self, name: str) -> str:
+        for n, t in self.module_types:
+            if n == name:
+                return t
+        return ""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceLoc:
+    file: str
+    line: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line}
+
+
+@dataclass(frozen=True, slots=True)
+class LineageStep:
+    """One input tensor at one pipeline stage."""
+
+    stage: str  # one of LINEAGE_STAGES
+    dtype: str | None
+    device: str | None = None
+    shape: tuple[int, ...] | None = None
+    detail: str = ""  # e.g. "datasets TorchFormatter casts floating columns to float32"
+    source: SourceLoc | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "dtype": self.dtype,
+            "device": self.device,
+            "shape": list(self.shape) if self.shape is not None else None,
+            "detail": self.detail,
+            "source": self.source.to_dict() if self.source else None,
+        }
+
+
+Lineage = Mapping[str, tuple[LineageStep, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class TraceFailure:
+    """The forward/backward stopped: an error the recorder could not step over."""
+
+    kind: str  # dtype | device | other
+    message: str
+    module: str
+    module_type: str
+    op: str | None
+    phase: str = "forward"
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    ops: tuple[OpCall, ...]
+    modules: tuple[ModuleCall, ...]
+    model: ModelInfo
+    inputs: tuple[TensorMeta, ...]  # the forward's keyword inputs at the model boundary
+    lineage: Lineage = field(default_factory=dict)
+    device: str = "cpu"
+    simulated: bool = False
+    autocast: str | None = None
+    train: bool = False
+    failure: TraceFailure | None = None
+    sources: Mapping[str, SourceLoc] = field(default_factory=dict)  # input name → user code
+
+    def input(self, name: str) -> TensorMeta | None:
+        for t in self.inputs:
+            if t.name == name:
+                return t
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class FixSuggestion:
+    strategy: str
+    applicability: str  # safe | unsafe | display-only
+    description: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "applicability": self.applicability, "description": self.description}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    code: str
+    name: str
+    severity: str
+    message: str
+    module: str = ""
+    module_type: str = ""
+    op: str | None = None
+    stage: str = "model-code"
+    tensors: tuple[TensorMeta, ...] = ()
+    source: SourceLoc | None = None
+    fixes: tuple[FixSuggestion, ...] = ()
+    # PyTorch's own words when the op really raised; extra to SPEC's finding keys.
+    pytorch_error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {
+            "code": self.code,
+            "name": self.name,
+            "severity": self.severity,
+            "message": self.message,
+            "module": self.module,
+            "module_type": self.module_type,
+            "op": self.op,
+            "stage": self.stage,
+            "tensors": [t.to_dict() for t in self.tensors],
+            "source": self.source.to_dict() if self.source else None,
+            "fixes": [f.to_dict() for f in self.fixes],
+        }
+        if self.pytorch_error:
+            d["pytorch_error"] = self.pytorch_error
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    model: str
+    dataset: str | None
+    split: str | None
+    device: str
+    simulated: bool
+    model_dtype: str | None
+    autocast: str | None
+    train: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "dataset": self.dataset,
+            "split": self.split,
+            "device": self.device,
+            "simulated": self.simulated,
+            "model_dtype": self.model_dtype,
+            "autocast": self.autocast,
+            "train": self.train,
+        }
+
+
+def summarize(findings: tuple[Finding, ...] | list[Finding], trace: Trace | None) -> dict[str, int]:
+    counts = {s: 0 for s in SEVERITIES}
+    for f in findings:
+        counts[f.severity] += 1
+    counts["modules_traced"] = len({m.name for m in trace.modules}) if trace else 0
+    counts["ops_traced"] = len(trace.ops) if trace else 0
+    return counts
+
+
+@dataclass(frozen=True)
+class Report:
+    findings: tuple[Finding, ...]
+    target: Target
+    environment: Mapping[str, Any]
+    trace: Trace | None = None
+    # The `fix` block of SPEC.md, set by `dtype-doctor fix`.
+    fix: Mapping[str, Any] | None = None
+
+    @property
+    def lineage(self) -> Lineage:
+        return self.trace.lineage if self.trace else {}
+
+    @property
+    def summary(self) -> dict[str, int]:
+        return summarize(self.findings, self.trace)
+
+    def at_or_above(self, severity: str) -> tuple[Finding, ...]:
+        if severity == "never":
+            return ()
+        rank = SEVERITY_RANK[severity]
+        return tuple(f for f in self.findings if SEVERITY_RANK[f.severity] >= rank)
+
+    def to_dict(self) -> dict[str, Any]:
+        from dtype_doctor import __version__
+
+        d: dict[str, Any] = {
+            "schema_version": 1,
+            "tool": {"name": "dtype-doctor", "version": __version__},
+            "target": self.target.to_dict(),
+            "environment": dict(self.environment),
+            "findings": [f.to_dict() for f in self.findings],
+            "lineage": {k: [s.to_dict() for s in v] for k, v in self.lineage.items()},
+            "summary": self.summary,
+        }
+        if self.trace and self.trace.failure:
+            fl = self.trace.failure
+            d["trace_failure"] = {
+                "kind": fl.kind,
+                "message": fl.message,
+                "module": fl.module,
+                "module_type": fl.module_type,
+                "op": fl.op,
+                "phase": fl.phase,
+            }
+        if self.fix is not None:
+            d["fix"] = dict(self.fix)
+        return d
