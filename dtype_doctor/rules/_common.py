@@ -1,0 +1,154 @@
+"""What several rules need: op families, where a dtype came from, the fixes to offer."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from dtype_doctor.records import FLOATING, HALF, FixSuggestion, OpCall, SourceLoc, TensorMeta, Trace
+
+MATMUL = frozenset(
+    {
+        "aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten.addbmm", "aten.addmv", "aten.mv",
+        "aten.dot", "aten.vdot", "aten.addr", "aten._addmm_activation", "aten.matmul", "aten.linear",
+    }
+)
+CONV = frozenset(
+    {"aten.convolution", "aten._convolution", "aten.conv1d", "aten.conv2d", "aten.conv3d"}
+    | {f"torch.{c}" for c in ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d")}
+)
+NORM = frozenset(
+    {
+        "aten.native_layer_norm", "aten.native_group_norm", "aten.native_batch_norm",
+        "aten._native_batch_norm_legit", "aten._native_batch_norm_legit_no_training",
+        "aten._native_batch_norm_legit_functional",
+    }
+)
+INDEX_PUT = frozenset({"aten.index_put", "aten.index_put_", "aten._index_put_impl_", "aten._index_put_impl"})
+ATTENTION = frozenset(
+    {
+        "torch.nn.functional.scaled_dot_product_attention",
+        "aten._scaled_dot_product_flash_attention_for_cpu",
+        "aten._scaled_dot_product_flash_attention",
+        "aten._scaled_dot_product_efficient_attention",
+        "aten._scaled_dot_product_cudnn_attention",
+        "aten._scaled_dot_product_attention_math",
+    }
+)
+EMBEDDING = frozenset({"aten.embedding", "aten.embedding_bag", "aten._embedding_bag"})
+CLASS_LOSS = frozenset({"aten.nll_loss_forward", "aten.nll_loss2d_forward", "aten.nll_loss", "aten.nll_loss_nd"})
+VALUE_LOSS = frozenset(
+    {
+        "aten.mse_loss", "aten.l1_loss", "aten.smooth_l1_loss", "aten.huber_loss",
+        "aten.binary_cross_entropy_with_logits", "aten.binary_cross_entropy",
+    }
+)
+LOSSES = CLASS_LOSS | VALUE_LOSS
+
+SAFE, UNSAFE = "safe", "unsafe"
+
+
+@lru_cache(maxsize=4096)
+def base_op(op: str) -> str:
+    """'aten.addmm.default' → 'aten.addmm'; function names are kept whole."""
+    if op.startswith("aten."):
+        parts = op.split(".")
+        return ".".join(parts[:2])
+    return op
+
+
+def family_ops(trace: Trace, family: frozenset[str], *, phase: str | None = "forward") -> list[OpCall]:
+    return [op for op in trace.ops if base_op(op.op) in family and (phase is None or op.phase == phase)]
+
+
+def main_dtype(trace: Trace) -> str | None:
+    counts: dict[str, int] = {}
+    for p in trace.model.parameters:
+        if p.dtype in FLOATING:
+            n = 1
+            for d in p.shape:
+                n *= d
+            counts[p.dtype] = counts.get(p.dtype, 0) + n
+    return max(counts, key=counts.__getitem__) if counts else None
+
+
+def input_name(t: TensorMeta) -> str | None:
+    if t.origin and t.origin.startswith("input:"):
+        return t.origin.removeprefix("input:")
+    return None
+
+
+def stage_of(trace: Trace, t: TensorMeta, *, what: str = "dtype") -> str:
+    """The pipeline stage where `t`'s dtype (or device) was decided."""
+    origin = t.origin or ""
+    if origin.startswith(("param:", "buffer:")):
+        return "model-loading"
+    name = input_name(t)
+    if name is None:
+        return "model-code"
+    steps = trace.lineage.get(name, ())
+    boundary = trace.input(name)
+    final = getattr(boundary, what, None) if boundary else getattr(t, what)
+    if boundary is not None and getattr(t, what) != final:
+        return "model-code"  # the model changed it after the boundary
+    if not steps:
+        return "collator"  # API use: the caller built the batch
+    stage = None
+    previous = object()
+    for step in steps:
+        value = getattr(step, what)
+        if value is not None and value != previous:
+            stage = step.stage
+        if value is not None:
+            previous = value
+    if stage in (None, "model-boundary"):
+        return "transfer" if what == "device" else "collator"
+    return stage
+
+
+def source_of(trace: Trace, t: TensorMeta) -> SourceLoc | None:
+    name = input_name(t)
+    if name is None:
+        return None
+    if name in trace.sources:
+        return trace.sources[name]
+    for step in trace.lineage.get(name, ()):
+        if step.source is not None and step.dtype == t.dtype:
+            return step.source
+    return None
+
+
+def describe(t: TensorMeta) -> str:
+    return t.name or input_name(t) or t.role
+
+
+def keep_fp32(trace: Trace, name: str) -> bool:
+    """True when `name` lies in a module the model declares fp32 (_keep_in_fp32_modules)."""
+    parts = name.split(".")
+    for keep in trace.model.keep_in_fp32_modules:
+        if keep in parts or f".{keep}." in f".{name}." or name.startswith(f"{keep}."):
+            return True
+    return False
+
+
+def fix_cast_inputs(to: str) -> FixSuggestion:
+    return FixSuggestion("cast-inputs", SAFE, f"cast the input to {to} where the pipeline produces it")
+
+
+def fix_autocast(dtype: str) -> FixSuggestion:
+    return FixSuggestion(
+        "autocast", SAFE, f"run the forward under torch.autocast(dtype=torch.{dtype}); weights stay as they are"
+    )
+
+
+def fix_half_model(dtype: str) -> FixSuggestion:
+    return FixSuggestion(
+        "half-model", UNSAFE, f"convert the model to {dtype} (dtype= at load), keeping its declared fp32 modules"
+    )
+
+
+def fix_to_device(device: str) -> FixSuggestion:
+    return FixSuggestion("to-device", SAFE, f"move the tensor to {device}, the model's device")
+
+
+def is_half(dtype: str) -> bool:
+    return dtype in HALF

@@ -1,0 +1,53 @@
+"""The Rule record: a permanent code, its documentation, and a pure check of a Trace."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from dtype_doctor.records import Finding, FixSuggestion, SourceLoc, TensorMeta, Trace
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    name: str  # the pattern it flags, never the fix
+    severity: str  # default severity; a finding may lower it
+    summary: str  # what it flags, one line
+    why: str  # why it is bad
+    example: str  # a failing snippet or report
+    fix: str  # how to fix it
+    fix_safety: str  # which fix strategies apply and how safe they are
+    check: Callable[[Trace], Iterable[Finding]] = field(repr=False, compare=False, default=lambda t: ())
+    references: tuple[str, ...] = ()
+    # Which device's behaviour the rule judges when CPU and CUDA differ.
+    device_note: str = ""
+
+    def finding(
+        self,
+        message: str,
+        *,
+        module: str = "",
+        module_type: str = "",
+        op: str | None = None,
+        stage: str = "model-code",
+        tensors: Iterable[TensorMeta] = (),
+        source: SourceLoc | None = None,
+        fixes: Iterable[FixSuggestion] = (),
+        severity: str | None = None,
+        pytorch_error: str | None = None,
+    ) -> Finding:
+        return Finding(
+            code=self.code,
+            name=self.name,
+            severity=severity or self.severity,
+            message=message,
+            module=module,
+            module_type=module_type,
+            op=op,
+            stage=stage,
+            tensors=tuple(tensors),
+            source=source,
+            fixes=tuple(fixes),
+            pytorch_error=pytorch_error,
+        )

@@ -1,0 +1,352 @@
+"""`diagnose()` and `watch()`: trace a model, run the rules, return a Report.
+
+Both leave the model as they found it: parameters, buffers, requires_grad, gradients,
+train/eval flags and devices. Simulated traces never touch the model's tensors at all:
+they run `torch.func.functional_call` with fake copies of its state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import platform
+from collections import Counter
+from typing import Any, Iterable, Mapping
+
+import torch
+
+from dtype_doctor.records import (
+    Lineage,
+    ModelInfo,
+    Report,
+    SourceLoc,
+    StateTensor,
+    Target,
+    Trace,
+    TraceFailure,
+)
+from dtype_doctor.trace.recorder import Recorder, classify_error, device_name, dtype_name
+
+AUTOCAST_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def environment() -> dict[str, Any]:
+    env: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__}
+    for lib in ("transformers", "datasets"):
+        try:
+            env[lib] = __import__(lib).__version__
+        except ImportError:
+            env[lib] = None
+    env["cuda_available"] = torch.cuda.is_available()
+    return env
+
+
+def model_info(model: torch.nn.Module, state: Mapping[str, torch.Tensor] | None = None) -> ModelInfo:
+    non_persistent: set[str] = set()
+    for mname, mod in model.named_modules():
+        for b in getattr(mod, "_non_persistent_buffers_set", ()):
+            non_persistent.add(f"{mname}.{b}" if mname else b)
+    entries: list[StateTensor] = []
+    for kind, named in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
+        for name, t in named:
+            t = state.get(name, t) if state else t
+            entries.append(
+                StateTensor(
+                    name=name,
+                    kind=kind,
+                    dtype=dtype_name(t.dtype),
+                    device=device_name(t.device),
+                    shape=tuple(t.shape),
+                    requires_grad=bool(t.requires_grad),
+                    persistent=name not in non_persistent,
+                )
+            )
+    keep = tuple(getattr(model, "_keep_in_fp32_modules", None) or ()) + tuple(
+        getattr(model, "_keep_in_fp32_modules_strict", None) or ()
+    )
+    return ModelInfo(
+        class_name=type(model).__name__,
+        state=tuple(entries),
+        keep_in_fp32_modules=keep,
+        module_types=tuple((n, type(m).__name__) for n, m in model.named_modules()),
+    )
+
+
+def main_dtype(info: ModelInfo) -> str | None:
+    counts: Counter[str] = Counter()
+    for p in info.parameters:
+        n = 1
+        for d in p.shape:
+            n *= d
+        counts[p.dtype] += n
+    floating = [(c, d) for d, c in counts.items() if d.startswith(("float", "bfloat"))]
+    return max(floating)[1] if floating else None
+
+
+@contextlib.contextmanager
+def _preserved(model: torch.nn.Module, *, train: bool, device: torch.device | None) -> Iterable[None]:
+    """Restore training flags, gradients, buffers and devices on the way out."""
+    flags = [(m, m.training) for m in model.modules()]
+    grads = [(p, p.grad) for p in model.parameters()]
+    devices = {id(t): t.device for t in [*model.parameters(), *model.buffers()]}
+    buffers = [(b, b.detach().clone()) for b in model.buffers()] if train else []
+    try:
+        if device is not None:
+            model.to(device)
+        if train:
+            for p, _ in grads:
+                p.grad = None
+        model.train(train)
+        yield
+    finally:
+        for m, flag in flags:
+            m.training = flag
+        with torch.no_grad():
+            for p, g in grads:
+                p.grad = g
+            for b, saved in buffers:
+                if b.device != saved.device:
+                    saved = saved.to(b.device)
+                b.copy_(saved)
+            if device is not None:
+                for t in [*model.parameters(), *model.buffers()]:
+                    original = devices.get(id(t))
+                    if original is not None and t.device != original:
+                        t.data = t.data.to(original)
+
+
+def _find_fake_mode(model: torch.nn.Module, inputs: Mapping[str, Any]) -> Any:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    for t in [*model.parameters(), *inputs.values()]:
+        if isinstance(t, FakeTensor):
+            return t.fake_mode
+    return None
+
+
+def fake_like(fake_mode: Any, t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """A fake tensor with t's dtype, shape and requires_grad on `device` (CUDA works without a GPU)."""
+    with fake_mode:
+        out = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=device)
+    return out.requires_grad_(t.requires_grad) if t.is_floating_point() else out
+
+
+def _loss_of(out: Any) -> torch.Tensor | None:
+    loss = getattr(out, "loss", None) if not isinstance(out, torch.Tensor) else None
+    if isinstance(loss, torch.Tensor):
+        return loss
+    if isinstance(out, torch.Tensor):
+        first = out
+    else:
+        values = out.values() if isinstance(out, Mapping) else (out if isinstance(out, (tuple, list)) else ())
+        first = next((v for v in values if isinstance(v, torch.Tensor) and v.is_floating_point()), None)
+    if first is None or not first.is_floating_point():
+        return None
+    return first.float().sum()
+
+
+def trace_model(
+    model: torch.nn.Module,
+    inputs: Mapping[str, Any],
+    *,
+    device: str | None = None,
+    autocast: str | None = None,
+    train: bool = False,
+    simulate: bool = False,
+    lineage: Lineage | None = None,
+    sources: Mapping[str, SourceLoc] | None = None,
+) -> Trace:
+    """Run one forward (and with train=True one backward) under the recorder."""
+    inputs = dict(inputs.items())
+    if autocast not in (None, "off") and autocast not in AUTOCAST_DTYPES:
+        from dtype_doctor.errors import UsageError
+
+        raise UsageError(f"--autocast must be off, float16 or bfloat16, not {autocast!r}")
+    autocast = None if autocast in (None, "off") else autocast
+    fake_mode = _find_fake_mode(model, inputs)
+    state: dict[str, torch.Tensor] | None = None
+    target_device = torch.device(device) if device not in (None, "auto") else None
+    if simulate and fake_mode is None:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        tdev = target_device or torch.device("cuda")
+        params = dict(model.named_parameters())
+        state = {n: fake_like(fake_mode, t, tdev) for n, t in [*params.items(), *model.named_buffers()]}
+        inputs = {k: (fake_like(fake_mode, v, tdev) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+        target_device = None
+    elif target_device is not None:
+        inputs = {k: (v.to(target_device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+
+    rec = Recorder(model, state=state)
+    for name, v in inputs.items():
+        if isinstance(v, torch.Tensor):
+            rec.tag_input(name, v)
+    info = model_info(model, state)
+    run_device = _run_device(model, state, target_device)
+    failure: TraceFailure | None = None
+    with _preserved(model, train=train, device=target_device if not simulate else None):
+        rec.attach()
+        try:
+            with contextlib.ExitStack() as stack:
+                if fake_mode is not None:
+                    stack.enter_context(fake_mode)
+                stack.enter_context(rec.function_mode())
+                stack.enter_context(rec.dispatch_mode())
+                stack.enter_context(torch.enable_grad() if train else torch.no_grad())
+                with contextlib.ExitStack() as amp:
+                    if autocast:
+                        amp.enter_context(torch.autocast(run_device.type, dtype=AUTOCAST_DTYPES[autocast]))
+                    if state is not None:
+                        out = torch.func.functional_call(model, state, (), inputs, strict=False)
+                    else:
+                        out = model(**inputs)
+                if train:
+                    loss = _loss_of(out)
+                    if loss is not None and loss.requires_grad:
+                        loss.backward()
+        except Exception as exc:  # noqa: BLE001 - a failed trace is a finding, not a crash
+            failure = _failure(rec, exc)
+        finally:
+            rec.detach()
+    return Trace(
+        ops=tuple(rec.ops),
+        modules=tuple(rec.modules),
+        model=info,
+        inputs=tuple(rec.boundary_inputs) or tuple(rec.meta(v, "input", k) for k, v in inputs.items() if isinstance(v, torch.Tensor)),
+        lineage=dict(lineage or {}),
+        device=device_name(run_device),
+        simulated=simulate or fake_mode is not None,
+        autocast=autocast,
+        train=train,
+        failure=failure,
+        sources=dict(sources or {}),
+    )
+
+
+def _run_device(model: torch.nn.Module, state: Mapping[str, torch.Tensor] | None, target: torch.device | None) -> torch.device:
+    if target is not None:
+        return target
+    tensors = list(state.values()) if state else list(model.parameters())
+    return tensors[0].device if tensors else torch.device("cpu")
+
+
+def _failure(rec: Recorder, exc: BaseException) -> TraceFailure:
+    from dtype_doctor.trace.recorder import _first_line
+
+    message = _first_line(exc)
+    last = next((op for op in reversed(rec.ops) if op.error and not op.recovered), None)
+    if last is not None:
+        return TraceFailure(classify_error(last.error or message, last.operands), message, last.module, last.module_type, last.op, last.phase)
+    module, module_type = rec.stack[-1] if rec.stack else ("", "")
+    kind = classify_error(message, ())
+    if type(exc).__name__ in ("DataDependentOutputException", "DynamicOutputShapeException", "UnsupportedOperatorException"):
+        kind = "simulation"
+        message = f"fake tensors cannot follow this step ({type(exc).__name__}: {message})"
+    return TraceFailure(kind, message, module, module_type, None)
+
+
+def _target(trace: Trace, model: torch.nn.Module, target: Mapping[str, Any] | None) -> Target:
+    t = dict(target or {})
+    return Target(
+        model=t.get("model", type(model).__name__),
+        dataset=t.get("dataset"),
+        split=t.get("split"),
+        device=trace.device,
+        simulated=trace.simulated,
+        model_dtype=main_dtype(trace.model),
+        autocast=trace.autocast,
+        train=trace.train,
+    )
+
+
+def report_from_trace(
+    trace: Trace,
+    model: torch.nn.Module,
+    *,
+    select: Iterable[str] | str | None = None,
+    ignore: Iterable[str] | str | None = None,
+    target: Mapping[str, Any] | None = None,
+) -> Report:
+    from dtype_doctor.rules import run_rules
+
+    findings = run_rules(trace, select=select, ignore=ignore)
+    return Report(findings=findings, target=_target(trace, model, target), environment=environment(), trace=trace)
+
+
+def diagnose(
+    model: torch.nn.Module,
+    inputs: Mapping[str, Any],
+    *,
+    device: str | None = None,
+    autocast: str | None = None,
+    train: bool = False,
+    simulate: bool = False,
+    select: Iterable[str] | str | None = None,
+    ignore: Iterable[str] | str | None = None,
+    lineage: Lineage | None = None,
+    sources: Mapping[str, SourceLoc] | None = None,
+    target: Mapping[str, Any] | None = None,
+) -> Report:
+    """Trace `model(**inputs)` once (and one backward with train=True) and run every rule.
+
+    `inputs` is a dict of tensors, a BatchEncoding or a BatchFeature. `device` moves the
+    model and inputs there for the trace and back afterwards; `simulate=True` traces
+    with fake tensors on `device` (default "cuda"), reading no tensor data.
+    """
+    trace = trace_model(
+        model, inputs, device=device, autocast=autocast, train=train, simulate=simulate, lineage=lineage, sources=sources
+    )
+    return report_from_trace(trace, model, select=select, ignore=ignore, target=target)
+
+
+class watch:
+    """Trace whatever forward/backward runs inside the block.
+
+        with dtype_doctor.watch(model) as w:
+            loss = model(**batch).loss
+            loss.backward()
+        print(w.report.findings)
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        select: Iterable[str] | str | None = None,
+        ignore: Iterable[str] | str | None = None,
+        raise_errors: bool = True,
+    ) -> None:
+        self.model = model
+        self.select = select
+        self.ignore = ignore
+        self.raise_errors = raise_errors
+        self.report: Report | None = None
+        self._rec: Recorder | None = None
+        self._stack: contextlib.ExitStack | None = None
+
+    def __enter__(self) -> "watch":
+        self._rec = Recorder(self.model, recover=not self.raise_errors)
+        self._info = model_info(self.model)
+        self._rec.attach()
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(self._rec.function_mode())
+        self._stack.enter_context(self._rec.dispatch_mode())
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        assert self._rec is not None and self._stack is not None
+        self._stack.close()
+        self._rec.detach()
+        rec = self._rec
+        trace = Trace(
+            ops=tuple(rec.ops),
+            modules=tuple(rec.modules),
+            model=self._info,
+            inputs=tuple(rec.boundary_inputs),
+            device=device_name(next(self.model.parameters()).device) if any(True for _ in self.model.parameters()) else "cpu",
+            autocast=next((op.autocast for op in rec.ops if op.autocast), None),
+            train=any(op.phase == "backward" for op in rec.ops),
+            failure=_failure(rec, exc) if exc is not None else None,
+        )
+        self.report = report_from_trace(trace, self.model, select=self.select, ignore=self.ignore)
+        return False  # the user's exception still propagates

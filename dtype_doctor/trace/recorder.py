@@ -1,0 +1,384 @@
+"""Record every op of a forward/backward: module hooks give names, the dispatcher gives ops.
+
+`TorchDispatchMode` sees each aten op with its real operands after autocast's casts.
+`TorchFunctionMode` is used only for the few functions whose checks run before
+dispatch (SDPA validates its mask in C++ before any aten op is called).
+
+When an op raises a dtype or device error the recorder keeps the error, repairs the
+operands (the way the fix would) and runs the op again, so one pass names every
+mismatch instead of stopping at the first one as PyTorch does.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.weak import WeakIdKeyDictionary
+
+from dtype_doctor.records import ModuleCall, OpCall, TensorMeta
+
+# Schema argument name → operand role.
+_ARG_ROLES = {
+    "weight": "weight",
+    "bias": "bias",
+    "indices": "index",
+    "index": "index",
+    "target": "target",
+    "attn_mask": "mask",
+    "mask": "mask",
+    "running_mean": "buffer",
+    "running_var": "buffer",
+}
+# Ops whose "weight" argument is not a layer weight (class weights of a loss).
+_LOSS_OPS = ("nll_loss", "binary_cross_entropy", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div")
+
+# Functions whose dtype checks run before dispatch: conv checks input/bias types and
+# SDPA validates its mask in C++ before any aten op is called.
+_CONV_ARGS = ("input", "weight", "bias")
+_FUNCTIONS_TO_WATCH = {
+    torch.nn.functional.scaled_dot_product_attention: (
+        "torch.nn.functional.scaled_dot_product_attention",
+        ("query", "key", "value", "attn_mask"),
+    ),
+    **{
+        getattr(torch, name): (f"torch.{name}", _CONV_ARGS)
+        for name in ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
+    },
+}
+
+_DEVICE_ERROR = re.compile(r"device|cuda|meta!", re.I)
+_DTYPE_ERROR = re.compile(
+    r"dtype|scalar type|Half|Float|Double|BFloat16|Long|Int\b|Byte|type \(|can't be cast|same type", re.I
+)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda" and device.index is None:
+        return "cuda:0"
+    return str(device)
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    kind: str  # param | buffer | input | created
+    name: str | None
+    origin: str | None
+
+
+def classify_error(message: str, operands: tuple[TensorMeta, ...]) -> str:
+    devices = {t.device for t in operands if not t.is_scalar}
+    if len(devices) > 1 and _DEVICE_ERROR.search(message):
+        return "device"
+    if _DTYPE_ERROR.search(message):
+        return "dtype"
+    if _DEVICE_ERROR.search(message):
+        return "device"
+    return "other"
+
+
+class Recorder:
+    """Collects ModuleCall and OpCall records; `modes()` gives the context to run under."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        state: dict[str, torch.Tensor] | None = None,
+        recover: bool = True,
+    ) -> None:
+        self.model = model
+        self.recover = recover
+        self.ops: list[OpCall] = []
+        self.modules: list[ModuleCall] = []
+        self.stack: list[tuple[str, str]] = [("", type(model).__name__)]
+        self.autocast_stack: list[str | None] = [None]
+        self.prov: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self.boundary_inputs: list[TensorMeta] = []
+        self._handles: list[Any] = []
+        self._roles_cache: dict[Any, tuple[str | None, ...]] = {}
+        self._module_names: dict[int, str] = {}
+        self._in_root = 0
+        params = dict(model.named_parameters(remove_duplicate=False))
+        buffers = dict(model.named_buffers(remove_duplicate=False))
+        if state is not None:
+            # functional_call swaps these in; their names are the same.
+            for name, t in state.items():
+                (params if name in params else buffers)[name] = t
+        for name, p in params.items():
+            self.prov[p] = Provenance("param", name, f"param:{name}")
+        for name, b in buffers.items():
+            if isinstance(b, torch.Tensor):
+                self.prov[b] = Provenance("buffer", name, f"buffer:{name}")
+
+    # ---------------------------------------------------------------- metadata
+
+    def meta(self, t: torch.Tensor, role: str | None = None, name: str | None = None) -> TensorMeta:
+        p = self.prov.get(t)
+        if p is not None:
+            if role is None or role == "input":
+                if p.kind == "param":
+                    role = "bias" if p.name and p.name.endswith("bias") else "weight"
+                elif p.kind == "buffer":
+                    role = "buffer"
+            name = name or p.name
+            origin = p.origin
+        else:
+            origin = None
+        return TensorMeta(
+            dtype=dtype_name(t.dtype),
+            device=device_name(t.device),
+            shape=tuple(t.shape),
+            role=role or "input",
+            name=name,
+            origin=origin,
+        )
+
+    def tag_input(self, name: str, t: torch.Tensor) -> TensorMeta:
+        self.prov[t] = Provenance("input", name, f"input:{name}")
+        return self.meta(t, "input", name)
+
+    def _arg_roles(self, func: Any) -> tuple[str | None, ...]:
+        roles = self._roles_cache.get(func)
+        if roles is None:
+            schema = getattr(func, "_schema", None)
+            names = [a.name for a in schema.arguments] if schema is not None else []
+            is_loss = any(k in str(func) for k in _LOSS_OPS)
+            roles = tuple(
+                None if (is_loss and n == "weight") else _ARG_ROLES.get(n) for n in names
+            )
+            self._roles_cache[func] = roles
+        return roles
+
+    def _operands(self, func: Any, args: tuple, kwargs: dict) -> Iterator[tuple[torch.Tensor, str | None]]:
+        roles = self._arg_roles(func)
+        schema = getattr(func, "_schema", None)
+        for i, a in enumerate(args):
+            role = roles[i] if i < len(roles) else None
+            if isinstance(a, torch.Tensor):
+                yield a, role
+            elif isinstance(a, (list, tuple)):
+                for x in a:
+                    if isinstance(x, torch.Tensor):
+                        yield x, role
+        if kwargs:
+            names = [a.name for a in schema.arguments] if schema is not None else []
+            for k, v in kwargs.items():
+                role = _ARG_ROLES.get(k) if k in names or schema is None else None
+                if isinstance(v, torch.Tensor):
+                    yield v, role
+
+    # ------------------------------------------------------------------ record
+
+    def record(
+        self,
+        func: Any,
+        op_name: str,
+        args: tuple,
+        kwargs: dict,
+        run: Callable[[tuple, dict], Any],
+        level: str,
+    ) -> Any:
+        operand_tensors = list(self._operands(func, args, kwargs))
+        operands = tuple(self.meta(t, role) for t, role in operand_tensors)
+        module, module_type = self.stack[-1]
+        phase = "backward" if torch._C._current_autograd_node() is not None else "forward"
+        if phase == "backward":
+            module, module_type = "", ""
+        autocast = self.autocast_stack[-1] if phase == "forward" else None
+        error: str | None = None
+        recovered = False
+        try:
+            out = run(args, kwargs)
+        except Exception as exc:  # noqa: BLE001 - every failure is recorded, then re-raised or repaired
+            error = _first_line(exc)
+            kind = classify_error(error, operands)
+            repaired = None
+            if self.recover and kind in ("dtype", "device"):
+                from dtype_doctor.trace.recovery import repair
+
+                for attempt in repair(op_name, operand_tensors, args, kwargs, kind):
+                    try:
+                        out = run(*attempt)
+                        repaired = True
+                        break
+                    except Exception:  # noqa: BLE001 - try the next repair
+                        continue
+            if not repaired:
+                self.ops.append(
+                    OpCall(len(self.ops), op_name, module, module_type, operands, (), phase, autocast, error, False, level)
+                )
+                raise
+            recovered = True
+        outputs = tuple(self._tag_outputs(func, op_name, out, operand_tensors, module))
+        self.ops.append(
+            OpCall(len(self.ops), op_name, module, module_type, operands, outputs, phase, autocast, error, recovered, level, self._attrs(op_name, args, kwargs))
+        )
+        return out
+
+    @staticmethod
+    def _attrs(op_name: str, args: tuple, kwargs: dict) -> tuple[tuple[str, Any], ...]:
+        if "nll_loss" in op_name and len(args) >= 5:
+            return (("ignore_index", args[4]),)
+        return ()
+
+    def _tag_outputs(
+        self, func: Any, op_name: str, out: Any, operands: list[tuple[torch.Tensor, str | None]], module: str
+    ) -> Iterator[TensorMeta]:
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        is_view = getattr(func, "is_view", False)
+        for o in outs:
+            if not isinstance(o, torch.Tensor):
+                continue
+            prov = None
+            if is_view and operands:
+                prov = self.prov.get(operands[0][0])
+            if prov is None:
+                # The output's dtype was decided by the first operand that has it,
+                # activations before parameters; otherwise by this op.
+                same = [t for t, _ in operands if t.dtype == o.dtype]
+                same.sort(key=lambda t: (self.prov.get(t) or _NOPROV).kind in ("param", "buffer"))
+                src = self.prov.get(same[0]) if same else None
+                origin = src.origin if src is not None else f"created:{op_name}@{module}"
+                prov = Provenance("activation", None, origin)
+            if o not in self.prov:  # in-place ops return an operand: keep what it was
+                self.prov[o] = prov
+            yield self.meta(o, "output")
+
+    # ----------------------------------------------------------------- modules
+
+    def attach(self) -> None:
+        for name, mod in self.model.named_modules():
+            self._module_names[id(mod)] = name
+            self._handles.append(mod.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
+            self._handles.append(mod.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
+
+    def detach(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def _pre_hook(self, mod: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        name = self._module_names.get(id(mod), "?")
+        self.stack.append((name, type(mod).__name__))
+        self.autocast_stack.append(_autocast_state())
+        if mod is self.model:
+            self._in_root += 1
+            if self._in_root == 1:
+                self._tag_boundary(mod, args, kwargs)
+
+    def _post_hook(self, mod: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        name, module_type = self.stack.pop() if len(self.stack) > 1 else ("", type(mod).__name__)
+        self.autocast_stack.pop() if len(self.autocast_stack) > 1 else None
+        if mod is self.model:
+            self._in_root -= 1
+        inputs = tuple(self.meta(t) for t in _tensors(args, kwargs))
+        outputs = tuple(self.meta(t, "output") for t in _tensors(output))
+        self.modules.append(ModuleCall(name, module_type, inputs, outputs, "forward"))
+
+    def _tag_boundary(self, mod: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        import inspect
+
+        named: dict[str, Any] = dict(kwargs)
+        if args:
+            try:
+                bound = inspect.signature(mod.forward).bind_partial(*args)
+                named.update(bound.arguments)
+            except TypeError:
+                named.update({f"arg{i}": a for i, a in enumerate(args)})
+        self.boundary_inputs = []
+        for k, v in named.items():
+            if isinstance(v, torch.Tensor):
+                if (p := self.prov.get(v)) is not None and p.kind == "input":
+                    self.boundary_inputs.append(self.meta(v, "input", k))
+                else:
+                    self.boundary_inputs.append(self.tag_input(k, v))
+
+    # ------------------------------------------------------------------- modes
+
+    def dispatch_mode(self) -> "_DispatchRecorder":
+        return _DispatchRecorder(self)
+
+    def function_mode(self) -> "_FunctionRecorder":
+        return _FunctionRecorder(self)
+
+
+_NOPROV = Provenance("none", None, None)
+
+
+class _DispatchRecorder(TorchDispatchMode):
+    def __init__(self, rec: Recorder) -> None:
+        super().__init__()
+        self.rec = rec
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        return self.rec.record(func, str(func), args, kwargs, lambda a, k: func(*a, **k), "aten")
+
+
+class _FunctionRecorder(TorchFunctionMode):
+    def __init__(self, rec: Recorder) -> None:
+        super().__init__()
+        self.rec = rec
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        watched = _FUNCTIONS_TO_WATCH.get(func)
+        if watched is None:
+            return func(*args, **kwargs)
+        name, arg_names = watched
+        return self.rec.record(_FunctionSchema(arg_names), name, args, kwargs, lambda a, k: func(*a, **k), "function")
+
+
+class _FunctionSchema:
+    """Gives a watched torch function the `_schema.arguments` shape aten ops have."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self._schema = self
+        self.arguments = tuple(_Arg(n) for n in names)
+
+    def __hash__(self) -> int:
+        return hash(tuple(a.name for a in self.arguments))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _FunctionSchema) and hash(self) == hash(other)
+
+    def __str__(self) -> str:
+        return ",".join(a.name for a in self.arguments)
+
+
+@dataclass(frozen=True, slots=True)
+class _Arg:
+    name: str
+
+
+def _autocast_state() -> str | None:
+    for device_type in ("cuda", "cpu"):
+        if torch.is_autocast_enabled(device_type):
+            return dtype_name(torch.get_autocast_dtype(device_type))
+    return None
+
+
+def _tensors(*objs: Any) -> Iterator[torch.Tensor]:
+    for obj in objs:
+        if isinstance(obj, torch.Tensor):
+            yield obj
+        elif isinstance(obj, dict):
+            yield from _tensors(*obj.values())
+        elif isinstance(obj, (list, tuple)):
+            yield from _tensors(*obj)
+        elif hasattr(obj, "to_tuple"):  # transformers ModelOutput
+            yield from _tensors(*obj.to_tuple())
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:500]
