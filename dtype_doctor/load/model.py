@@ -1,0 +1,620 @@
+"""Load a Hugging Face model the way a training script would, or simulate it with fake tensors.
+
+Every check that can fail on bad input runs *before* anything from the model directory is
+imported or any weight byte is read: the path, config.json, the class, remote code, the weight
+files and their safetensors headers. Errors are one sentence (``InputError`` and subclasses)
+naming the file and what to do.
+
+``simulate=True`` reads no weight data at all: the model is built on the meta device and every
+parameter and buffer becomes a ``FakeTensor`` (``torch._subclasses.fake_tensor``) on the target
+device, in the dtype a real ``from_pretrained`` would have given it (checkpoint dtype for
+``"auto"``, ``_keep_in_fp32_modules`` kept in float32 when loading float16, buffers computed at
+init in their init dtype). Fake CUDA tensors work on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dtype_doctor.errors import InputError, PickleRefusedError, RemoteCodeError, UsageError
+
+__all__ = ["LoadedModel", "load_model", "MODEL_DTYPES", "resolve_model_dir"]
+
+MODEL_DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+_SAFETENSORS_DTYPES = {
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F32": "float32",
+    "F64": "float64",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+}
+# config files that sit beside a model and the objects they describe
+_TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
+_PREPROCESSOR_FILE = "preprocessor_config.json"
+_PROCESSOR_FILE = "processor_config.json"
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model ready to trace, with the objects that prepare its inputs.
+
+    ``model`` is in eval mode. For a simulated load every parameter and buffer is a
+    ``FakeTensor`` created under ``fake_mode``; tensors handed to such a model must come from
+    the same mode (``fake_mode.from_tensor``).
+    """
+
+    model: Any
+    config: Any
+    path: str  # the resolved model directory
+    class_name: str  # the architecture as config.json names it
+    tokenizer: Any = None
+    image_processor: Any = None
+    feature_extractor: Any = None
+    processor: Any = None
+    dtype: str = "float32"  # the dtype most floating parameter elements have
+    simulated: bool = False
+    fake_mode: Any = None
+    forward_params: tuple[str, ...] = ()
+    # extras beyond the brief: what was asked for and what was read
+    spec: str = ""  # the MODEL argument as given
+    device: str = "cpu"  # where the parameters are (fake ones included)
+    requested_dtype: str = "auto"
+    weight_files: tuple[str, ...] = ()  # names of the weight files in `path`
+    is_encoder_decoder: bool = False
+
+    @property
+    def is_causal_lm(self) -> bool:
+        return self.class_name.endswith("ForCausalLM")
+
+
+def _first_line(exc: BaseException, limit: int = 300) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    line = text.splitlines()[0].strip()
+    if len(line) > limit:
+        line = line[: limit - 1] + "…"
+    return line
+
+
+def resolve_model_dir(spec: str) -> Path:
+    """A local model directory, or the snapshot of a hub id in the local Hugging Face cache."""
+    p = Path(spec).expanduser()
+    if p.exists():
+        if not p.is_dir():
+            raise InputError(
+                f"{spec} is a file; pass the model directory that holds config.json and the weights"
+            )
+        return p.resolve()
+    if _HUB_ID.match(spec) and not spec.startswith("."):
+        try:
+            from huggingface_hub import snapshot_download
+
+            snap = snapshot_download(spec, local_files_only=True)
+        except Exception:
+            snap = None
+        if snap and Path(snap).is_dir():
+            return Path(snap)
+    raise InputError(
+        f"{spec} is not a local directory and is not in the Hugging Face cache (no network is used)"
+    )
+
+
+def _read_config(model_dir: Path) -> dict[str, Any]:
+    cfg_path = model_dir / "config.json"
+    if not cfg_path.is_file():
+        raise InputError(
+            f"{model_dir} has no config.json; pass a Hugging Face model directory (config.json + model.safetensors)"
+        )
+    try:
+        raw = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise InputError(
+            f"{cfg_path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}; fix or regenerate it"
+        ) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{cfg_path} cannot be read: {_first_line(e)}") from None
+    if not isinstance(raw, dict):
+        raise InputError(f"{cfg_path} must hold a JSON object, not {type(raw).__name__}")
+    archs = raw.get("architectures")
+    if not archs or not isinstance(archs, list) or not isinstance(archs[0], str):
+        raise InputError(
+            f'{cfg_path} has no "architectures" entry, so the model class is unknown; '
+            f'add one, e.g. "architectures": ["BertForSequenceClassification"]'
+        )
+    return raw
+
+
+def _module_file(ref: str) -> str:
+    """'repo--modeling_x.MyModel' / 'modeling_x.MyModel' → 'modeling_x.py'."""
+    ref = ref.split("--")[-1]
+    return ref.rsplit(".", 1)[0] + ".py"
+
+
+def _auto_map_ref(auto_map: dict[str, Any], arch: str) -> tuple[str, str] | None:
+    """(Auto class name, 'module.Class') of the entry that builds `arch`, else the first AutoModel*."""
+
+    def ref_of(v: Any) -> str | None:
+        if isinstance(v, (list, tuple)):
+            v = next((x for x in v if x), None)
+        return v if isinstance(v, str) else None
+
+    entries = [(k, ref_of(v)) for k, v in auto_map.items()]
+    entries = [(k, v) for k, v in entries if v]
+    for k, v in entries:
+        if k.startswith("AutoModel") and v.rsplit(".", 1)[-1] == arch:
+            return k, v
+    for k, v in entries:
+        if k.startswith("AutoModel"):
+            return k, v
+    return None
+
+
+def _refuse_remote_code(model_dir: Path, ref: str, what: str = "") -> None:
+    raise RemoteCodeError(
+        f"{model_dir} needs code from the model repository{what} (auto_map → {_module_file(ref)}); "
+        "pass --trust-remote-code to allow it"
+    )
+
+
+def _weight_files(model_dir: Path) -> tuple[list[Path], list[Path]]:
+    """(safetensors files, pickled weight files) of the model itself (adapters left out)."""
+    safes: list[Path] = []
+    pickles: list[Path] = []
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
+        except (json.JSONDecodeError, OSError, AttributeError) as e:
+            raise InputError(f"{index} is not a valid safetensors index: {_first_line(e)}") from None
+        for name in sorted(set(weight_map.values())):
+            shard = model_dir / name
+            if not shard.is_file():
+                raise InputError(f"{index} lists {name}, which is missing from {model_dir}; download the full checkpoint")
+            safes.append(shard)
+    for f in sorted(model_dir.iterdir()):
+        if not f.is_file() or f.name.startswith(("adapter_", "training_args", "optimizer", "scheduler")):
+            continue
+        if f.suffix == ".safetensors" and f not in safes:
+            safes.append(f)
+        elif f.suffix in _PICKLE_SUFFIXES or f.name == "pytorch_model.bin.index.json":
+            if f.suffix == ".bin" and not f.name.startswith("pytorch_model"):
+                continue  # e.g. rng states, not weights
+            pickles.append(f)
+    return safes, pickles
+
+
+def _check_safetensors(files: list[Path]) -> str | None:
+    """Open each header (cheap, no tensor data); the first floating dtype seen, for dtype="auto"."""
+    from safetensors import safe_open
+
+    first_float: str | None = None
+    for f in files:
+        try:
+            with safe_open(str(f), framework="pt") as st:
+                keys = list(st.keys())
+                if first_float is None:
+                    for k in keys:
+                        dt = _SAFETENSORS_DTYPES.get(st.get_slice(k).get_dtype())
+                        if dt is not None:
+                            first_float = dt
+                            break
+        except Exception as e:  # SafetensorError, OSError
+            raise InputError(
+                f"{f} is truncated or not a safetensors file: {_first_line(e)}; download or save it again"
+            ) from None
+    return first_float
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    return getattr(torch, name)
+
+
+def _dtype_name(dt: Any) -> str | None:
+    if dt is None:
+        return None
+    return str(dt).replace("torch.", "")
+
+
+def _check_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise UsageError(f"device {device!r} is not a torch device ({_first_line(e)}); use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and dev.index is None:
+        return "cuda:0"
+    return str(dev)
+
+
+def _require_real_device(device: str) -> None:
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(
+            f"device {device} is not available here (torch.cuda.is_available() is False); "
+            "pass --simulate to trace for it with fake tensors"
+        )
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise UsageError(f"device {device} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)")
+
+
+def _main_dtype(model: Any) -> str:
+    counts: Counter[str] = Counter()
+    for p in model.parameters():
+        if p.is_floating_point():
+            counts[_dtype_name(p.dtype) or "float32"] += p.numel()
+    if not counts:
+        return "float32"
+    return counts.most_common(1)[0][0]
+
+
+def forward_params_of(model: Any) -> tuple[str, ...]:
+    """Names model.forward accepts by keyword (not *args / **kwargs)."""
+    try:
+        sig = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return ()
+    return tuple(
+        n
+        for n, p in sig.parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n != "self"
+    )
+
+
+# --------------------------------------------------------------------------- simulate
+
+
+def _simulate(cls: Any, config: Any, torch_dtype: Any, device: str, model_dir: Path) -> tuple[Any, Any]:
+    """Build `cls` on meta, then give every parameter and buffer a fake tensor on `device`."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    contexts: list[Any] = [torch.device("meta")]
+    try:
+        from transformers import initialization as hf_init
+
+        if hasattr(hf_init, "meta_device_safe_creation_ops"):
+            contexts.append(hf_init.meta_device_safe_creation_ops())
+    except ImportError:  # pragma: no cover - older transformers
+        pass
+    from contextlib import ExitStack
+
+    try:
+        with ExitStack() as stack:
+            for c in contexts:
+                stack.enter_context(c)
+            model = cls._from_config(config, dtype=torch_dtype)
+    except Exception as e:
+        raise InputError(
+            f"{model_dir}: {cls.__name__} could not be built from config.json: {type(e).__name__}: {_first_line(e)}"
+        ) from None
+
+    # The plan from_pretrained applies to loaded tensors (_keep_in_fp32_modules when loading
+    # float16, _keep_in_fp32_modules_strict for float16 and bfloat16): a regex *search* on the
+    # state-dict key, as transformers.core_model_loading does.
+    plan: dict[str, Any] = {}
+    if hasattr(model, "_get_dtype_plan"):
+        try:
+            plan = dict(model._get_dtype_plan(torch_dtype) or {})
+        except Exception:
+            plan = {}
+    plan_patterns = [(re.compile(k.replace("*", ".*")), v) for k, v in plan.items()]
+    persistent_keys = set(model.state_dict().keys())
+
+    def target_dtype(full_name: str, t: Any) -> Any:
+        if t.is_floating_point() and full_name in persistent_keys:
+            for pat, dt in plan_patterns:
+                if pat.search(full_name):
+                    return dt
+        return t.dtype
+
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    memo: dict[int, Any] = {}
+    with fake_mode:
+        for mod_name, module in model.named_modules(remove_duplicate=False):
+            prefix = f"{mod_name}." if mod_name else ""
+            for name, p in list(module._parameters.items()):
+                if p is None:
+                    continue
+                if id(p) not in memo:  # tied weights stay one Parameter
+                    fake = torch.empty_like(p, device=device, dtype=target_dtype(prefix + name, p))
+                    memo[id(p)] = torch.nn.Parameter(fake, requires_grad=p.requires_grad)
+                module._parameters[name] = memo[id(p)]
+            for name, b in list(module._buffers.items()):
+                if b is None:
+                    continue
+                if id(b) not in memo:
+                    memo[id(b)] = torch.empty_like(b, device=device, dtype=target_dtype(prefix + name, b))
+                module._buffers[name] = memo[id(b)]
+    model.eval()
+    return model, fake_mode
+
+
+# --------------------------------------------------------------------------- side objects
+
+
+def _has_auto_map(path: Path) -> str | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path} is not valid JSON: {_first_line(e)}; fix or remove it") from None
+    amap = data.get("auto_map") if isinstance(data, dict) else None
+    if not amap:
+        return None
+    if isinstance(amap, dict):
+        for v in amap.values():
+            if isinstance(v, (list, tuple)):
+                v = next((x for x in v if x), None)
+            if isinstance(v, str):
+                return v
+    return "custom code"
+
+
+def _preprocessor_kind(path: Path) -> str:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path} is not valid JSON: {_first_line(e)}; fix or remove it") from None
+    if not isinstance(data, dict):
+        return "image"
+    if "image_processor_type" in data or "video_processor_type" in data:
+        return "image"
+    if "feature_extractor_type" in data:
+        return "feature"
+    return "image" if any(k in data for k in ("do_resize", "crop_size", "image_mean")) else "feature"
+
+
+def _load_side(model_dir: Path, trust_remote_code: bool) -> dict[str, Any]:
+    """Tokenizer, image processor, feature extractor and processor found beside the model."""
+    import transformers
+
+    out: dict[str, Any] = {"tokenizer": None, "image_processor": None, "feature_extractor": None, "processor": None}
+    d = str(model_dir)
+
+    def guarded(file: Path, what: str) -> None:
+        ref = _has_auto_map(file)
+        if ref and not trust_remote_code:
+            raise RemoteCodeError(
+                f"{file} needs code from the model repository for its {what} (auto_map → "
+                f"{_module_file(ref) if ref != 'custom code' else ref}); pass --trust-remote-code to allow it"
+            )
+
+    def load(file: Path, what: str, fn: Any, **kw: Any) -> Any:
+        guarded(file, what)
+        try:
+            return fn(d, trust_remote_code=trust_remote_code, local_files_only=True, **kw)
+        except (RemoteCodeError, InputError):
+            raise
+        except Exception as e:
+            raise InputError(
+                f"{file} could not be loaded as a {what}: {type(e).__name__}: {_first_line(e)}"
+            ) from None
+
+    if (model_dir / _PROCESSOR_FILE).is_file():
+        out["processor"] = load(model_dir / _PROCESSOR_FILE, "processor", transformers.AutoProcessor.from_pretrained)
+    tok_file = next((model_dir / f for f in _TOKENIZER_FILES if (model_dir / f).is_file()), None)
+    if tok_file is not None:
+        cfg_file = model_dir / "tokenizer_config.json"
+        out["tokenizer"] = load(
+            cfg_file if cfg_file.is_file() else tok_file, "tokenizer", transformers.AutoTokenizer.from_pretrained
+        )
+    pre = model_dir / _PREPROCESSOR_FILE
+    if pre.is_file():
+        if _preprocessor_kind(pre) == "image":
+            kw: dict[str, Any] = {}
+            if importlib.util.find_spec("torchvision") is None:
+                kw["backend"] = "pil"  # v5's default backend needs torchvision
+            try:
+                out["image_processor"] = load(pre, "image processor", transformers.AutoImageProcessor.from_pretrained, **kw)
+            except InputError:
+                if not kw:
+                    raise
+                out["image_processor"] = load(pre, "image processor", transformers.AutoImageProcessor.from_pretrained)
+        else:
+            out["feature_extractor"] = load(
+                pre, "feature extractor", transformers.AutoFeatureExtractor.from_pretrained
+            )
+    proc = out["processor"]
+    if proc is not None:
+        for attr in ("tokenizer", "image_processor", "feature_extractor"):
+            if out[attr] is None and getattr(proc, attr, None) is not None:
+                out[attr] = getattr(proc, attr)
+    return out
+
+
+# --------------------------------------------------------------------------- main entry
+
+
+def load_model(
+    spec: str,
+    *,
+    dtype: str = "auto",
+    trust_remote_code: bool = False,
+    simulate: bool = False,
+    device: str = "cpu",
+    allow_pickle: bool = False,
+) -> LoadedModel:
+    """Load the model at `spec` (a directory or a cached hub id) and what sits beside it.
+
+    Raises ``InputError`` (or ``RemoteCodeError`` / ``PickleRefusedError``) for input that
+    cannot be loaded and ``UsageError`` for a bad ``dtype`` or ``device``; nothing from the
+    model directory is imported before the checks pass.
+    """
+    if dtype not in MODEL_DTYPES:
+        raise UsageError(f"dtype {dtype!r} is not one of {', '.join(MODEL_DTYPES)}")
+    model_dir = resolve_model_dir(spec)
+    raw = _read_config(model_dir)
+    arch: str = raw["architectures"][0]
+    auto_map = raw.get("auto_map") if isinstance(raw.get("auto_map"), dict) else None
+
+    import transformers
+
+    # ---- the class, refusing remote code before anything is imported
+    cls: Any = None
+    if arch.isidentifier():
+        cand = getattr(transformers, arch, None)
+        if isinstance(cand, type) and issubclass(cand, transformers.PreTrainedModel):
+            cls = cand
+    model_type = raw.get("model_type")
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    config_needs_code = bool(model_type not in CONFIG_MAPPING and auto_map and "AutoConfig" in auto_map)
+    auto_ref: tuple[str, str] | None = None
+    if cls is None:
+        if not auto_map:
+            raise InputError(
+                f"{model_dir / 'config.json'}: architecture {arch!r} is not a class in transformers "
+                f"{transformers.__version__} and config.json has no auto_map; fix \"architectures\" or upgrade transformers"
+            )
+        auto_ref = _auto_map_ref(auto_map, arch)
+        if auto_ref is None:
+            raise InputError(
+                f"{model_dir / 'config.json'}: auto_map has no AutoModel entry for {arch!r}; add one or fix \"architectures\""
+            )
+        if not trust_remote_code:
+            _refuse_remote_code(model_dir, auto_ref[1])
+    if config_needs_code and not trust_remote_code:
+        _refuse_remote_code(model_dir, auto_map["AutoConfig"], " for its config")  # type: ignore[index]
+
+    # ---- weights, validated before any is read
+    safes, pickles = _weight_files(model_dir)
+    header_dtype = _check_safetensors(safes) if safes else None
+    if not simulate:
+        if not safes and not pickles:
+            raise InputError(
+                f"{model_dir} has config.json but no weights (model.safetensors); "
+                "pass --simulate to trace with fake tensors"
+            )
+        if not safes and pickles and not allow_pickle:
+            names = ", ".join(p.name for p in pickles[:3]) + (", …" if len(pickles) > 3 else "")
+            raise PickleRefusedError(
+                f"{model_dir} has only pickled weights ({names}), which can run code when loaded; "
+                "convert them to model.safetensors, or pass --allow-pickle to load them with torch.load(weights_only=True)"
+            )
+
+    # ---- side objects (tokenizer …) — remote code refused there too
+    side = _load_side(model_dir, trust_remote_code)
+
+    # ---- config
+    try:
+        config = transformers.AutoConfig.from_pretrained(
+            str(model_dir), trust_remote_code=trust_remote_code, local_files_only=True
+        )
+    except Exception as e:
+        raise InputError(
+            f"{model_dir / 'config.json'} is not a valid {arch} config: {type(e).__name__}: {_first_line(e)}"
+        ) from None
+
+    import torch
+
+    fake_mode = None
+    dev = _check_device(device)
+    weight_files: tuple[str, ...]
+    if simulate:
+        if auto_ref is not None:
+            from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+            try:
+                cls = get_class_from_dynamic_module(auto_ref[1], str(model_dir), local_files_only=True)
+            except Exception as e:
+                raise InputError(f"{model_dir}: the custom class {auto_ref[1]} could not be imported: {_first_line(e)}") from None
+        if dtype == "auto":
+            cfg_dtype = getattr(config, "dtype", None)
+            if isinstance(cfg_dtype, str):
+                cfg_dtype = getattr(torch, cfg_dtype, None)
+            torch_dtype = cfg_dtype or (_torch_dtype(header_dtype) if header_dtype else torch.get_default_dtype())
+        else:
+            torch_dtype = _torch_dtype(dtype)
+        model, fake_mode = _simulate(cls, config, torch_dtype, dev, model_dir)
+        weight_files = ()
+    else:
+        model = _real_load(model_dir, cls, auto_ref, config, dtype, safes, pickles, trust_remote_code)
+        weight_files = tuple(p.name for p in (safes or pickles))
+        model.eval()
+        if dev != "cpu":
+            _require_real_device(dev)
+            model.to(dev)
+
+    return LoadedModel(
+        model=model,
+        config=model.config if hasattr(model, "config") else config,
+        path=str(model_dir),
+        class_name=arch if auto_ref is not None else type(model).__name__,
+        tokenizer=side["tokenizer"],
+        image_processor=side["image_processor"],
+        feature_extractor=side["feature_extractor"],
+        processor=side["processor"],
+        dtype=_main_dtype(model),
+        simulated=simulate,
+        fake_mode=fake_mode,
+        forward_params=forward_params_of(model),
+        spec=spec,
+        device=dev,
+        requested_dtype=dtype,
+        weight_files=weight_files,
+        is_encoder_decoder=bool(getattr(config, "is_encoder_decoder", False)),
+    )
+
+
+def _real_load(
+    model_dir: Path,
+    cls: Any,
+    auto_ref: tuple[str, str] | None,
+    config: Any,
+    dtype: str,
+    safes: list[Path],
+    pickles: list[Path],
+    trust_remote_code: bool,
+) -> Any:
+    import torch
+    import transformers
+
+    loader = getattr(transformers, auto_ref[0]) if auto_ref is not None else cls
+    kwargs: dict[str, Any] = {"dtype": dtype, "local_files_only": True}
+    if trust_remote_code:
+        kwargs["trust_remote_code"] = True
+    try:
+        if safes:
+            return loader.from_pretrained(str(model_dir), use_safetensors=True, **kwargs)
+        if any(p.name.startswith("pytorch_model") for p in pickles):
+            return loader.from_pretrained(str(model_dir), use_safetensors=False, **kwargs)
+        # a bare *.pt / *.pth state dict next to config.json
+        if len(pickles) > 1:
+            raise InputError(
+                f"{model_dir} has several pickled weight files ({', '.join(p.name for p in pickles)}); keep one or convert to model.safetensors"
+            )
+        try:
+            sd = torch.load(str(pickles[0]), map_location="cpu", weights_only=True)
+        except Exception as e:
+            raise InputError(
+                f"{pickles[0]} is not a state dict torch.load(weights_only=True) can read: {_first_line(e)}"
+            ) from None
+        for key in ("state_dict", "model_state_dict", "model"):
+            if isinstance(sd, dict) and isinstance(sd.get(key), dict):
+                sd = sd[key]
+        if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+            raise InputError(f"{pickles[0]} does not hold a state dict of tensors; save model.state_dict() or model.safetensors")
+        return loader.from_pretrained(None, config=config, state_dict=sd, **kwargs)
+    except InputError:
+        raise
+    except Exception as e:
+        raise InputError(
+            f"{model_dir} could not be loaded as {auto_ref[1] if auto_ref else cls.__name__}: "
+            f"{type(e).__name__}: {_first_line(e)}"
+        ) from None
