@@ -40,7 +40,11 @@ def environment() -> dict[str, Any]:
     return env
 
 
-def model_info(model: torch.nn.Module, state: Mapping[str, torch.Tensor] | None = None) -> ModelInfo:
+def model_info(
+    model: torch.nn.Module,
+    state: Mapping[str, torch.Tensor] | None = None,
+    device_alias: Mapping[str, str] | None = None,
+) -> ModelInfo:
     non_persistent: set[str] = set()
     for mname, mod in model.named_modules():
         for b in getattr(mod, "_non_persistent_buffers_set", ()):
@@ -54,7 +58,7 @@ def model_info(model: torch.nn.Module, state: Mapping[str, torch.Tensor] | None 
                     name=name,
                     kind=kind,
                     dtype=dtype_name(t.dtype),
-                    device=device_name(t.device),
+                    device=(device_alias or {}).get(device_name(t.device), device_name(t.device)),
                     shape=tuple(t.shape),
                     requires_grad=bool(t.requires_grad),
                     persistent=name not in non_persistent,
@@ -123,6 +127,21 @@ def _find_fake_mode(model: torch.nn.Module, inputs: Mapping[str, Any]) -> Any:
     return None
 
 
+def simulation_device(target: torch.device, autocast: str | None) -> torch.device:
+    """The device simulated tensors live on for a `target` device.
+
+    A CUDA build of torch (with or without a GPU) fakes CUDA tensors faithfully. A CPU-only
+    build cannot: its Python bindings (indexing, .to, .contiguous) build a CUDA device guard
+    that does not exist and abort. There the trace runs on a stand-in device and is labelled
+    with the target: `meta`, so tensors created in forward without device= still land on the
+    CPU and show up as device mismatches; or `cpu` when autocast is asked, whose op lists
+    stand in for CUDA autocast's.
+    """
+    if target.type != "cuda" or torch.version.cuda is not None:
+        return target
+    return torch.device("cpu" if autocast else "meta")
+
+
 def fake_like(fake_mode: Any, t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     """A fake tensor with t's dtype, shape and requires_grad on `device` (CUDA works without a GPU)."""
     with fake_mode:
@@ -165,24 +184,30 @@ def trace_model(
     fake_mode = _find_fake_mode(model, inputs)
     state: dict[str, torch.Tensor] | None = None
     target_device = torch.device(device) if device not in (None, "auto") else None
+    alias: dict[str, str] = {}
+    autocast_device: str | None = None
     if simulate and fake_mode is None:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-        tdev = target_device or torch.device("cuda")
-        params = dict(model.named_parameters())
-        state = {n: fake_like(fake_mode, t, tdev) for n, t in [*params.items(), *model.named_buffers()]}
-        inputs = {k: (fake_like(fake_mode, v, tdev) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+        label = target_device or torch.device("cuda", 0)
+        stand_in = simulation_device(label, autocast)
+        if stand_in != label:
+            alias[device_name(stand_in)] = device_name(label)
+            autocast_device = stand_in.type
+        state = {n: fake_like(fake_mode, t, stand_in) for n, t in [*model.named_parameters(), *model.named_buffers()]}
+        inputs = {k: (fake_like(fake_mode, v, stand_in) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
         target_device = None
     elif target_device is not None:
         inputs = {k: (v.to(target_device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
 
-    rec = Recorder(model, state=state)
+    rec = Recorder(model, state=state, device_alias=alias)
     for name, v in inputs.items():
         if isinstance(v, torch.Tensor):
             rec.tag_input(name, v)
-    info = model_info(model, state)
+    info = model_info(model, state, alias)
     run_device = _run_device(model, state, target_device)
+    amp_device = autocast_device or run_device.type
     failure: TraceFailure | None = None
     with _preserved(model, train=train, device=target_device if not simulate else None):
         rec.attach()
@@ -195,7 +220,7 @@ def trace_model(
                 stack.enter_context(torch.enable_grad() if train else torch.no_grad())
                 with contextlib.ExitStack() as amp:
                     if autocast:
-                        amp.enter_context(torch.autocast(run_device.type, dtype=AUTOCAST_DTYPES[autocast]))
+                        amp.enter_context(torch.autocast(amp_device, dtype=AUTOCAST_DTYPES[autocast]))
                     if state is not None:
                         out = torch.func.functional_call(model, state, (), inputs, strict=False)
                     else:
@@ -214,7 +239,7 @@ def trace_model(
         model=info,
         inputs=tuple(rec.boundary_inputs) or tuple(rec.meta(v, "input", k) for k, v in inputs.items() if isinstance(v, torch.Tensor)),
         lineage=dict(lineage or {}),
-        device=device_name(run_device),
+        device=alias.get(device_name(run_device), device_name(run_device)),
         simulated=simulate or fake_mode is not None,
         autocast=autocast,
         train=train,

@@ -94,8 +94,10 @@ class Recorder:
         *,
         state: dict[str, torch.Tensor] | None = None,
         recover: bool = True,
+        device_alias: dict[str, str] | None = None,
     ) -> None:
         self.model = model
+        self.device_alias = device_alias or {}
         self.recover = recover
         self.ops: list[OpCall] = []
         self.modules: list[ModuleCall] = []
@@ -107,6 +109,7 @@ class Recorder:
         self._roles_cache: dict[Any, tuple[str | None, ...]] = {}
         self._module_names: dict[int, str] = {}
         self._in_root = 0
+        self._suspended = 0  # > 0 while the recorder makes its own repair casts
         params = dict(model.named_parameters(remove_duplicate=False))
         buffers = dict(model.named_buffers(remove_duplicate=False))
         if state is not None:
@@ -133,9 +136,10 @@ class Recorder:
             origin = p.origin
         else:
             origin = None
+        device = device_name(t.device)
         return TensorMeta(
             dtype=dtype_name(t.dtype),
-            device=device_name(t.device),
+            device=self.device_alias.get(device, device),
             shape=tuple(t.shape),
             role=role or "input",
             name=name,
@@ -205,7 +209,12 @@ class Recorder:
             if self.recover and kind in ("dtype", "device"):
                 from dtype_doctor.trace.recovery import repair
 
-                for attempt in repair(op_name, operand_tensors, args, kwargs, kind):
+                self._suspended += 1
+                try:
+                    attempts = list(repair(op_name, operand_tensors, args, kwargs, kind))
+                finally:
+                    self._suspended -= 1
+                for attempt in attempts:
                     try:
                         out = run(*attempt)
                         repaired = True
@@ -321,6 +330,8 @@ class _DispatchRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
+        if self.rec._suspended:
+            return func(*args, **kwargs)
         return self.rec.record(func, str(func), args, kwargs, lambda a, k: func(*a, **k), "aten")
 
 

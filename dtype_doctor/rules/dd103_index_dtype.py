@@ -1,0 +1,67 @@
+"""DD103: an index tensor (ids, gather/embedding indices) has a dtype the op rejects."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from dtype_doctor.records import Finding, FixSuggestion, Trace
+from dtype_doctor.rules._common import base_op, describe, source_of, stage_of
+from dtype_doctor.rules.base import Rule
+
+# What each op accepts for its index operand (PyTorch 2.x, CPU and CUDA alike).
+ACCEPTED = {
+    "aten.embedding": {"int64", "int32"},
+    "aten.embedding_bag": {"int64", "int32"},
+    "aten._embedding_bag": {"int64", "int32"},
+    "aten.index_select": {"int64", "int32"},
+    "aten.gather": {"int64", "int32"},
+    "aten.take_along_dim": {"int64", "int32"},
+    "aten.index": {"int64", "int32", "bool", "uint8"},
+}
+
+
+def check(trace: Trace) -> Iterator[Finding]:
+    seen: set[tuple] = set()
+    for op in trace.ops:
+        accepted = ACCEPTED.get(base_op(op.op))
+        if accepted is None or op.phase != "forward":
+            continue
+        for t in op.by_role("index"):
+            if t.dtype in accepted:
+                continue
+            key = (op.module, base_op(op.op), t.dtype)
+            if key in seen:
+                continue
+            seen.add(key)
+            yield RULE.finding(
+                f"{op.module_type or base_op(op.op)} got {t.dtype} indices ({describe(t)}); it accepts {' or '.join(sorted(accepted))}",
+                module=op.module,
+                module_type=op.module_type,
+                op=op.op,
+                stage=stage_of(trace, t),
+                tensors=(t,),
+                source=source_of(trace, t),
+                fixes=(FixSuggestion("cast-inputs", "safe", "cast the index tensor to int64 (.long())"),),
+                pytorch_error=op.error,
+            )
+
+
+RULE = Rule(
+    code="DD103",
+    name="index-dtype",
+    severity="error",
+    summary="An index tensor (input_ids, position ids, gather/embedding indices) is floating or otherwise rejected.",
+    why=(
+        "Embedding lookups and gathers take integer indices. Token ids that went through a float cast "
+        "(a numpy float array, a collator that stacked them with floats, .half() on the whole batch) fail "
+        "at the first embedding."
+    ),
+    example=(
+        "batch = {k: v.half() for k, v in batch.items()}\n"
+        "model(**batch)\n"
+        "RuntimeError: Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int"
+    ),
+    fix="Cast only floating inputs to the model dtype; cast ids and other indices to int64 (cast-inputs).",
+    fix_safety="cast-inputs is safe.",
+    check=check,
+)

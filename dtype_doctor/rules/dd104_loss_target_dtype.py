@@ -1,0 +1,86 @@
+"""DD104: a loss target whose dtype the loss rejects or silently reinterprets."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from dtype_doctor.records import FLOATING, INTEGER, Finding, FixSuggestion, OpCall, TensorMeta, Trace
+from dtype_doctor.rules._common import CLASS_LOSS, VALUE_LOSS, base_op, describe, source_of, stage_of
+from dtype_doctor.rules.base import Rule
+
+TO_LONG = FixSuggestion("cast-inputs", "safe", "cast the labels to int64 (.long()) where they are built")
+
+
+def judge(op: OpCall) -> tuple[str, str, TensorMeta, FixSuggestion] | None:
+    """(severity, message, target, fix) for a loss op, or None when the target is right."""
+    family = base_op(op.op)
+    targets = op.by_role("target")
+    if not targets:
+        return None
+    target = targets[0]
+    inputs = [t for t in op.operands if t.role == "input" and t.is_floating]
+    pred = inputs[0] if inputs else None
+    if family in CLASS_LOSS:
+        if target.dtype in ("int64", "uint8"):
+            return None
+        return ("error", f"class-index loss target is {target.dtype}; cross_entropy / nll_loss accept only int64 (or uint8)", target, TO_LONG)
+    if family in VALUE_LOSS and pred is not None:
+        loss = family.removeprefix("aten.")
+        if target.dtype in INTEGER or target.dtype == "bool":
+            if "binary_cross_entropy" in family:
+                return ("error", f"{loss} target is {target.dtype}; it needs a floating target of the prediction's dtype ({pred.dtype})", target,
+                        FixSuggestion("cast-inputs", "safe", f"cast the multi-hot labels to {pred.dtype}"))
+            return ("warning", f"integer labels ({target.dtype}) reach {loss}: the model treats them as regression targets; check num_labels / problem_type", target,
+                    FixSuggestion("cast-inputs", "safe", f"cast regression labels to {pred.dtype}, or set num_labels > 1 for classification"))
+        if target.dtype in FLOATING and target.dtype != pred.dtype:
+            return ("warning", f"{loss} target is {target.dtype} but the prediction is {pred.dtype}: the loss is silently computed in the wider dtype", target,
+                    FixSuggestion("cast-inputs", "safe", f"cast the labels to {pred.dtype}"))
+    return None
+
+
+def check(trace: Trace) -> Iterator[Finding]:
+    seen: set[tuple] = set()
+    for op in trace.ops:
+        if op.phase != "forward":
+            continue
+        verdict = judge(op)
+        if verdict is None:
+            continue
+        severity, message, target, fix = verdict
+        key = (op.module, base_op(op.op), target.dtype)
+        if key in seen:
+            continue
+        seen.add(key)
+        yield RULE.finding(
+            message.replace("target is", f"target {describe(target)} is", 1) if target.name else message,
+            severity=severity,
+            module=op.module,
+            module_type=op.module_type,
+            op=op.op,
+            stage=stage_of(trace, target),
+            tensors=op.operands[:2],
+            source=source_of(trace, target),
+            fixes=(fix,),
+            pytorch_error=op.error,
+        )
+
+
+RULE = Rule(
+    code="DD104",
+    name="loss-target-dtype",
+    severity="error",
+    summary="A loss target whose dtype the loss rejects or silently reinterprets (int32 class labels, int multi-hot BCE targets, float64 regression targets, int labels routed to regression).",
+    why=(
+        "cross_entropy needs int64 class indices and raises on int32; BCE-with-logits raises on integer "
+        "multi-hot targets; MSE accepts integer or float64 targets silently and computes in the wider dtype, "
+        "which usually means the labels took the wrong route (num_labels=1 turns class labels into regression)."
+    ),
+    example=(
+        "labels = torch.tensor(ds['label'], dtype=torch.int32)\n"
+        "model(**batch, labels=labels)\n"
+        "RuntimeError: expected target dtype to be Long or Byte, but got Int"
+    ),
+    fix="Cast class labels to int64 and regression / multi-label targets to the prediction's dtype (cast-inputs).",
+    fix_safety="cast-inputs is safe. Silent cases are warnings.",
+    check=check,
+)

@@ -1,0 +1,58 @@
+"""DD105: a float64 tensor reaches the model or the loss."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from dtype_doctor.records import Finding, Trace
+from dtype_doctor.rules._common import LOSSES, base_op, fix_cast_inputs, main_dtype, source_of, stage_of
+from dtype_doctor.rules.base import Rule
+
+
+def check(trace: Trace) -> Iterator[Finding]:
+    target = main_dtype(trace) or "float32"
+    reported: set[str] = set()
+    for t in trace.inputs:
+        if t.dtype == "float64" and t.name not in reported:
+            reported.add(t.name or "")
+            yield RULE.finding(
+                f"model input {t.name} is float64; the model computes in {target}",
+                tensors=(t,),
+                stage=stage_of(trace, t),
+                source=source_of(trace, t),
+                fixes=(fix_cast_inputs(target),),
+            )
+    for op in trace.ops:
+        if op.phase != "forward" or base_op(op.op) not in LOSSES:
+            continue
+        for t in op.operands:
+            name = t.name or t.origin or ""
+            if t.dtype == "float64" and name not in reported:
+                reported.add(name)
+                yield RULE.finding(
+                    f"float64 {t.role} reaches {base_op(op.op).removeprefix('aten.')}",
+                    module=op.module,
+                    module_type=op.module_type,
+                    op=op.op,
+                    stage=stage_of(trace, t),
+                    tensors=(t,),
+                    source=source_of(trace, t),
+                    fixes=(fix_cast_inputs(target),),
+                )
+
+
+RULE = Rule(
+    code="DD105",
+    name="float64-in-pipeline",
+    severity="warning",
+    summary="A float64 tensor reaches the model or the loss.",
+    why=(
+        "numpy and pandas default to float64; torch.from_numpy keeps it. A float64 input fails in any fp32 "
+        "layer (DD101), and a float64 target makes the loss and its gradient run in double precision, slowly, "
+        "or fails in backward."
+    ),
+    example="features = torch.from_numpy(df.values)  # float64\nmodel(input_values=features)\nRuntimeError: Found dtype Double but expected Float",
+    fix="Cast to the model's dtype where the array becomes a tensor (cast-inputs).",
+    fix_safety="cast-inputs is safe.",
+    check=check,
+)

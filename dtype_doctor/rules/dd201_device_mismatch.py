@@ -1,0 +1,59 @@
+"""DD201: tensors on different devices meet in one op."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from dtype_doctor.records import Finding, Trace
+from dtype_doctor.rules._common import base_op, describe, fix_to_device, source_of, stage_of
+from dtype_doctor.rules.base import Rule
+
+
+def check(trace: Trace) -> Iterator[Finding]:
+    model_devices = [p.device for p in trace.model.parameters]
+    home = max(set(model_devices), key=model_devices.count) if model_devices else trace.device
+    seen: set[tuple] = set()
+    for op in trace.ops:
+        # 0-dim CPU tensors are allowed with any device (they act as scalars).
+        operands = [t for t in op.operands if not (t.is_scalar and t.device == "cpu")]
+        devices = {t.device for t in operands}
+        if len(devices) < 2:
+            continue
+        strays = [t for t in operands if t.device != home] or operands[1:]
+        stray = strays[0]
+        key = (op.module, stray.origin or stray.name, stray.device)
+        if key in seen:
+            continue
+        seen.add(key)
+        stage = stage_of(trace, stray, what="device")
+        if stage == "collator":
+            stage = "transfer"
+        yield RULE.finding(
+            f"{op.module_type or base_op(op.op)}: {describe(stray)} is on {stray.device} but the model is on {home}",
+            module=op.module,
+            module_type=op.module_type,
+            op=op.op,
+            stage=stage,
+            tensors=tuple(operands[:4]),
+            source=source_of(trace, stray),
+            fixes=(fix_to_device(home),),
+            pytorch_error=op.error,
+        )
+
+
+RULE = Rule(
+    code="DD201",
+    name="device-mismatch",
+    severity="error",
+    summary="Tensors on different devices meet in one op (inputs left on CPU, labels on another GPU, tensors created in forward without device=).",
+    why=(
+        "Every operand of a CUDA op must live on that GPU (0-dim CPU scalars excepted). A batch not moved "
+        "with the model, or a torch.arange(...) created in forward without device=, fails at the first op "
+        "that mixes them."
+    ),
+    example="model.cuda(); model(**batch)  # batch still on CPU\nRuntimeError: Expected all tensors to be on the same device",
+    fix="Move the batch to the model's device, or create tensors with device=x.device (to-device).",
+    fix_safety="to-device is safe.",
+    check=check,
+    device_note="Judged for the traced device; on a CPU-only machine use --simulate --device cuda to check a CUDA target.",
+)
