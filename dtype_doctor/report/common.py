@@ -1,0 +1,311 @@
+"""What every output format shares: the words a user reads, and how a record becomes a label.
+
+Formatters only arrange these; a sentence or a severity mapping lives here once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from dtype_doctor.records import (
+    SEVERITIES,
+    SEVERITY_RANK,
+    FixSuggestion,
+    LineageStep,
+    Report,
+    SourceLoc,
+    TensorMeta,
+    TraceFailure,
+)
+
+TOOL_NAME = "dtype-doctor"
+# The project's home; SARIF requires the driver to name one.
+INFORMATION_URI = "https://github.com/dtype-doctor/dtype-doctor"
+
+NO_PROBLEMS = "no dtype or device problems found"
+NO_PROBLEMS_BUT_STOPPED = "no findings, but the trace stopped early"
+MODEL_BOUNDARY = "<model>"  # how a finding on module "" (the model's own inputs) is shown
+UNKNOWN = "?"
+NOT_SET = "—"
+FAILURE_TITLE = "trace stopped"
+FAILURE_NOTE = "ops after this point were not traced; fix it and re-run to see what follows."
+CHANGED_ARROW = "→"
+CHANGED_MARK = "▸"
+FIX_NOT_VERIFIED = "the fix did not make the re-run trace clean"
+
+FAIL_ON = ("error", "warning", "info", "never")
+
+SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
+APPLICABILITY_STYLE = {"safe": "green", "unsafe": "yellow", "display-only": "dim"}
+FIX_STATUS_MARK = {"applied": "✓", "skipped": "–", "failed": "✗"}
+FIX_STATUS_STYLE = {"applied": "green", "skipped": "dim", "failed": "red"}
+
+# Half dtypes warm, fp32 cool, fp64 loud: the colours a reader scans a tree or table by.
+_DTYPE_STYLE = {
+    "float16": "yellow",
+    "bfloat16": "magenta",
+    "float32": "cyan",
+    "float64": "bold red",
+    "bool": "green",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RenderOptions:
+    """What a format may be asked for besides the report itself."""
+
+    width: int = 100
+    color: bool = False
+    # Findings at or above this severity fail (JUnit); mirrors the CLI's --fail-on.
+    fail_on: str = "error"
+    # The rule catalogue (objects with code, name, summary, …) when the caller has it;
+    # formats that describe rules (SARIF) fall back to the finding's own name without it.
+    rules: tuple[Any, ...] = ()
+
+
+def dtype_style(dtype: str | None) -> str:
+    if dtype is None:
+        return "dim"
+    if dtype in _DTYPE_STYLE:
+        return _DTYPE_STYLE[dtype]
+    if dtype.startswith(("int", "uint")):
+        return "blue"
+    return ""
+
+
+def shape_label(shape: Sequence[int] | None) -> str:
+    if shape is None:
+        return UNKNOWN
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def tensor_name(t: TensorMeta, *, relative_to: str | None = None) -> str:
+    """The tensor's name, shortened to the part after `relative_to` when it is that module's own."""
+    name = t.name or t.role
+    if relative_to and name.startswith(relative_to + "."):
+        return name[len(relative_to) + 1 :]
+    return name
+
+
+def tensor_label(t: TensorMeta, *, relative_to: str | None = None) -> str:
+    """`name dtype@device[shape]`, e.g. `pixel_values float32@cpu[2,3,32,32]`."""
+    return f"{tensor_name(t, relative_to=relative_to)} {t.dtype}@{t.device}{shape_label(t.shape)}"
+
+
+def module_label(module: str) -> str:
+    return module or MODEL_BOUNDARY
+
+
+def source_label(source: SourceLoc | None) -> str | None:
+    return f"{source.file}:{source.line}" if source else None
+
+
+def fix_label(fix: FixSuggestion) -> str:
+    return f"{fix.strategy} ({fix.applicability}): {fix.description}"
+
+
+def humanize(name: str) -> str:
+    """`dtype-mismatch-in-op` → `dtype mismatch in op`."""
+    return name.replace("-", " ")
+
+
+def plural(n: int, word: str) -> str:
+    if word == "info" or n == 1:
+        return f"{n} {word}"
+    return f"{n} {word}s"
+
+
+def counts_line(summary: Mapping[str, int]) -> str:
+    """`2 errors, 1 warning, 0 info`."""
+    return ", ".join(plural(int(summary.get(s, 0)), s) for s in SEVERITIES)
+
+
+def traced_line(summary: Mapping[str, int]) -> str:
+    """`57 modules, 812 ops traced`."""
+    modules = int(summary.get("modules_traced", 0))
+    ops = int(summary.get("ops_traced", 0))
+    return f"{plural(modules, 'module')}, {plural(ops, 'op')} traced"
+
+
+def summary_line(summary: Mapping[str, int]) -> str:
+    return f"{counts_line(summary)} · {traced_line(summary)}"
+
+
+def failure_line(failure: TraceFailure) -> str:
+    """One sentence: where the trace stopped and what PyTorch said."""
+    where = module_label(failure.module)
+    if failure.module_type:
+        where += f" ({failure.module_type})"
+    op = f", op {failure.op}" if failure.op else ""
+    return f"{failure.kind} error during the {failure.phase} at {where}{op}: {failure.message}"
+
+
+def is_failing(severity: str, fail_on: str) -> bool:
+    if fail_on == "never":
+        return False
+    return SEVERITY_RANK[severity] >= SEVERITY_RANK[fail_on]
+
+
+def yes_no(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def target_fields(report: Report) -> list[tuple[str, str]]:
+    """The header every human format shows: (label, value) in reading order."""
+    t = report.target
+    model = t.model
+    if report.trace is not None and report.trace.model.class_name:
+        model += f" ({report.trace.model.class_name})"
+    dataset = t.dataset or NOT_SET
+    if t.dataset and t.split:
+        dataset += f" · split {t.split}"
+    device = t.device + (" (simulated)" if t.simulated else "")
+    return [
+        ("model", model),
+        ("dataset", dataset),
+        ("device", device),
+        ("model dtype", t.model_dtype or NOT_SET),
+        ("autocast", t.autocast or "off"),
+        ("train", yes_no(t.train)),
+    ]
+
+
+_ENV_LABEL = {"cuda_available": "cuda"}
+
+
+def environment_line(environment: Mapping[str, Any]) -> str:
+    """`python 3.11.7 · torch 2.13.0 · cuda no`; missing entries left out."""
+    parts = []
+    for key, value in environment.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            value = yes_no(value)
+        parts.append(f"{_ENV_LABEL.get(key, key)} {value}")
+    return " · ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class LineageRow:
+    step: LineageStep
+    previous_dtype: str | None  # set only where this stage changed the dtype
+    previous_device: str | None  # set only where this stage changed the device
+
+    @property
+    def dtype_changed(self) -> bool:
+        return self.previous_dtype is not None
+
+    @property
+    def device_changed(self) -> bool:
+        return self.previous_device is not None
+
+    def dtype_text(self) -> str:
+        """`uint8 → float32` where the stage changed it, else the dtype."""
+        dtype = self.step.dtype or UNKNOWN
+        if self.previous_dtype is not None:
+            return f"{self.previous_dtype} {CHANGED_ARROW} {dtype}"
+        return dtype
+
+    def device_text(self) -> str:
+        device = self.step.device or UNKNOWN
+        if self.previous_device is not None:
+            return f"{self.previous_device} {CHANGED_ARROW} {device}"
+        return device
+
+    def detail_text(self) -> str:
+        src = source_label(self.step.source)
+        if src and self.step.detail:
+            return f"{self.step.detail} ({src})"
+        return self.step.detail or src or ""
+
+
+def lineage_rows(steps: Iterable[LineageStep]) -> list[LineageRow]:
+    """Each stage with what it changed, compared with the last stage that knew the value."""
+    rows = []
+    last_dtype: str | None = None
+    last_device: str | None = None
+    for step in steps:
+        prev_dtype = last_dtype if step.dtype and last_dtype and step.dtype != last_dtype else None
+        prev_device = last_device if step.device and last_device and step.device != last_device else None
+        rows.append(LineageRow(step, prev_dtype, prev_device))
+        last_dtype = step.dtype or last_dtype
+        last_device = step.device or last_device
+    return rows
+
+
+def rule_for(code: str, rules: Iterable[Any]) -> Any | None:
+    for rule in rules:
+        if getattr(rule, "code", None) == code:
+            return rule
+    return None
+
+
+def rule_description(code: str, name: str, rules: Iterable[Any]) -> str:
+    """The rule's one-line summary from the catalogue, else its name in words."""
+    rule = rule_for(code, rules)
+    summary = getattr(rule, "summary", None) if rule is not None else None
+    return summary or humanize(name)
+
+
+# ----------------------------------------------------------------------------- fix block
+# The `fix` block is a plain mapping (SPEC.md); these read it tolerantly so a formatter
+# shows what is there and skips what is not.
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedStep:
+    strategy: str
+    status: str
+    detail: str
+
+    @property
+    def mark(self) -> str:
+        return FIX_STATUS_MARK.get(self.status, "?")
+
+
+def fix_steps(fix: Mapping[str, Any]) -> list[AppliedStep]:
+    return [
+        AppliedStep(_field(item, "strategy"), _field(item, "status"), _field(item, "detail"))
+        for item in fix.get("applied") or ()
+    ]
+
+
+def _field(item: Any, key: str) -> str:
+    value = item.get(key) if isinstance(item, Mapping) else getattr(item, key, None)
+    return "" if value is None else str(value)
+
+
+def fix_fields(fix: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) lines for the fix outcome: verified, after, parity, patch."""
+    rows: list[tuple[str, str]] = []
+    verified = fix.get("verified")
+    if verified is not None:
+        rows.append(("verified", "yes — the re-run trace is clean" if verified else f"no — {FIX_NOT_VERIFIED}"))
+    after = fix.get("after")
+    if isinstance(after, Mapping) and isinstance(after.get("summary"), Mapping):
+        rows.append(("after", counts_line(after["summary"])))
+    parity = fix.get("parity")
+    if isinstance(parity, Mapping):
+        bits = []
+        if parity.get("max_abs_diff") is not None:
+            bits.append(f"max |diff| {parity['max_abs_diff']:.3g}")
+        if parity.get("cosine") is not None:
+            bits.append(f"cosine {parity['cosine']:.8f}")
+        ref = f" against {parity['reference']}" if parity.get("reference") else ""
+        rows.append(("parity", ", ".join(bits) + ref))
+    patch = fix.get("patch")
+    if isinstance(patch, Mapping) and patch.get("path"):
+        files = ", ".join(patch.get("files") or ())
+        rows.append(("patch", f"{patch['path']}" + (f" ({files})" if files else "")))
+    return rows
+
+
+def json_default(obj: Any) -> Any:
+    """Serialise what a `fix` block may carry besides plain values (records, sets)."""
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    return str(obj)

@@ -1,0 +1,332 @@
+"""`--format rich`: the report a person reads in a terminal.
+
+Header (what was traced), the trace failure if the forward stopped, one table row per finding
+(with its tensors and fixes), each input's lineage with the stage that changed it
+highlighted, the modules whose parameters are off the model's majority dtype, the fix outcome
+for `dtype-doctor fix`, and a summary line. Everything is built from Text objects, never
+markup strings, so a `[2, 3]` or `<model>` in a message prints as written.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from typing import Any, Mapping
+
+from rich import box
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.padding import Padding
+from rich.panel import Panel
+from rich.segment import Segment
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from dtype_doctor import __version__
+from dtype_doctor.records import Finding, Report
+from dtype_doctor.report.common import (
+    APPLICABILITY_STYLE,
+    CHANGED_MARK,
+    FAILURE_NOTE,
+    FAILURE_TITLE,
+    FIX_STATUS_STYLE,
+    LineageRow,
+    NO_PROBLEMS,
+    NO_PROBLEMS_BUT_STOPPED,
+    SEVERITY_STYLE,
+    TOOL_NAME,
+    UNKNOWN,
+    RenderOptions,
+    counts_line,
+    dtype_style,
+    environment_line,
+    failure_line,
+    fix_fields,
+    fix_steps,
+    lineage_rows,
+    module_label,
+    plural,
+    shape_label,
+    source_label,
+    target_fields,
+    tensor_name,
+    traced_line,
+)
+from dtype_doctor.report.dtype_tree import DtypeNode, DtypeTree, dtype_tree
+
+# Off-majority tree leaves shown before the tree says "… N more"; keeps big models to a screen.
+TREE_LEAVES = 12
+
+
+def render(report: Report, options: RenderOptions) -> str:
+    console = make_console(width=options.width, color=options.color)
+    console.print(report_renderable(report))
+    return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+# Control characters rich lays out as zero-width; a terminal would act on them (an ESC in a
+# PyTorch message starts an escape sequence), so they are dropped after layout.
+_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+class _Printable:
+    def __init__(self, renderable: RenderableType) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for segment in console.render(self.renderable, options):
+            if segment.control or not _CONTROL.search(segment.text):
+                yield segment
+            else:
+                yield Segment(_CONTROL.sub("", segment.text), segment.style)
+
+
+def make_console(*, width: int, color: bool) -> Console:
+    """A console that writes to a string, the same on every machine whatever the environment says."""
+    return Console(
+        file=io.StringIO(),
+        width=width,
+        force_terminal=color,
+        color_system="truecolor" if color else None,
+        no_color=not color,
+        highlight=False,
+        emoji=False,
+        legacy_windows=False,
+        force_jupyter=False,
+        force_interactive=False,
+        _environ={},
+    )
+
+
+def report_renderable(report: Report) -> RenderableType:
+    parts: list[RenderableType] = [header(report)]
+    failure = report.trace.failure if report.trace else None
+    if failure is not None:
+        parts.append(
+            Panel(
+                Text.assemble((failure_line(failure), "red"), "\n", (FAILURE_NOTE, "dim")),
+                title=Text(FAILURE_TITLE, style="bold red"),
+                title_align="left",
+                border_style="red",
+            )
+        )
+    sections: list[RenderableType] = []
+    if report.findings:
+        sections.append(findings_table(report.findings))
+    if report.lineage:
+        sections.append(lineage_view(report.lineage))
+    tree = dtype_tree(report.trace.model) if report.trace else None
+    if tree is not None:
+        sections.append(module_tree(tree))
+    if report.fix is not None:
+        sections.append(fix_panel(report.fix))
+    sections.append(summary(report))
+    for section in sections:
+        parts += [Text(), section]
+    return _Printable(Group(*parts))
+
+
+def header(report: Report) -> Panel:
+    fields = target_fields(report)
+    # model and dataset a line each; the short fields two to a line, so the header is
+    # four lines at any width, and the first labels line up across both grids.
+    long_fields, pairs = fields[:2], fields[2:]
+    first_labels = [label for label, _ in long_fields] + [label for label, _ in pairs[::2]]
+    width = max(len(label) for label in first_labels)
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True, width=width)
+    grid.add_column(overflow="fold")
+    for label, value in long_fields:
+        grid.add_row(label, Text(value))
+    short = Table.grid(padding=(0, 2))
+    short.add_column(style="bold", no_wrap=True, width=width)
+    short.add_column()
+    short.add_column(style="bold", no_wrap=True)
+    short.add_column()
+    for i in range(0, len(pairs), 2):
+        row: list[RenderableType] = []
+        for label, value in pairs[i : i + 2]:
+            row += [label, Text(value)]
+        short.add_row(*row)
+    body: list[RenderableType] = [grid, short]
+    env = environment_line(report.environment)
+    if env:
+        body.append(Text(env, style="dim"))
+    return Panel(
+        Group(*body),
+        title=Text(f"{TOOL_NAME} {__version__}", style="bold"),
+        title_align="left",
+        box=box.ROUNDED,
+    )
+
+
+def _tensor_rows(f: Finding) -> Table:
+    """`role  name dtype@device[shape]`, the role left out where it is the name (a module's `weight`)."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for t in f.tensors:
+        name = tensor_name(t, relative_to=f.module)
+        grid.add_row(
+            "" if name == t.role else t.role,
+            Text.assemble(
+                (name, "bold"), " ", (t.dtype, dtype_style(t.dtype)), f"@{t.device}", (shape_label(t.shape), "dim")
+            ),
+        )
+    return grid
+
+
+def findings_table(findings: tuple[Finding, ...]) -> Table:
+    # Two columns, not seven: the module path, op and tensors get the whole line, which
+    # keeps a 40-character module name on one line at 80 columns.
+    table = Table(box=box.SIMPLE_HEAD, show_lines=True, show_edge=False, expand=True, pad_edge=False)
+    table.add_column("code", no_wrap=True)
+    table.add_column("finding", overflow="fold")
+    for f in findings:
+        code = Text.assemble((f.code, "bold"), "\n", (f.severity, SEVERITY_STYLE[f.severity]))
+        where = Text(module_label(f.module), style="bold")
+        if f.module_type:
+            where.append(f" {f.module_type}", style="dim")
+        facts = Text()
+        for label, value in (("op", f.op), ("stage", f.stage), ("source", source_label(f.source))):
+            if value:
+                if facts:
+                    facts.append(" · ", style="dim")
+                facts.append(f"{label} ", style="dim")
+                facts.append(value, style="magenta" if label == "stage" else "")
+        parts: list[RenderableType] = [where, Text(f.message), facts]
+        if f.tensors:
+            parts.append(_tensor_rows(f))
+        if f.pytorch_error:
+            parts.append(Text(f"pytorch: {f.pytorch_error}", style="dim italic"))
+        for fix in f.fixes:
+            parts.append(
+                Text.assemble(
+                    ("fix ", "bold green"),
+                    (fix.strategy, "bold"),
+                    (f" ({fix.applicability})", APPLICABILITY_STYLE.get(fix.applicability, "")),
+                    ": ",
+                    fix.description,
+                )
+            )
+        table.add_row(code, Group(*parts))
+    return table
+
+
+def lineage_view(lineage: Mapping[str, Any]) -> RenderableType:
+    """Per input, one line per stage: `stage  dtype@device[shape]  detail`, the stage that
+    changed the dtype or device marked and highlighted."""
+    tables = {name: [_lineage_cells(row) for row in lineage_rows(steps)] for name, steps in lineage.items()}
+    # The same column widths for every input, so the stages line up down the page.
+    widths = [max((c[i].cell_len for rows in tables.values() for c in rows), default=1) for i in range(3)]
+    parts: list[RenderableType] = [
+        Text.assemble(("lineage", "bold"), (f"  {CHANGED_MARK} the stage that changed the dtype or device", "dim"))
+    ]
+    for name, rows in tables.items():
+        grid = Table.grid(padding=(0, 1))
+        for width in widths:
+            grid.add_column(no_wrap=True, min_width=width)
+        grid.add_column(overflow="fold")
+        for cells in rows:
+            grid.add_row(*cells)
+        parts += [Text(name, style="bold"), Padding(grid, (0, 0, 0, 1))]
+    return Group(*parts)
+
+
+def _lineage_cells(row: LineageRow) -> list[Text]:
+    step = row.step
+    changed = row.dtype_changed or row.device_changed
+    meta = Text.assemble(
+        (step.dtype or UNKNOWN, dtype_style(step.dtype) + (" bold reverse" if row.dtype_changed else "")),
+        ("@", "dim"),
+        (step.device or UNKNOWN, "bold reverse" if row.device_changed else ""),
+        (shape_label(step.shape), "dim"),
+    )
+    return [
+        Text(CHANGED_MARK if changed else " ", style="bold yellow"),
+        Text(step.stage, style="bold" if changed else ""),
+        meta,
+        Text(row.detail_text(), style="" if changed else "dim"),
+    ]
+
+
+def module_tree(tree: DtypeTree) -> RenderableType:
+    title = Text.assemble(
+        ("parameter dtypes ", "bold"),
+        (f"{tree.off_majority} of {plural(tree.params, 'parameter')} not ", "dim"),
+        (tree.majority, dtype_style(tree.majority)),
+    )
+    root = Tree(Text(tree.root.module_type or "model", style="bold"))
+    _, shown = _add_children(root, tree.root.children, TREE_LEAVES)
+    hidden = tree.root.leaves() - shown
+    if hidden > 0:
+        root.add(Text(f"… {plural(hidden, 'more module')} not shown", style="dim"))
+    return Group(title, Padding(root, (0, 0, 0, 1)))
+
+
+def _node_label(node: DtypeNode) -> Text:
+    label = Text(node.label or "model", style="bold")
+    if node.module_type:
+        label.append(f" {node.module_type}", style="dim")
+    if node.collapsed:
+        label.append("  ")
+        for i, d in enumerate(node.dtypes):
+            label.append(("/" if i else "") + d, style=dtype_style(d))
+        if node.merged > 1:
+            label.append(f" ×{node.merged}", style="dim")
+        elif node.module_type != "Parameter":
+            label.append(f" · {plural(node.params, 'param')}", style="dim")
+        if node.kept_fp32:
+            label.append(" · kept fp32 by the model", style="green")
+    return label
+
+
+def _add_children(parent: Tree, children: tuple[DtypeNode, ...], budget: int) -> tuple[int, int]:
+    """Adds children until `budget` leaf lines are shown; returns (leaf lines, modules) shown."""
+    lines = modules = 0
+    for child in children:
+        if lines >= budget:
+            break
+        branch = parent.add(_node_label(child))
+        if child.children:
+            more_lines, more_modules = _add_children(branch, child.children, budget - lines)
+        else:
+            more_lines, more_modules = 1, child.merged
+        lines += more_lines
+        modules += more_modules
+    return lines, modules
+
+
+def fix_panel(fix: Mapping[str, Any]) -> Panel:
+    steps = Table.grid(padding=(0, 1))
+    steps.add_column(no_wrap=True)
+    steps.add_column(overflow="fold")
+    for s in fix_steps(fix):
+        style = FIX_STATUS_STYLE.get(s.status, "")
+        steps.add_row(
+            Text(s.mark, style=style),
+            Text.assemble((s.strategy, "bold"), " ", (s.status, style), f": {s.detail}" if s.detail else ""),
+        )
+    fields = Table.grid(padding=(0, 2))
+    fields.add_column(style="bold", no_wrap=True)
+    fields.add_column(overflow="fold")
+    for label, value in fix_fields(fix):
+        style = ("green" if fix.get("verified") else "red") if label == "verified" else ""
+        fields.add_row(label, Text(value, style=style))
+    strategy = fix.get("strategy")
+    return Panel(
+        Group(steps, fields),
+        title=Text(f"fix: {strategy}" if strategy else "fix", style="bold"),
+        title_align="left",
+    )
+
+
+def summary(report: Report) -> Text:
+    s = report.summary
+    failure = report.trace.failure if report.trace else None
+    if not report.findings:
+        if failure is not None:
+            return Text.assemble((NO_PROBLEMS_BUT_STOPPED, "bold yellow"), (f" · {traced_line(s)}", "dim"))
+        return Text.assemble(("✓ ", "bold green"), (NO_PROBLEMS, "bold green"), (f" · {traced_line(s)}", "dim"))
+    worst = next((sev for sev in ("error", "warning", "info") if s.get(sev)), "info")
+    return Text.assemble((counts_line(s), SEVERITY_STYLE[worst]), (f" · {traced_line(s)}", "dim"))

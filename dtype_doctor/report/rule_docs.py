@@ -1,0 +1,73 @@
+"""`dtype-doctor rules` and `dtype-doctor rule CODE`: the catalogue and one rule's page.
+
+Rules are read by attribute (code, name, severity, summary, why, example, fix, fix_safety,
+references), so anything shaped like `dtype_doctor.rules.base.Rule` renders.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.padding import Padding
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from dtype_doctor.report.common import SEVERITY_STYLE
+
+# The sections of a rule's page, in order: (heading, attribute), as ruff's docs order them;
+# an empty or missing attribute leaves its section out.
+RULE_SECTIONS = (
+    ("What it flags", "summary"),
+    ("Why it matters", "why"),
+    ("Devices", "device_note"),  # which device's behaviour the rule judges, when CPU and CUDA differ
+    ("Example", "example"),
+    ("Fix", "fix"),
+    ("Fix safety", "fix_safety"),
+)
+
+
+def rules_table(rules: Iterable[Any]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("code", style="bold", no_wrap=True)
+    table.add_column("name", no_wrap=True)
+    table.add_column("severity", no_wrap=True)
+    table.add_column("flags", overflow="fold")
+    for rule in sorted(rules, key=lambda r: r.code):
+        severity = getattr(rule, "severity", "")
+        table.add_row(
+            Text(rule.code),
+            Text(getattr(rule, "name", "")),
+            Text(severity, style=SEVERITY_STYLE.get(severity, "")),
+            Text(getattr(rule, "summary", "") or ""),
+        )
+    return table
+
+
+def rule_doc(rule: Any) -> RenderableType:
+    severity = getattr(rule, "severity", "")
+    parts: list[RenderableType] = [
+        Text.assemble(
+            (rule.code, "bold"),
+            " ",
+            (getattr(rule, "name", ""), "bold"),
+            "  ",
+            (f"default severity {severity}", SEVERITY_STYLE.get(severity, "")),
+        )
+    ]
+    for heading, attr in RULE_SECTIONS:
+        value = getattr(rule, attr, None)
+        if not value:
+            continue
+        parts.append(Text(f"\n{heading}", style="bold underline"))
+        if attr == "example":
+            parts.append(Padding(Syntax(str(value).strip("\n"), "python", word_wrap=True, theme="ansi_dark", background_color="default"), (0, 0, 0, 2)))
+        else:
+            parts.append(Padding(Text(str(value).strip()), (0, 0, 0, 2)))
+    refs = tuple(getattr(rule, "references", ()) or ())
+    if refs:
+        parts.append(Text("\nReferences", style="bold underline"))
+        parts += [Padding(Text(f"- {r}"), (0, 0, 0, 2)) for r in refs]
+    return Group(*parts)
