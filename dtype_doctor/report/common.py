@@ -77,7 +77,7 @@ def dtype_style(dtype: str | None) -> str:
 
 def shape_label(shape: Sequence[int] | None) -> str:
     if shape is None:
-        return UNKNOWN
+        return ""
     return "[" + ",".join(str(d) for d in shape) + "]"
 
 
@@ -209,7 +209,7 @@ class LineageRow:
         return dtype
 
     def device_text(self) -> str:
-        device = self.step.device or UNKNOWN
+        device = self.step.device or ""
         if self.previous_device is not None:
             return f"{self.previous_device} {CHANGED_ARROW} {device}"
         return device

@@ -238,9 +238,10 @@ def _lineage_cells(row: LineageRow) -> list[Text]:
     changed = row.dtype_changed or row.device_changed
     meta = Text.assemble(
         (step.dtype or UNKNOWN, dtype_style(step.dtype) + (" bold reverse" if row.dtype_changed else "")),
-        ("@", "dim"),
-        (step.device or UNKNOWN, "bold reverse" if row.device_changed else ""),
-        (shape_label(step.shape), "dim"),
+        # Stored stages (Arrow columns, per-row values) have no device and no batch shape yet.
+        ("@" if step.device else "", "dim"),
+        (step.device or "", "bold reverse" if row.device_changed else ""),
+        (shape_label(step.shape) if step.shape is not None else "", "dim"),
     )
     return [
         Text(CHANGED_MARK if changed else " ", style="bold yellow"),

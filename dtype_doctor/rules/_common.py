@@ -56,6 +56,15 @@ def base_op(op: str) -> str:
     return op
 
 
+def family(op: str) -> str:
+    """One name for an op seen at both levels (torch.conv2d and aten.convolution → "conv")."""
+    base = base_op(op)
+    for name, members in (("matmul", MATMUL), ("conv", CONV), ("norm", NORM), ("attention", ATTENTION)):
+        if base in members:
+            return name
+    return base
+
+
 def family_ops(trace: Trace, family: frozenset[str], *, phase: str | None = "forward") -> list[OpCall]:
     return [op for op in trace.ops if base_op(op.op) in family and (phase is None or op.phase == phase)]
 

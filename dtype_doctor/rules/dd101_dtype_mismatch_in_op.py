@@ -6,7 +6,7 @@ from typing import Iterator
 
 from dtype_doctor.records import Finding, OpCall, TensorMeta, Trace
 from dtype_doctor.rules._common import (
-    ATTENTION, CONV, INDEX_PUT, MATMUL, NORM, base_op, describe, fix_autocast, fix_cast_inputs,
+    ATTENTION, CONV, INDEX_PUT, MATMUL, NORM, base_op, describe, family, fix_autocast, fix_cast_inputs,
     fix_half_model, is_half, main_dtype, source_of, stage_of,
 )
 from dtype_doctor.rules.base import Rule
@@ -45,7 +45,7 @@ def check(trace: Trace) -> Iterator[Finding]:
         bad = mismatched(op)
         if not bad:
             continue
-        key = (op.module, base_op(op.op), tuple(t.dtype for t in bad))
+        key = (op.module, family(op.op), tuple(sorted({t.dtype for t in bad})))
         if key in seen:
             continue
         seen.add(key)

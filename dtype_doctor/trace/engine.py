@@ -118,13 +118,19 @@ def _preserved(model: torch.nn.Module, *, train: bool, device: torch.device | No
                         t.data = t.data.to(original)
 
 
-def _find_fake_mode(model: torch.nn.Module, inputs: Mapping[str, Any]) -> Any:
+def _holds_no_data(model: torch.nn.Module, inputs: Mapping[str, Any]) -> bool:
     from torch._subclasses.fake_tensor import FakeTensor
 
-    for t in [*model.parameters(), *inputs.values()]:
-        if isinstance(t, FakeTensor):
-            return t.fake_mode
-    return None
+    tensors = [*model.parameters(), *(v for v in inputs.values() if isinstance(v, torch.Tensor))]
+    return any(isinstance(t, FakeTensor) or t.device.type == "meta" for t in tensors)
+
+
+def _declared_device(model: torch.nn.Module) -> torch.device | None:
+    """The device a fake model says it is on (a meta model declares none)."""
+    p = next(model.parameters(), None)
+    if p is None or p.device.type == "meta":
+        return None
+    return p.device
 
 
 def simulation_device(target: torch.device, autocast: str | None) -> torch.device:
@@ -181,16 +187,18 @@ def trace_model(
 
         raise UsageError(f"--autocast must be off, float16 or bfloat16, not {autocast!r}")
     autocast = None if autocast in (None, "off") else autocast
-    fake_mode = _find_fake_mode(model, inputs)
+    # A model already holding fake or meta tensors can only be simulated.
+    simulate = simulate or _holds_no_data(model, inputs)
+    fake_mode = None
     state: dict[str, torch.Tensor] | None = None
     target_device = torch.device(device) if device not in (None, "auto") else None
     alias: dict[str, str] = {}
     autocast_device: str | None = None
-    if simulate and fake_mode is None:
+    if simulate:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-        label = target_device or torch.device("cuda", 0)
+        label = target_device or _declared_device(model) or torch.device("cuda", 0)
         stand_in = simulation_device(label, autocast)
         if stand_in != label:
             alias[device_name(stand_in)] = device_name(label)

@@ -1,0 +1,33 @@
+"""Shared option declarations: scan and fix import these instead of redeclaring them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+Model = Annotated[str, typer.Argument(help="Model directory (config.json + weights) or a hub id in the local cache.", show_default=False)]
+Dataset = Annotated[str, typer.Argument(help="save_to_disk directory, data file/folder (csv, json, jsonl, parquet, arrow, images) or a cached hub id.", show_default=False)]
+Split = Annotated[Optional[str], typer.Option("--split", help="Dataset split (default: train, else the first split).")]
+BatchSize = Annotated[int, typer.Option("--batch-size", help="Rows traced; only these rows are read and preprocessed.")]
+Preprocess = Annotated[Optional[str], typer.Option("--preprocess", metavar="FILE.py:FUNC", help="Your map function, applied to the sampled rows as datasets.map would.")]
+PreprocessMode = Annotated[str, typer.Option("--preprocess-mode", help="map (Dataset.map, stored in Arrow) or transform (Dataset.with_transform, applied on the fly).")]
+DatasetFormat = Annotated[str, typer.Option("--dataset-format", help="Formatter between dataset and collator: torch, numpy or python.")]
+Device = Annotated[str, typer.Option("--device", help="auto|cpu|cuda|cuda:N — where the trace runs (auto: cuda when present).")]
+Dtype = Annotated[str, typer.Option("--dtype", help="auto|float32|float16|bfloat16 — dtype the model is loaded with (auto = from_pretrained's default).")]
+Autocast = Annotated[str, typer.Option("--autocast", help="off|float16|bfloat16 — trace the forward under torch.autocast.")]
+Train = Annotated[bool, typer.Option("--train", help="Also run one backward pass; never changes the weights on disk.")]
+Simulate = Annotated[bool, typer.Option("--simulate", help="Trace with fake tensors: no GPU, no weight data read; targets CUDA on a CPU-only machine.")]
+Format = Annotated[Optional[str], typer.Option("--format", "-f", help="rich|json|sarif|markdown|junit (default: rich).")]
+Output = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report to PATH instead of stdout.")]
+FailOn = Annotated[str, typer.Option("--fail-on", help="error|warning|info|never — the severity that makes the exit code 1.")]
+Select = Annotated[Optional[str], typer.Option("--select", help="Comma-separated rule codes or prefixes to run (DD1,DD201).")]
+Ignore = Annotated[Optional[str], typer.Option("--ignore", help="Comma-separated rule codes or prefixes to skip.")]
+TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Allow code from the model repository to run (off by default).")]
+AllowPickle = Annotated[bool, typer.Option("--allow-pickle", help="Allow loading pickled weights (pytorch_model.bin); safetensors only by default.")]
+Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")]
+
+
+def split_codes(value: str | None) -> tuple[str, ...] | None:
+    return tuple(c.strip() for c in value.split(",") if c.strip()) if value else None

@@ -1,0 +1,62 @@
+"""Writing a report: data to stdout or --output, everything else to stderr."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from dtype_doctor.errors import UsageError
+
+
+def emit(report: Any, fmt: str | None, output: Path | None, fail_on: str) -> None:
+    from dtype_doctor.report import render
+    from dtype_doctor.rules import all_rules
+
+    fmt = fmt or "rich"
+    to_terminal = output is None and sys.stdout.isatty()
+    width = None
+    if fmt == "rich" and to_terminal:
+        import shutil
+
+        width = shutil.get_terminal_size((100, 24)).columns
+    text = render(report, fmt, width=width, color=to_terminal, fail_on=fail_on, rules=all_rules())
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write the report to {output}: {exc.strerror or exc}") from exc
+    print(f"report written to {output}", file=sys.stderr)
+
+
+def exit_code(report: Any, fail_on: str) -> int:
+    from dtype_doctor.report.common import FAIL_ON
+
+    if fail_on not in FAIL_ON:
+        raise UsageError(f"unknown --fail-on {fail_on!r}; choose one of: {', '.join(FAIL_ON)}")
+    return 1 if report.at_or_above(fail_on) else 0
+
+
+def progress() -> Any:
+    """A progress callback that writes to stderr (a spinner line on a terminal)."""
+    if not sys.stderr.isatty():
+        return lambda msg: None
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    return lambda msg: console.print(f"[dim]· {msg}…[/dim]", highlight=False)
+
+
+def quiet_libraries() -> None:
+    """The CLI owns stderr: no weight-loading bars or load reports from the libraries."""
+    import datasets
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()

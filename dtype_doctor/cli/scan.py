@@ -1,0 +1,76 @@
+"""`dtype-doctor scan MODEL DATASET`."""
+
+from __future__ import annotations
+
+import typer
+
+from dtype_doctor.cli import options as o
+
+EXAMPLES = """
+Examples:
+
+  dtype-doctor scan fixtures/demo/model fixtures/demo/data
+
+  dtype-doctor scan ./my-model ./data.parquet --dtype float16 --format json -o report.json
+
+  dtype-doctor scan ./my-model ./images --preprocess prep.py:transform --simulate --device cuda
+"""
+
+
+def scan_command(
+    model: o.Model,
+    dataset: o.Dataset,
+    split: o.Split = None,
+    batch_size: o.BatchSize = 2,
+    preprocess: o.Preprocess = None,
+    preprocess_mode: o.PreprocessMode = "map",
+    dataset_format: o.DatasetFormat = "torch",
+    device: o.Device = "auto",
+    dtype: o.Dtype = "auto",
+    autocast: o.Autocast = "off",
+    train: o.Train = False,
+    simulate: o.Simulate = False,
+    format: o.Format = None,
+    output: o.Output = None,
+    fail_on: o.FailOn = "error",
+    select: o.Select = None,
+    ignore: o.Ignore = None,
+    trust_remote_code: o.TrustRemoteCode = False,
+    allow_pickle: o.AllowPickle = False,
+    debug: o.Debug = False,
+) -> None:
+    """Trace one batch through MODEL and report every dtype and device mismatch."""
+    from dtype_doctor.cli.output import emit, exit_code, progress, quiet_libraries
+    from dtype_doctor.pipeline import ScanOptions, scan
+    from dtype_doctor.report import FORMATS
+
+    if format is not None and format not in FORMATS:
+        from dtype_doctor.errors import UsageError
+
+        raise UsageError(f"unknown format {format!r}; choose one of: {', '.join(FORMATS)}")
+    opts = ScanOptions(
+        split=split,
+        batch_size=batch_size,
+        preprocess=preprocess,
+        preprocess_mode=preprocess_mode,
+        dataset_format=dataset_format,
+        device=device,
+        dtype=dtype,
+        autocast=autocast,
+        train=train,
+        simulate=simulate,
+        select=o.split_codes(select),
+        ignore=o.split_codes(ignore),
+        trust_remote_code=trust_remote_code,
+        allow_pickle=allow_pickle,
+    )
+    exit_code(_Empty(), fail_on)  # validate --fail-on before the slow part
+    quiet_libraries()
+    report = scan(model, dataset, opts, progress=progress())
+    emit(report, format, output, fail_on)
+    raise typer.Exit(exit_code(report, fail_on))
+
+
+class _Empty:
+    def at_or_above(self, severity: str) -> tuple:
+        return ()
