@@ -642,6 +642,10 @@ def test_wrap_forward_skips():
     assert skipped(WrapForwardInAutocast(), under) == "train.py:4: the forward is already under torch.autocast (line 3)"
     decorated = "import torch\n@torch.autocast('cuda')\ndef f(model, b):\n    return model(**b)\n"
     assert "already under torch.autocast" in skipped(WrapForwardInAutocast(), decorated)
+    disabled = "import torch\nwith torch.cuda.amp.autocast(enabled=False):\n    out = model(**b)\n"
+    assert skipped(WrapForwardInAutocast(), disabled) == (
+        "train.py:3: the forward runs under autocast(enabled=False) (line 2); left as the script chose"
+    )
     two = src(
         """
         model = AutoModel.from_pretrained("x")

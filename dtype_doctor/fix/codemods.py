@@ -402,18 +402,19 @@ class _Ctx:
         raise _Skip(f"line {self.line(stmt)} of {self.filename}: statement not found in its block")
 
     def render(self) -> str:
-        module = self.module.visit(_Editor(self._node_edits, self._block_ops, self.warnings))
+        module = self.module.visit(_Editor(self._node_edits, self._block_ops))
         if self.need_torch_import and not self.imports.top_level_torch:
             module = _add_import(module, "import torch")
         return module.code
 
 
 class _Editor(cst.CSTTransformer):
-    def __init__(self, node_edits, block_ops, warnings: list[str]):
+    """Applies the edits recorded on a _Ctx, matching nodes by identity."""
+
+    def __init__(self, node_edits: Mapping[int, list[Callable[[Any], Any]]], block_ops: Mapping[int, list[tuple[Any, ...]]]):
         super().__init__()
         self.node_edits = node_edits
         self.block_ops = block_ops
-        self.warnings = warnings
 
     def on_leave(self, original_node, updated_node):
         key = id(original_node)
@@ -654,19 +655,19 @@ def _retarget(ctx: _Ctx, site: _Site, to: str) -> cst.CSTNode | None:
     node = site.node
     if site.kind == "method":
         return cst.Name(_DTYPE_METHODS[to]) if to in _DTYPE_METHODS else None
+    if site.lib in ("str", "numpy") and to not in _NUMPY_DTYPES.values():
+        return None  # numpy has no bfloat16
     if site.lib == "str":
         assert isinstance(node, cst.SimpleString)
         return cst.SimpleString(f"{node.prefix}{node.quote}{to}{node.quote}")
-    if site.lib == "numpy" and to not in _NUMPY_DTYPES.values():
-        return None
     if isinstance(node, cst.Attribute):
         return node.with_changes(attr=cst.Name(to))
     if isinstance(node, cst.Name):  # from torch import float16 → torch.float32
         if site.lib == "torch":
             return cst.Attribute(value=cst.Name(ctx.torch_name()), attr=cst.Name(to))
-        numpy = sorted(n for n in ctx.imports.numpy if n not in {"np", "numpy"}) or ["np"]
-        if to in _NUMPY_DTYPES.values() and any(ctx.scope_has(node, n) for n in numpy):
-            return cst.Attribute(value=cst.Name(numpy[0]), attr=cst.Name(to))
+        for name in sorted(ctx.imports.numpy):  # from numpy import float16 → np.float32
+            if ctx.scope_has(node, name):
+                return cst.Attribute(value=cst.Name(name), attr=cst.Name(to))
     return None
 
 
@@ -917,12 +918,11 @@ def _select_loads(ctx: _Ctx, line: int | None) -> list[_Load]:
 def _model_names(ctx: _Ctx, variable: str | None, *, fallback: bool) -> tuple[set[str], set[int]]:
     """Names the model is bound to, and the ids of the model's from_pretrained calls."""
     loads, _ = _model_loads(ctx)
-    load_ids = {id(ld.call) for ld in loads if ld.strong}
+    chosen = [ld for ld in loads if ld.strong] or (loads if len(loads) == 1 else [])
+    load_ids = {id(ld.call) for ld in chosen}
     if variable:
         return {variable}, load_ids
-    names = {t for ld in loads if ld.strong for t in ld.targets}
-    if not names and len(loads) == 1:
-        names = set(loads[0].targets)
+    names = {t for ld in chosen for t in ld.targets}
     if names or not fallback:
         return names, load_ids
     ctx.warn(f"no from_pretrained(...) call binds the model in {ctx.filename}; took `model` as the model")
@@ -1119,6 +1119,7 @@ class RemoveModelConversion(_ModelConversionCodemod):
     def _edit(self, ctx: _Ctx) -> str:
         statements = _model_conversions(ctx, self.variable)
         changes = []
+        removed: dict[int, tuple[cst.SimpleStatementLine, list[cst.BaseSmallStatement]]] = {}
         for st in statements:
             drop = [c for c in st.conversions if self._wanted(c, "float32")]
             if not drop:
@@ -1134,42 +1135,46 @@ class RemoveModelConversion(_ModelConversionCodemod):
                     kept.append(_remove_arg(link, conv.dtype_arg))
             new_value = _rebuild_chain(st.root, kept, st.value)
             line = ctx.line(st.small)
-            before = ctx.snippet(st.small)
+            before = ctx.snippet(st.small).rstrip(";").rstrip()
+            targets = (
+                [t.target for t in st.small.targets]
+                if isinstance(st.small, cst.Assign)
+                else [st.small.target]
+                if isinstance(st.small, cst.AnnAssign)
+                else []
+            )
             removes_statement = not kept and (
                 isinstance(st.small, cst.Expr)
-                or (
-                    isinstance(st.small, cst.Assign)
-                    and all(ctx.code(t.target) == ctx.code(st.root) for t in st.small.targets)
-                )
+                or (targets and all(ctx.code(t) == ctx.code(st.root) for t in targets))
             )
             if removes_statement:
-                self._remove(ctx, st)
+                removed.setdefault(id(st.line_stmt), (st.line_stmt, []))[1].append(st.small)
                 changes.append(f"line {line}: removed `{before}`")
             else:
                 ctx.replace(st.value, new_value)
                 after = " ".join(cst.Module(body=()).code_for_node(st.small.with_changes(value=new_value)).split())
                 changes.append(f"line {line}: `{before}` → `{after}`")
+        for line, smalls in removed.values():
+            self._remove(ctx, line, smalls)
         if not changes:
             which = self.from_dtype or "half/float64"
             raise _Skip(f"no {which} conversion of the model found in {ctx.filename}")
         return f"{ctx.filename}: model conversion removed — " + "; ".join(changes)
 
     @staticmethod
-    def _remove(ctx: _Ctx, st: _ChainStatement) -> None:
-        line = st.line_stmt
-        if len(line.body) == 1:
+    def _remove(ctx: _Ctx, line: cst.SimpleStatementLine, smalls: list[cst.BaseSmallStatement]) -> None:
+        if len(smalls) == len(line.body):
             attached = line.leading_lines[len(_detached(line.leading_lines)) :]
             if attached:
                 comments = " / ".join(x.comment.value for x in attached if x.comment)
-                ctx.warn(f"{ctx.filename}:{ctx.line(st.small)}: removed the comment above the removed line too: {comments}")
+                ctx.warn(f"{ctx.filename}:{ctx.line(line)}: removed the comment above the removed line too: {comments}")
             ctx.remove_statement(line)
             return
-        index = next(i for i, s in enumerate(line.body) if s is st.small)
+        gone = {i for i, s in enumerate(line.body) if any(s is x for x in smalls)}
 
         def edit(updated: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
-            body = list(updated.body)
-            body.pop(index)
-            if index == len(body):  # removed the last one: its predecessor ends the line now
+            body = [s for i, s in enumerate(updated.body) if i not in gone]
+            if (len(line.body) - 1) in gone:  # the last one went: its predecessor ends the line now
                 body[-1] = body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
             return updated.with_changes(body=body)
 
@@ -1222,13 +1227,21 @@ def _is_autocast(ctx: _Ctx, expr: cst.BaseExpression) -> bool:
     return name.split(".")[-1] == "autocast"
 
 
-def _autocast_around(ctx: _Ctx, node: cst.CSTNode) -> int | None:
-    """Line of the `with ...autocast(...)` (or autocast decorator) the node runs under."""
+def _autocast_around(ctx: _Ctx, node: cst.CSTNode) -> tuple[int, bool] | None:
+    """(line, enabled) of the `with ...autocast(...)` (or autocast decorator) node runs under."""
     for anc in ctx.ancestors(node):
-        if isinstance(anc, cst.With) and any(_is_autocast(ctx, item.item) for item in anc.items):
-            return ctx.line(anc)
-        if isinstance(anc, cst.FunctionDef) and any(_is_autocast(ctx, d.decorator) for d in anc.decorators):
-            return ctx.line(anc)
+        exprs: list[cst.BaseExpression] = []
+        if isinstance(anc, cst.With):
+            exprs = [item.item for item in anc.items]
+        elif isinstance(anc, cst.FunctionDef):
+            exprs = [d.decorator for d in anc.decorators]
+        for expr in exprs:
+            if _is_autocast(ctx, expr):
+                disabled = isinstance(expr, cst.Call) and any(
+                    _arg_name(a) == "enabled" and isinstance(a.value, cst.Name) and a.value.value == "False"
+                    for a in expr.args
+                )
+                return ctx.line(anc), not disabled
     return None
 
 
@@ -1322,7 +1335,13 @@ class WrapForwardInAutocast(_CSTCodemod):
         fwd = _select_forward(ctx, self.variable, self.line)
         under = _autocast_around(ctx, fwd.call)
         if under is not None:
-            raise _Skip(f"{ctx.filename}:{fwd.line}: the forward is already under torch.autocast (line {under})")
+            where, enabled = under
+            if not enabled:
+                raise _Skip(
+                    f"{ctx.filename}:{fwd.line}: the forward runs under autocast(enabled=False) (line {where}); "
+                    "left as the script chose"
+                )
+            raise _Skip(f"{ctx.filename}:{fwd.line}: the forward is already under torch.autocast (line {where})")
         block = ctx.parent(fwd.stmt)
         body = list(block.body)  # type: ignore[union-attr]
         start = next(i for i, s in enumerate(body) if s is fwd.stmt)
@@ -1713,7 +1732,7 @@ class NewFixModule(Codemod):
             "Why this fix:",
             textwrap.indent(_WHY[strategy], "  "),
             "",
-            "Use it right before the forward:",
+            "How to use it:",
             "",
             textwrap.indent(_USAGE[strategy], "    "),
         ]
