@@ -166,9 +166,39 @@ def _slice_in_memory(ds: Any, n: int) -> Any:
     return Dataset(InMemoryTable(table), info=ds.info.copy(), split=ds.split)
 
 
+def _saved_without_data(d: Path) -> bool:
+    """A Dataset saved with no rows has no .arrow file, and load_from_disk fails on it."""
+    try:
+        state = json.loads((d / "state.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return isinstance(state, dict) and state.get("_data_files") == []
+
+
 def _load_from_disk(spec: str, d: Path, split: str | None, n: int) -> LoadedRows:
     import datasets
 
+    dict_file = d / "dataset_dict.json"
+    if dict_file.is_file():
+        # a DatasetDict: read the split list, then load only the chosen split
+        try:
+            available = [str(x) for x in json.loads(dict_file.read_text(encoding="utf-8"))["splits"]]
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
+            raise InputError(f"{dict_file} is not a valid dataset_dict.json: {_first_line(e)}") from None
+        chosen = _pick_split(available, split, str(d))
+        sub = d / chosen
+        if _saved_without_data(sub):
+            raise InputError(f"{d} split {chosen!r} has no rows")
+        try:
+            ds = datasets.load_from_disk(str(sub))
+        except Exception as e:
+            raise InputError(
+                f"{sub} looks like a save_to_disk split but could not be loaded: {type(e).__name__}: {_first_line(e)}"
+            ) from None
+        return _disk_rows(spec, d, ds, chosen, available, n)
+    if _saved_without_data(d):
+        _pick_split(["train"], split, str(d))
+        raise InputError(f"{d} split {split or 'train'!r} has no rows")
     try:
         obj = datasets.load_from_disk(str(d))
     except Exception as e:
@@ -184,6 +214,10 @@ def _load_from_disk(spec: str, d: Path, split: str | None, n: int) -> LoadedRows
         available = [own]
         chosen = _pick_split(available, split, str(d)) if split is not None else own
         ds = obj
+    return _disk_rows(spec, d, ds, chosen, available, n)
+
+
+def _disk_rows(spec: str, d: Path, ds: Any, chosen: str, available: list[str], n: int) -> LoadedRows:
     if len(ds) == 0:
         raise InputError(f"{d} split {chosen!r} has no rows")
     small = _slice_in_memory(ds, n)
