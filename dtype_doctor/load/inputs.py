@@ -162,7 +162,13 @@ def _is_cast(node: ast.AST) -> bool:
 
 
 def source_lines(pre: PreprocessFn) -> tuple[dict[str, int], int | None]:
-    """(output key → line that sets it, fallback line: the first cast or the return), best effort."""
+    """(output key → the line that gives it its dtype, fallback: the first cast or the return).
+
+    Best effort, from the function's AST: a key's candidates are ``out["k"] = …``,
+    ``out["k"].append(…)`` / ``.extend(…)``, ``{"k": …}`` and ``dict(k=…)``; the last candidate
+    that casts (directly, or through a local name assigned with a cast before it) wins, else the
+    last candidate.
+    """
     try:
         tree = ast.parse(pre.path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError):
@@ -173,49 +179,62 @@ def source_lines(pre: PreprocessFn) -> tuple[dict[str, int], int | None]:
     )
     if fdef is None:
         return {}, None
-    keys: dict[str, int] = {}
-    values: dict[str, ast.expr] = {}  # output key → the expression that gives it
-    assigns: dict[str, list[ast.Assign]] = {}  # local name → its assignments
+    cands: dict[str, list[ast.expr]] = {}  # output key → expressions that give it
+    assigns: dict[str, list[ast.stmt]] = {}  # local name → its assignments
     casts: list[int] = []
     returns: list[int] = []
+
+    def const_key(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+            return node.slice.value
+        return None
+
     for node in ast.walk(fdef):
         if isinstance(node, ast.Return):
             returns.append(node.lineno)
-        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for t in targets:
-                if isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant) and isinstance(t.slice.value, str):
-                    if node.value is not None:
-                        values.setdefault(t.slice.value, node.value)
             if node.value is not None and _is_cast(node.value):
                 casts.append(node.lineno)
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                key = const_key(t)
+                if key is not None:
+                    cands.setdefault(key, []).append(node.value)
+                if isinstance(t, ast.Name):
+                    assigns.setdefault(t.id, []).append(node)
+            if _is_cast(node.value):
+                casts.append(node.lineno)
+        if isinstance(node, ast.Expr) and _is_cast(node.value):
+            casts.append(node.lineno)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("append", "extend"):
+            key = const_key(node.func.value)
+            if key is not None and node.args:
+                cands.setdefault(key, []).append(node.args[0])
         if isinstance(node, ast.Dict):
             for k, v in zip(node.keys, node.values):
                 if isinstance(k, ast.Constant) and isinstance(k.value, str):
-                    values.setdefault(k.value, v)
+                    cands.setdefault(k.value, []).append(v)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict":
             for kw in node.keywords:
                 if kw.arg:
-                    values.setdefault(kw.arg, kw.value)
-        if isinstance(node, ast.Assign):
-            for t in node.targets:
-                if isinstance(t, ast.Name):
-                    assigns.setdefault(t.id, []).append(node)
-        if isinstance(node, ast.Expr) and _is_cast(node.value):
-            casts.append(node.lineno)
-        if isinstance(node, ast.Return) and node.value is not None and _is_cast(node.value):
-            casts.append(node.lineno)
-    for key, expr in values.items():
-        line = expr.lineno
-        if not _is_cast(expr):
-            # {"pixel_values": tensor} where `tensor = tensor.to(torch.float16)` earlier: the cast line
-            names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
-            cast_lines = [
-                a.lineno for n in names for a in assigns.get(n, []) if a.lineno <= line and _is_cast(a.value)
-            ]
-            if cast_lines:
-                line = max(cast_lines)
-        keys[key] = line
+                    cands.setdefault(kw.arg, []).append(kw.value)
+
+    def cast_line(expr: ast.expr) -> int | None:
+        if _is_cast(expr):
+            return expr.lineno
+        # {"pixel_values": tensor} where `tensor = tensor.to(torch.float16)` came before
+        names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+        lines = [
+            a.lineno for n in names for a in assigns.get(n, [])
+            if a.lineno <= expr.lineno and getattr(a, "value", None) is not None and _is_cast(a.value)  # type: ignore[arg-type]
+        ]
+        return max(lines) if lines else None
+
+    keys: dict[str, int] = {}
+    for key, exprs in cands.items():
+        exprs = sorted(exprs, key=lambda e: e.lineno)
+        cast_lines = [ln for ln in (cast_line(e) for e in exprs) if ln is not None]
+        keys[key] = cast_lines[-1] if cast_lines else exprs[-1].lineno
     fallback = min(casts) if casts else (max(returns) if returns else fdef.lineno)
     return keys, fallback
 
@@ -697,11 +716,12 @@ def build_batch(
         lin.add(key, LineageStep("model-boundary", dt, dev, shape, f"{cls_name}.forward({key}=…)"))
 
     lineage = {k: tuple(lin.steps.get(k, ())) for k in inputs}
-    sources = {k: v for k, v in sources.items() if k in inputs}
     if "labels" in inputs and "labels" not in sources:
-        for alias in ("label", "label_ids"):
+        for alias in ("label", "label_ids", "target", "score"):
             if alias in sources:
                 sources["labels"] = sources[alias]
+                break
+    sources = {k: v for k, v in sources.items() if k in inputs}
     return Batch(
         inputs=inputs,
         lineage=lineage,
