@@ -16,10 +16,16 @@ PARAM_ROLES = ("weight", "bias", "buffer")
 
 def mismatched(op: OpCall) -> tuple[TensorMeta, ...] | None:
     """The operands that disagree, or None when PyTorch accepts the op as it is."""
+    if op.level == "function" and op.autocast:
+        return None  # recorded before autocast's casts; the aten-level op shows what ran
     family = base_op(op.op)
-    floats = [t for t in op.operands if t.is_floating and not t.is_scalar]
     if family in MATMUL or family in CONV:
-        return tuple(floats) if len({t.dtype for t in floats}) > 1 else None
+        # An integer activation (uint8 pixel_values, int64 features) meets a float weight just as
+        # badly as a second float dtype does: "mat1 and mat2 must have the same dtype".
+        data = [t for t in op.operands if not t.is_scalar and t.role not in ("index", "mask")]
+        if not any(t.is_floating for t in data):
+            return None
+        return tuple(data) if len({t.dtype for t in data}) > 1 else None
     if family in NORM and op.operands:
         x = op.operands[0]
         params = [t for t in op.operands[1:] if t.is_floating and t.role in PARAM_ROLES]

@@ -22,7 +22,9 @@ def check(trace: Trace) -> Iterator[Finding]:
         if mask.dtype == "bool" or mask.dtype == query.dtype:
             continue
         # SDPA accepts bool, float32, or the query's dtype; anything else raises.
-        rejected = mask.dtype != "float32"
+        rejected = mask.dtype != "float32" and not (op.autocast and mask.is_floating)
+        if not rejected and op.autocast:
+            continue  # autocast casts a floating mask with q/k/v
         key = (op.module, mask.dtype, query.dtype)
         if key in seen:
             continue

@@ -1,0 +1,293 @@
+"""The fix loop, as linters run theirs: apply, re-trace, re-check, repeat up to a cap.
+
+A strategy whose re-trace is not better than before is rolled back; a loop that ends
+with findings still at or above --fail-on says so ("failed to converge" when it was
+still making progress at the cap). Every outcome is a value in FixResult.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+import torch
+
+from dtype_doctor.errors import UsageError
+from dtype_doctor.fix.strategies import AUTO_ORDER, NAMES, STRATEGIES, Context, Pipeline, Step, convert_keeping_fp32
+from dtype_doctor.records import Lineage, Report, SourceLoc
+from dtype_doctor.trace.engine import diagnose
+from dtype_doctor.trace.recorder import dtype_name
+
+MAX_ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class FixResult:
+    strategy: str
+    steps: tuple[Step, ...]
+    verified: bool
+    converged: bool
+    rounds: int
+    detail: str
+    before: Report
+    after: Report
+    pipeline: Pipeline  # the fixed pipeline (model, inputs, autocast) — not a copy of the user's
+    parity: Mapping[str, Any] | None
+    cost: Mapping[str, Any] | None
+    tradeoff: Mapping[str, Any] | None
+
+    @property
+    def applied(self) -> tuple[Step, ...]:
+        return tuple(s for s in self.steps if s.status == "applied")
+
+    def fix_block(self, patch: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """SPEC.md's `fix` block of the JSON report (plus converged/rounds/detail/cost/tradeoff)."""
+        return {
+            "strategy": self.strategy,
+            "applied": [s.to_dict() for s in self.steps],
+            "verified": self.verified,
+            "after": {"findings": [f.to_dict() for f in self.after.findings], "summary": self.after.summary},
+            "parity": dict(self.parity) if self.parity else None,
+            "patch": dict(patch) if patch else None,
+            "converged": self.converged,
+            "rounds": self.rounds,
+            "detail": self.detail,
+            "cost": dict(self.cost) if self.cost else None,
+            "tradeoff": dict(self.tradeoff) if self.tradeoff else None,
+        }
+
+    def report(self, patch: Mapping[str, Any] | None = None) -> Report:
+        """The scan report of the original pipeline with the fix block attached."""
+        return Report(
+            findings=self.before.findings,
+            target=self.before.target,
+            environment=self.before.environment,
+            trace=self.before.trace,
+            fix=self.fix_block(patch),
+        )
+
+
+def _score(report: Report, fail_on: str) -> int:
+    failing = len(report.at_or_above(fail_on))
+    return failing + (100 if report.trace and report.trace.failure else 0)
+
+
+def fix_model(
+    model: torch.nn.Module,
+    inputs: Mapping[str, Any],
+    *,
+    strategy: str = "auto",
+    fail_on: str = "error",
+    unsafe_fixes: bool = False,
+    force: bool = False,
+    max_rounds: int = MAX_ROUNDS,
+    device: str | None = None,
+    autocast: str | None = None,
+    train: bool = False,
+    simulate: bool = False,
+    select: Iterable[str] | str | None = None,
+    ignore: Iterable[str] | str | None = None,
+    lineage: Lineage | None = None,
+    sources: Mapping[str, SourceLoc] | None = None,
+    target: Mapping[str, Any] | None = None,
+    measure: bool = True,
+) -> FixResult:
+    """Diagnose, fix in memory, re-verify, and measure what the fix costs.
+
+    The user's model is never changed: strategies that change weights work on a copy.
+    `measure=False` skips parity and the autocast-vs-half comparison (extra forwards).
+    """
+    if strategy not in NAMES:
+        raise UsageError(f"unknown --strategy {strategy!r}; choose one of: {', '.join(NAMES)}")
+    autocast = None if autocast in (None, "off") else autocast
+
+    def trace(p: Pipeline) -> Report:
+        return diagnose(
+            p.model, p.inputs, device=p.device, autocast=p.autocast, train=p.train, simulate=p.simulate,
+            select=select, ignore=ignore, lineage=lineage, sources=sources, target=target,
+        )
+
+    start = Pipeline(model=model, inputs=dict(inputs.items()), autocast=autocast, device=device, train=train, simulate=simulate)
+    before = trace(start)
+    real = not before.target.simulated
+    peaks = activation_peaks(model, start.inputs) if (real and measure) else None
+    ctx = Context(fail_on=fail_on, unsafe=unsafe_fixes or strategy == "half-model", force=force, overflow=peaks)
+    order = AUTO_ORDER if strategy == "auto" else (strategy,)
+
+    current, report = start, before
+    steps: list[Step] = []
+    seen: set[tuple] = set()
+    rounds = 0
+    progressing = True
+    while report.at_or_above(fail_on) and rounds < max_rounds and progressing:
+        rounds += 1
+        progressing = False
+        for name in order:
+            strat = STRATEGIES[name]
+            if strategy == "auto" and not strat.relevant(report, ctx):
+                continue
+            candidate, step = strat.run(current, report, ctx)
+            key = (name, step.changes)
+            if key in seen:
+                continue
+            seen.add(key)
+            if step.status != "applied":
+                steps.append(step)
+                continue
+            after = trace(candidate)
+            if _score(after, fail_on) < _score(report, fail_on):
+                steps.append(step)
+                current, report = candidate, after
+                progressing = True
+                break
+            steps.append(
+                Step(name, "failed", f"rolled back: {_score(report, fail_on)} → {_score(after, fail_on)} findings at or above {fail_on} after {step.detail}", step.changes)
+            )
+    verified = not report.at_or_above(fail_on) and not (report.trace and report.trace.failure)
+    if verified:
+        detail = "verified: the re-run trace has no finding at or above " + fail_on if steps else "nothing to fix"
+    elif rounds >= max_rounds and progressing:
+        detail = f"failed to converge after {rounds} rounds"
+    elif not any(s.status == "applied" for s in steps):
+        detail = "no strategy applies to the remaining findings"
+    else:
+        detail = "the applied fixes leave findings at or above " + fail_on
+    parity = cost = tradeoff = None
+    if real and measure:
+        # Parity of a pipeline that still fails means nothing; the trade-off is still measured.
+        parity = _guard(lambda: output_parity(model, start.inputs, current)) if verified else None
+        cost = {"weight_bytes_before": weight_bytes(model), "weight_bytes_after": weight_bytes(current.model)}
+        tradeoff = _guard(lambda: amp_vs_half(model, current, peaks))
+    return FixResult(
+        strategy=strategy, steps=tuple(steps), verified=verified, converged=verified or not progressing,
+        rounds=rounds, detail=detail, before=before, after=report, pipeline=current,
+        parity=parity, cost=cost, tradeoff=tradeoff,
+    )
+
+
+def _guard(fn: Any) -> Any:
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - a measurement that cannot run is reported, not raised
+        return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+
+
+# ---------------------------------------------------------------- measurement
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+
+
+@contextlib.contextmanager
+def _eval(model: torch.nn.Module) -> Any:
+    flags = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for m, flag in flags:
+            m.training = flag
+
+
+def _forward(model: torch.nn.Module, inputs: Mapping[str, Any], autocast: str | None) -> tuple[str, torch.Tensor]:
+    device = next(model.parameters()).device
+    with _eval(model), torch.no_grad(), contextlib.ExitStack() as stack:
+        if autocast:
+            stack.enter_context(torch.autocast(device.type, dtype=getattr(torch, autocast)))
+        out = model(**inputs)
+    return primary_output(out)
+
+
+def primary_output(out: Any) -> tuple[str, torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return "output", out
+    items = out.items() if isinstance(out, Mapping) else enumerate(out)
+    named = {str(k): v for k, v in items if isinstance(v, torch.Tensor) and v.is_floating_point()}
+    for key in ("logits", "last_hidden_state", "prediction_logits", "start_logits"):
+        if key in named:
+            return key, named[key]
+    key = next((k for k in named if k != "loss"), None) or next(iter(named))
+    return key, named[key]
+
+
+def _fp32_reference(model: torch.nn.Module) -> torch.nn.Module:
+    floating = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    return model if floating <= {torch.float32} else copy.deepcopy(model).float()
+
+
+def _fp32_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v) for k, v in inputs.items()}
+
+
+def _compare(ref: torch.Tensor, got: torch.Tensor) -> dict[str, float]:
+    a, b = ref.detach().float().flatten(), got.detach().float().flatten()
+    cosine = torch.nn.functional.cosine_similarity(a, b, dim=0).item() if a.numel() else 1.0
+    return {"max_abs_diff": (a - b).abs().max().item() if a.numel() else 0.0, "cosine": round(cosine, 6)}
+
+
+def output_parity(original: torch.nn.Module, inputs: Mapping[str, Any], fixed: Pipeline) -> dict[str, Any]:
+    """The fixed pipeline's output against an fp32 reference of the original model, same batch."""
+    ref_inputs = _fp32_inputs(fixed.inputs)
+    name, ref = _forward(_fp32_reference(original), ref_inputs, None)
+    _, got = _forward(fixed.model, fixed.inputs, fixed.autocast)
+    return {"reference": "float32", "output": name, **_compare(ref, got)}
+
+
+def activation_peaks(model: torch.nn.Module, inputs: Mapping[str, Any]) -> dict[str, float]:
+    """Max |value| of each module's floating outputs in an fp32 forward: fp16 overflow evidence."""
+    ref = _fp32_reference(model)
+    peaks: dict[str, float] = {}
+    names = {id(m): n for n, m in ref.named_modules()}
+
+    def hook(mod: torch.nn.Module, _args: Any, out: Any) -> None:
+        from dtype_doctor.trace.recorder import _tensors
+
+        for t in _tensors(out):
+            if t.is_floating_point() and t.numel():
+                v = t.detach().abs().max().item()
+                name = names.get(id(mod), "")
+                peaks[name] = max(peaks.get(name, 0.0), v)
+
+    handles = [m.register_forward_hook(hook) for m in ref.modules()]
+    try:
+        _forward(ref, _fp32_inputs(inputs), None)
+    except Exception:  # noqa: BLE001 - no evidence is not an error
+        return {}
+    finally:
+        for h in handles:
+            h.remove()
+    return peaks
+
+
+def amp_vs_half(original: torch.nn.Module, fixed: Pipeline, peaks: Mapping[str, float] | None) -> dict[str, Any]:
+    """The trade-off users ask about, measured on their model: autocast keeps fp32 weights
+    and casts per op; half-model halves weight memory and risks overflow."""
+    used = fixed.autocast or next(
+        (dtype_name(p.dtype) for p in fixed.model.parameters() if p.dtype in (torch.float16, torch.bfloat16)), "float16"
+    )
+    dtype = getattr(torch, used)
+    ref_model = _fp32_reference(original)
+    inputs32 = _fp32_inputs(fixed.inputs)
+    _, ref = _forward(ref_model, inputs32, None)
+    result: dict[str, Any] = {"dtype": used, "reference_weight_bytes": weight_bytes(ref_model)}
+    try:
+        _, amp = _forward(ref_model, inputs32, used)
+        result["autocast"] = {"weight_bytes": weight_bytes(ref_model), **_compare(ref, amp)}
+    except Exception as exc:  # noqa: BLE001
+        result["autocast"] = {"error": str(exc).splitlines()[0]}
+    half = copy.deepcopy(ref_model)
+    convert_keeping_fp32(half, dtype)
+    half_inputs = {k: (v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v) for k, v in inputs32.items()}
+    try:
+        _, out = _forward(half, half_inputs, None)
+        entry: dict[str, Any] = {"weight_bytes": weight_bytes(half), **_compare(ref, out)}
+    except Exception as exc:  # noqa: BLE001
+        entry = {"weight_bytes": weight_bytes(half), "error": str(exc).splitlines()[0]}
+    if peaks and used == "float16":
+        worst = max(peaks.items(), key=lambda kv: kv[1])
+        entry["max_activation"] = {"module": worst[0], "value": worst[1], "float16_max": 65504.0}
+    result["half-model"] = entry
+    return result
