@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from dtype_doctor.errors import InputError, UsageError
 
@@ -48,6 +49,26 @@ class LoadedRows:
     reader: str = "streaming"  # streaming | load_from_disk | cache
     builder: str | None = None  # parquet, csv, json, arrow, imagefolder … (None for save_to_disk)
     spec: str = ""  # the DATASET argument as given
+
+
+@contextmanager
+def offline() -> Iterator[None]:
+    """Hub offline mode for the duration: `datasets` reads what is cached and never the network,
+    whether or not HF_HUB_OFFLINE is set in the environment."""
+    import datasets.config as dcfg
+    import huggingface_hub.constants as hcst
+
+    saved = (hcst.HF_HUB_OFFLINE, dcfg.HF_HUB_OFFLINE, getattr(dcfg, "HF_DATASETS_OFFLINE", None))
+    hcst.HF_HUB_OFFLINE = True
+    dcfg.HF_HUB_OFFLINE = True
+    if saved[2] is not None:
+        dcfg.HF_DATASETS_OFFLINE = True
+    try:
+        yield
+    finally:
+        hcst.HF_HUB_OFFLINE, dcfg.HF_HUB_OFFLINE = saved[0], saved[1]
+        if saved[2] is not None:
+            dcfg.HF_DATASETS_OFFLINE = saved[2]
 
 
 def _first_line(exc: BaseException, limit: int = 300) -> str:
@@ -120,10 +141,11 @@ def _load_streaming(
     import datasets
 
     try:
-        if builder is not None:
-            dd = datasets.load_dataset(builder, data_files=data_files, streaming=True, **kw)
-        else:
-            dd = datasets.load_dataset(path_arg, streaming=True, **kw)
+        with offline():
+            if builder is not None:
+                dd = datasets.load_dataset(builder, data_files=data_files, streaming=True, **kw)
+            else:
+                dd = datasets.load_dataset(path_arg, streaming=True, **kw)
     except Exception as e:
         raise InputError(
             f"{where} could not be read{f' as {builder}' if builder else ''}: {type(e).__name__}: {_first_line(e)}"
@@ -135,7 +157,8 @@ def _load_streaming(
     else:  # pragma: no cover - load_dataset without split returns a dict
         available, chosen, it = ["train"], _pick_split(["train"], split, where), dd
     try:
-        rows, features = _rows_from_iterable(it, n)
+        with offline():
+            rows, features = _rows_from_iterable(it, n)
     except Exception as e:
         raise InputError(f"{where} could not be read: {type(e).__name__}: {_first_line(e)}") from None
     if not rows:
@@ -317,7 +340,8 @@ def _load_hub(spec: str, split: str | None, n: int) -> LoadedRows:
         verbosity = ds_logging.get_verbosity()
         ds_logging.set_verbosity_error()
         try:
-            obj = datasets.load_dataset(spec, download_mode="reuse_dataset_if_exists")
+            with offline():
+                obj = datasets.load_dataset(spec, download_mode="reuse_dataset_if_exists")
         finally:
             ds_logging.set_verbosity(verbosity)
     except Exception:

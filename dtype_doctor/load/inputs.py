@@ -18,6 +18,7 @@ import ast
 import importlib.util
 import inspect
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -544,8 +545,6 @@ def build_batch(
     ``with_format`` type ("torch", "numpy", or "python" for none). Raises ``InputError`` when the
     rows give nothing the model's forward accepts, or the preprocess function fails.
     """
-    import datasets
-
     if preprocess_mode not in PREPROCESS_MODES:
         raise UsageError(f"preprocess mode {preprocess_mode!r} is not one of {', '.join(PREPROCESS_MODES)}")
     if dataset_format not in DATASET_FORMATS:
@@ -658,10 +657,8 @@ def build_batch(
     if "labels" not in forward:
         keep -= {"label", "label_ids"}
     if causal_lm and transformed is None:
-        # a class label is no token labels: the LM collator makes labels from input_ids instead
-        keep -= {c for c in ("label", "labels", "label_ids") if c != label_col and c != "labels" or c not in ds.column_names}
-        if label_col is None:
-            keep -= {"label", "labels", "label_ids"}
+        # only token labels fit a causal LM; without them the LM collator copies input_ids
+        keep -= {c for c in ("label", "labels", "label_ids") if c != label_col}
     present = list(ds.column_names) if transformed is None else list(transformed[0].keys())
     dropped = [c for c in present if c not in keep]
     if transformed is None:
@@ -932,7 +929,9 @@ def _collate(
         collator = transformers.default_data_collator
         name = "default_data_collator"
     try:
-        out = collator(row_list)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "Creating a tensor from a list of numpy.ndarrays is slow"
+            out = collator(row_list)
     except Exception as e:
         raise InputError(
             f"{name} could not batch the rows: {type(e).__name__}: {_first_line(e)}; "

@@ -614,7 +614,34 @@ def _real_load(
     except InputError:
         raise
     except Exception as e:
-        raise InputError(
-            f"{model_dir} could not be loaded as {auto_ref[1] if auto_ref else cls.__name__}: "
-            f"{type(e).__name__}: {_first_line(e)}"
-        ) from None
+        name = auto_ref[1] if auto_ref else cls.__name__
+        mismatch = _size_mismatch(e)
+        if mismatch:
+            raise InputError(f"{model_dir} could not be loaded as {name}: {mismatch}") from None
+        raise InputError(f"{model_dir} could not be loaded as {name}: {type(e).__name__}: {_first_line(e)}") from None
+
+
+def _size_mismatch(exc: BaseException) -> str | None:
+    """The weights whose shapes do not match config.json, from transformers' load report.
+
+    transformers 5 logs a report table (silenced by the CLI) and raises "You set
+    `ignore_mismatched_sizes` to `False` ... look at the above report!", which alone names
+    nothing; the mismatched keys are still in the raising frame's `loading_info`."""
+    tb = exc.__traceback__
+    keys = None
+    while tb is not None:
+        info = tb.tb_frame.f_locals.get("loading_info")
+        keys = getattr(info, "mismatched_keys", None) or keys
+        tb = tb.tb_next
+    if not keys:
+        return None
+    try:
+        rows = sorted(keys)
+        key, ckpt, model = rows[0]
+        more = f" (and {len(rows) - 1} more)" if len(rows) > 1 else ""
+        return (
+            f"the weights do not match config.json: {key} has shape {list(ckpt)} in the checkpoint "
+            f"but {list(model)} in the model config.json describes{more}"
+        )
+    except (TypeError, ValueError):
+        return None
