@@ -166,6 +166,7 @@ def test_pretokenized_columns_are_used_as_stored(loaded, data_dirs) -> None:  # 
     assert stages(b, "input_ids")[:2] == [("dataset", "int32"), ("formatter", "int64")]
     # tokenizer.pad (inside DataCollatorWithPadding) makes the attention mask
     assert stages(b, "attention_mask")[0] == ("collator", "int64")
+    assert step(b, "attention_mask", "collator").detail == "DataCollatorWithPadding created it (tokenizer.pad)"
     assert b.inputs["input_ids"].tolist() == [[2, 5, 6, 3], [2, 7, 3, 0]]  # padded by the collator
     assert step(b, "labels", "dataset").detail == "column 'label': ClassLabel with 2 names"
     assert b.dropped_columns == ()

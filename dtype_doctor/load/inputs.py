@@ -954,6 +954,8 @@ def _collate(
         dt, shape, dev, _ = _describe_value(t)
         if key == "labels" and lm_labels:
             det = f"{name}(mlm=False) copies input_ids as labels (padding → -100)"
+        elif before is None:
+            det = f"{name} created it" + (" (tokenizer.pad)" if tokenizer is not None and key == "attention_mask" else "")
         elif before is not None and before.dtype != dt and before.dtype is not None:
             det = f"{name} made it {dt} (was {before.dtype})"
         elif before is not None and before.dtype is None and dt is not None:
