@@ -78,20 +78,45 @@ def resolve_device(device: str, simulate: bool, *, check_only: bool = False) -> 
     return "cuda:0" if device == "cuda" else device
 
 
-def scan(
+@dataclass(frozen=True)
+class Prepared:
+    """A loaded model and the batch the user's pipeline would build, ready to trace."""
+
+    loaded: Any
+    rows: Any
+    batch: Any
+    device: str
+    options: ScanOptions
+    model_spec: str
+    dataset_spec: str
+
+    def trace_kwargs(self) -> dict[str, Any]:
+        o = self.options
+        return {
+            "device": self.device if o.simulate else None,
+            "autocast": None if o.autocast == "off" else o.autocast,
+            "train": o.train,
+            "simulate": o.simulate,
+            "select": o.select,
+            "ignore": o.ignore,
+            "lineage": self.batch.lineage,
+            "sources": self.batch.sources,
+            "target": {"model": self.model_spec, "dataset": self.dataset_spec, "split": self.rows.split},
+        }
+
+
+def prepare(
     model: str,
     dataset: str,
     options: ScanOptions | None = None,
     *,
     progress: Callable[[str], None] | None = None,
-) -> Report:
-    """Load MODEL and the first rows of DATASET, build the batch as the pipeline would,
-    trace it and return the Report."""
+) -> Prepared:
+    """Load MODEL and the first rows of DATASET and build the batch as the pipeline would."""
     options = options or ScanOptions()
     options.validate()
     say = progress or (lambda _msg: None)
     from dtype_doctor.load import build_batch, load_model, load_rows
-    from dtype_doctor.trace.engine import diagnose
 
     device = resolve_device(options.device, options.simulate)
     say(f"loading model {model}")
@@ -114,17 +139,75 @@ def scan(
         dataset_format=options.dataset_format,
         device="cpu" if options.simulate else device,
     )
-    say("tracing")
-    return diagnose(
-        loaded.model,
-        batch.inputs,
-        device=device if options.simulate else None,
-        autocast=None if options.autocast == "off" else options.autocast,
-        train=options.train,
-        simulate=options.simulate,
-        select=options.select,
-        ignore=options.ignore,
-        lineage=batch.lineage,
-        sources=batch.sources,
-        target={"model": model, "dataset": dataset, "split": rows.split},
+    return Prepared(loaded, rows, batch, device, options, model, dataset)
+
+
+def scan(
+    model: str,
+    dataset: str,
+    options: ScanOptions | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> Report:
+    """Load, build the batch, trace it and return the Report."""
+    from dtype_doctor.trace.engine import diagnose
+
+    p = prepare(model, dataset, options, progress=progress)
+    if progress:
+        progress("tracing")
+    return diagnose(p.loaded.model, p.batch.inputs, **p.trace_kwargs())
+
+
+def fix(
+    model: str,
+    dataset: str,
+    options: ScanOptions | None = None,
+    *,
+    strategy: str = "auto",
+    fail_on: str = "error",
+    unsafe_fixes: bool = False,
+    force: bool = False,
+    max_rounds: int = 5,
+    write_patch: str | None = None,
+    script: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Report:
+    """Diagnose, fix in memory, re-verify, measure, and optionally write the fix as a patch."""
+    from pathlib import Path
+
+    from dtype_doctor.errors import InputError
+    from dtype_doctor.fix.engine import fix_model
+    from dtype_doctor.fix.strategies import NAMES
+
+    if strategy not in NAMES:
+        raise UsageError(f"unknown --strategy {strategy!r}; choose one of: {', '.join(NAMES)}")
+    patch_path = Path(write_patch) if write_patch else None
+    if patch_path is not None and patch_path.exists() and not force:
+        raise UsageError(f"patch file {patch_path} already exists; pass --force to overwrite it")
+    script_path = Path(script).resolve() if script else None
+    if script_path is not None and not script_path.is_file():
+        raise InputError(f"--script {script}: no such file")
+    p = prepare(model, dataset, options, progress=progress)
+    if progress:
+        progress("tracing and fixing")
+    result = fix_model(
+        p.loaded.model, p.batch.inputs, strategy=strategy, fail_on=fail_on, unsafe_fixes=unsafe_fixes,
+        force=force, max_rounds=max_rounds, **p.trace_kwargs(),
     )
+    patch = None
+    # An unverified fix is not written as a patch: it would not make the pipeline run.
+    if patch_path is not None and result.verified and result.applied:
+        from dtype_doctor.fix import patches
+
+        root = patches.default_root(script_path, p.options.preprocess.rpartition(":")[0] if p.options.preprocess else None)
+        plan = patches.plan_patch(
+            result.applied,
+            preprocess=p.options.preprocess,
+            script=script_path,
+            device_type=p.device.split(":")[0],
+            model_dtype=result.before.target.model_dtype,
+            findings=[f"{f.code} {f.module or '<model>'}: {f.message}" for f in result.before.findings],
+            root=root,
+        )
+        patch = patches.write(plan, patch_path, root=root, force=force)
+    return result.report(patch)

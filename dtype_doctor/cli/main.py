@@ -11,6 +11,8 @@ import sys
 import typer
 
 from dtype_doctor import __version__
+from dtype_doctor.cli.fix import EXAMPLES as FIX_EXAMPLES
+from dtype_doctor.cli.fix import fix_command
 from dtype_doctor.cli.rules import rule_command, rules_command
 from dtype_doctor.cli.scan import EXAMPLES as SCAN_EXAMPLES
 from dtype_doctor.cli.scan import scan_command
@@ -24,6 +26,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 app.command("scan", epilog=SCAN_EXAMPLES)(scan_command)
+app.command("fix", epilog=FIX_EXAMPLES)(fix_command)
 app.command("rule")(rule_command)
 app.command("rules")(rules_command)
 
@@ -46,36 +49,75 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+def _click_exceptions(name: str) -> tuple[type[BaseException], ...]:
+    """`name` from click and from the copy of click that typer >= 0.16 vendors (typer._click).
+
+    Typer raises its own copies, which are not subclasses of click's: catching only
+    click.UsageError let an unknown option or a missing argument through as an internal error."""
+    import importlib
+
+    found: list[type[BaseException]] = []
+    for module in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            cls = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            continue
+        if isinstance(cls, type) and cls not in found:
+            found.append(cls)
+    return tuple(found)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
 def run(argv: list[str] | None = None) -> None:
-    """Entry point: exit codes 0 clean, 1 findings, 2 bad usage or input, 3 internal error."""
-    import click
+    """Entry point: exit codes 0 clean, 1 findings, 2 bad usage or input, 3 internal error.
+
+    Every error is one line on stderr; with --debug the traceback comes first, the exit code
+    stays the same."""
+    import traceback
 
     from dtype_doctor.errors import DoctorError
 
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
+    exit_types = (typer.Exit, *_click_exceptions("Exit"))
+    abort_types = (typer.Abort, *_click_exceptions("Abort"))
+    no_args_help = _click_exceptions("NoArgsIsHelpError")
+    usage_types = _click_exceptions("UsageError")
+    click_error_types = _click_exceptions("ClickException")
     try:
         # Without standalone mode, click returns the code of a typer.Exit instead of raising.
         returned = app(args=args, prog_name="dtype-doctor", standalone_mode=False)
         code = returned if isinstance(returned, int) else 0
-    except typer.Exit as exc:
-        code = exc.exit_code
-    except click.exceptions.Exit as exc:
-        code = exc.exit_code
-    except click.exceptions.Abort:
+    except exit_types as exc:
+        code = getattr(exc, "exit_code", 0)
+    except abort_types:
         code = _fail("aborted", 130)
-    except click.UsageError as exc:
-        code = _fail(exc.format_message().replace("\n", " "), 2)
+    except no_args_help as exc:
+        # `dtype-doctor` alone: the help, on stderr (stdout stays for reports), usage exit code.
+        print(exc.format_message(), file=sys.stderr)  # type: ignore[attr-defined]
+        code = 2
+    except usage_types as exc:
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        message = _one_line(exc.format_message())  # type: ignore[attr-defined]
+        code = _fail((message.rstrip(".") if hint else message) + hint, 2)
+    except click_error_types as exc:
+        code = _fail(_one_line(exc.format_message()), getattr(exc, "exit_code", 1) or 1)  # type: ignore[attr-defined]
     except DoctorError as exc:
         if debug:
-            raise
+            traceback.print_exc()
         code = _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, exc.exit_code)
     except KeyboardInterrupt:
         code = _fail("interrupted", 130)
     except Exception as exc:  # noqa: BLE001 - last line of the error table
         if debug:
-            raise
-        code = _fail(f"internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} (re-run with --debug for the traceback)", 3)
+            traceback.print_exc()
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        hint = "" if debug else " (re-run with --debug for the traceback)"
+        code = _fail(f"internal error: {type(exc).__name__}: {first}{hint}", 3)
     sys.exit(code or 0)
 
 

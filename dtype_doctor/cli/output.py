@@ -34,11 +34,19 @@ def emit(report: Any, fmt: str | None, output: Path | None, fail_on: str) -> Non
 
 
 def exit_code(report: Any, fail_on: str) -> int:
+    """1 when the report has findings at or above fail_on; with report=None only validates."""
     from dtype_doctor.report.common import FAIL_ON
 
     if fail_on not in FAIL_ON:
         raise UsageError(f"unknown --fail-on {fail_on!r}; choose one of: {', '.join(FAIL_ON)}")
-    return 1 if report.at_or_above(fail_on) else 0
+    return 1 if report is not None and report.at_or_above(fail_on) else 0
+
+
+def check_format(fmt: str | None) -> None:
+    from dtype_doctor.report import FORMATS
+
+    if fmt is not None and fmt not in FORMATS:
+        raise UsageError(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
 
 
 def progress() -> Any:

@@ -40,14 +40,10 @@ def scan_command(
     debug: o.Debug = False,
 ) -> None:
     """Trace one batch through MODEL and report every dtype and device mismatch."""
-    from dtype_doctor.cli.output import emit, exit_code, progress, quiet_libraries
+    from dtype_doctor.cli.output import check_format, emit, exit_code, progress, quiet_libraries
     from dtype_doctor.pipeline import ScanOptions, scan
-    from dtype_doctor.report import FORMATS
 
-    if format is not None and format not in FORMATS:
-        from dtype_doctor.errors import UsageError
-
-        raise UsageError(f"unknown format {format!r}; choose one of: {', '.join(FORMATS)}")
+    check_format(format)
     opts = ScanOptions(
         split=split,
         batch_size=batch_size,
@@ -64,13 +60,8 @@ def scan_command(
         trust_remote_code=trust_remote_code,
         allow_pickle=allow_pickle,
     )
-    exit_code(_Empty(), fail_on)  # validate --fail-on before the slow part
+    exit_code(None, fail_on)  # validate --fail-on before the slow part
     quiet_libraries()
     report = scan(model, dataset, opts, progress=progress())
     emit(report, format, output, fail_on)
     raise typer.Exit(exit_code(report, fail_on))
-
-
-class _Empty:
-    def at_or_above(self, severity: str) -> tuple:
-        return ()

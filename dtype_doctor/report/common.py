@@ -295,11 +295,47 @@ def fix_fields(fix: Mapping[str, Any]) -> list[tuple[str, str]]:
             bits.append(f"cosine {parity['cosine']:.8f}")
         ref = f" against {parity['reference']}" if parity.get("reference") else ""
         rows.append(("parity", ", ".join(bits) + ref))
+    cost = fix.get("cost")
+    if isinstance(cost, Mapping) and cost.get("weight_bytes_before") is not None:
+        rows.append(("weights", f"{_bytes(cost['weight_bytes_before'])} → {_bytes(cost['weight_bytes_after'])}"))
+    tradeoff = fix.get("tradeoff")
+    if isinstance(tradeoff, Mapping):
+        for key in ("autocast", "half-model"):
+            entry = tradeoff.get(key)
+            if isinstance(entry, Mapping):
+                rows.append((key, _tradeoff_line(entry, tradeoff.get("dtype"))))
     patch = fix.get("patch")
     if isinstance(patch, Mapping) and patch.get("path"):
         files = ", ".join(patch.get("files") or ())
         rows.append(("patch", f"{patch['path']}" + (f" ({files})" if files else "")))
+    if fix.get("detail") and not verified:
+        rows.append(("why", str(fix["detail"])))
     return rows
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _tradeoff_line(entry: Mapping[str, Any], dtype: Any) -> str:
+    """`12.2 KiB weights, max |diff| 0.00027, cosine 1.0000 (float16)` — one alternative measured."""
+    if entry.get("error"):
+        return f"fails: {entry['error']}"
+    bits = []
+    if entry.get("weight_bytes") is not None:
+        bits.append(f"{_bytes(entry['weight_bytes'])} weights")
+    if entry.get("max_abs_diff") is not None:
+        bits.append(f"max |diff| {entry['max_abs_diff']:.3g}")
+    if entry.get("cosine") is not None:
+        bits.append(f"cosine {entry['cosine']:.4f}")
+    peak = entry.get("max_activation")
+    if isinstance(peak, Mapping):
+        bits.append(f"peak |x| {peak['value']:.4g} of {peak['float16_max']:.0f}")
+    return ", ".join(bits) + (f" ({dtype})" if dtype else "")
 
 
 def json_default(obj: Any) -> Any:

@@ -1,0 +1,85 @@
+"""`dtype-doctor fix MODEL DATASET`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from dtype_doctor.cli import options as o
+
+EXAMPLES = """
+Examples:
+
+  dtype-doctor fix fixtures/demo/model fixtures/demo/data
+
+  dtype-doctor fix ./model ./images --preprocess prep.py:preprocess --write-patch fix.patch
+
+  dtype-doctor fix ./model ./data --script train.py --strategy autocast --write-patch fix.patch && git apply fix.patch
+"""
+
+Strategy = Annotated[str, typer.Option("--strategy", help="auto|cast-inputs|half-model|autocast|to-device|fp32-trainable.")]
+UnsafeFixes = Annotated[bool, typer.Option("--unsafe-fixes", help="Let auto use fixes that change weight precision (half-model).")]
+Force = Annotated[bool, typer.Option("--force", help="Overwrite an existing --write-patch file; apply half-model despite fp16 overflow evidence.")]
+WritePatch = Annotated[Optional[Path], typer.Option("--write-patch", metavar="PATH", help="Write the verified fix as a unified diff (git apply) to PATH.")]
+Script = Annotated[Optional[Path], typer.Option("--script", metavar="FILE.py", help="Your pipeline script: the patch changes it (from_pretrained dtype=, autocast, batch casts).")]
+MaxRounds = Annotated[int, typer.Option("--max-rounds", help="Apply / re-trace rounds before giving up.")]
+
+
+def fix_command(
+    model: o.Model,
+    dataset: o.Dataset,
+    strategy: Strategy = "auto",
+    unsafe_fixes: UnsafeFixes = False,
+    force: Force = False,
+    write_patch: WritePatch = None,
+    script: Script = None,
+    max_rounds: MaxRounds = 5,
+    split: o.Split = None,
+    batch_size: o.BatchSize = 2,
+    preprocess: o.Preprocess = None,
+    preprocess_mode: o.PreprocessMode = "map",
+    dataset_format: o.DatasetFormat = "torch",
+    device: o.Device = "auto",
+    dtype: o.Dtype = "auto",
+    autocast: o.Autocast = "off",
+    train: o.Train = False,
+    simulate: o.Simulate = False,
+    format: o.Format = None,
+    output: o.Output = None,
+    fail_on: o.FailOn = "error",
+    select: o.Select = None,
+    ignore: o.Ignore = None,
+    trust_remote_code: o.TrustRemoteCode = False,
+    allow_pickle: o.AllowPickle = False,
+    debug: o.Debug = False,
+) -> None:
+    """Fix the mismatches in memory, re-run the trace to verify, and show what the fix costs.
+
+    Exit 0 when the re-run trace is clean at --fail-on, 1 when not.
+    """
+    from dtype_doctor.cli.output import check_format, emit, exit_code, progress, quiet_libraries
+    from dtype_doctor.pipeline import ScanOptions, fix
+
+    check_format(format)
+    exit_code(None, fail_on)
+    if max_rounds < 1:
+        from dtype_doctor.errors import UsageError
+
+        raise UsageError(f"--max-rounds must be at least 1, not {max_rounds}")
+    opts = ScanOptions(
+        split=split, batch_size=batch_size, preprocess=preprocess, preprocess_mode=preprocess_mode,
+        dataset_format=dataset_format, device=device, dtype=dtype, autocast=autocast, train=train,
+        simulate=simulate, select=o.split_codes(select), ignore=o.split_codes(ignore),
+        trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
+    )
+    quiet_libraries()
+    report = fix(
+        model, dataset, opts, strategy=strategy, fail_on=fail_on if fail_on != "never" else "error",
+        unsafe_fixes=unsafe_fixes, force=force, max_rounds=max_rounds,
+        write_patch=str(write_patch) if write_patch else None, script=str(script) if script else None,
+        progress=progress(),
+    )
+    emit(report, format, output, fail_on)
+    raise typer.Exit(0 if report.fix and report.fix["verified"] else 1)
