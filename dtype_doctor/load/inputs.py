@@ -961,7 +961,7 @@ def _collate(
         elif before is not None and before.dtype is None and dt is not None:
             det = f"{name} made a {dt} tensor from python values"
         else:
-            det = f"{name} stacked the rows"
+            det = f"{name} {'stacked' if name == 'default_data_collator' else 'padded and stacked'} the rows"
         lin.add(key, LineageStep("collator", dt, dev, shape, det))
     return batch, name
 
