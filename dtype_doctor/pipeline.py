@@ -25,6 +25,7 @@ class ScanOptions:
     preprocess: str | None = None
     preprocess_mode: str = "map"
     dataset_format: str = "torch"
+    collator: str = "auto"
     device: str = "auto"
     dtype: str = "auto"
     autocast: str = "off"
@@ -138,6 +139,8 @@ def prepare(
         preprocess_mode=options.preprocess_mode,
         dataset_format=options.dataset_format,
         device="cpu" if options.simulate else device,
+        max_length=options.max_length,
+        collator=options.collator,
     )
     return Prepared(loaded, rows, batch, device, options, model, dataset)
 

@@ -41,6 +41,7 @@ def fix_command(
     preprocess: o.Preprocess = None,
     preprocess_mode: o.PreprocessMode = "map",
     dataset_format: o.DatasetFormat = "torch",
+    collator: o.Collator = "auto",
     device: o.Device = "auto",
     dtype: o.Dtype = "auto",
     autocast: o.Autocast = "off",
@@ -70,7 +71,8 @@ def fix_command(
         raise UsageError(f"--max-rounds must be at least 1, not {max_rounds}")
     opts = ScanOptions(
         split=split, batch_size=batch_size, preprocess=preprocess, preprocess_mode=preprocess_mode,
-        dataset_format=dataset_format, device=device, dtype=dtype, autocast=autocast, train=train,
+        dataset_format=dataset_format,
+        collator=collator, device=device, dtype=dtype, autocast=autocast, train=train,
         simulate=simulate, select=o.split_codes(select), ignore=o.split_codes(ignore),
         trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
     )

@@ -14,6 +14,7 @@ BatchSize = Annotated[int, typer.Option("--batch-size", help="Rows traced; only 
 Preprocess = Annotated[Optional[str], typer.Option("--preprocess", metavar="FILE.py:FUNC", help="Your map function, applied to the sampled rows as datasets.map would.")]
 PreprocessMode = Annotated[str, typer.Option("--preprocess-mode", help="map (Dataset.map, stored in Arrow) or transform (Dataset.with_transform, applied on the fly).")]
 DatasetFormat = Annotated[str, typer.Option("--dataset-format", help="Formatter between dataset and collator: torch, numpy or python.")]
+Collator = Annotated[str, typer.Option("--collator", help="auto (the collator Trainer uses by default) or none (rows stacked as dataset[:n] gives them).")]
 Device = Annotated[str, typer.Option("--device", help="auto|cpu|cuda|cuda:N — where the trace runs (auto: cuda when present).")]
 Dtype = Annotated[str, typer.Option("--dtype", help="auto|float32|float16|bfloat16 — dtype the model is loaded with (auto = from_pretrained's default).")]
 Autocast = Annotated[str, typer.Option("--autocast", help="off|float16|bfloat16 — trace the forward under torch.autocast.")]

@@ -96,6 +96,9 @@ def _script_codemods(c: Change, device_type: str, model_dtype: str | None) -> li
         return [cm.WrapForwardInAutocast(device_type=device_type, dtype=c.to)]
     if c.kind == "move-input":
         return [cm.MoveBatchToDevice()]
+    if c.kind == "trainable-fp32":
+        # The script converted the whole (trainable) model to half: keep it as loaded.
+        return [cm.RemoveModelConversion(from_dtype="float16"), cm.RemoveModelConversion(from_dtype="bfloat16")]
     return []
 
 

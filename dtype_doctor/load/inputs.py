@@ -30,6 +30,7 @@ __all__ = ["Batch", "PreprocessFn", "build_batch", "load_preprocess", "PREPROCES
 
 PREPROCESS_MODES = ("map", "transform")
 DATASET_FORMATS = ("torch", "numpy", "python")
+COLLATORS = ("auto", "none")
 
 TEXT_COLUMNS = ("text", "sentence", "content", "source", "document", "prompt", "question", "input", "review")
 TEXT_PAIRS = (("sentence1", "sentence2"), ("premise", "hypothesis"), ("question1", "question2"), ("question", "sentence"))
@@ -536,8 +537,12 @@ def build_batch(
     dataset_format: str = "torch",
     device: str = "cpu",
     max_length: int = 128,
+    collator: str = "auto",
 ) -> Batch:
     """Turn `rows` into ``model(**inputs)`` keyword inputs for `loaded`, recording each input's lineage.
+
+    `collator` "auto" batches the rows with the collator Trainer uses by default; "none" stacks
+    them as slicing the dataset (``dataset[:n]``) would, keeping every dtype as it is.
 
     `preprocess` is "FILE.py:FUNC" (the user's map function); `preprocess_mode` "map" runs it
     through ``Dataset.map`` (outputs stored in Arrow, then the formatter), "transform" through
@@ -549,6 +554,8 @@ def build_batch(
         raise UsageError(f"preprocess mode {preprocess_mode!r} is not one of {', '.join(PREPROCESS_MODES)}")
     if dataset_format not in DATASET_FORMATS:
         raise UsageError(f"dataset format {dataset_format!r} is not one of {', '.join(DATASET_FORMATS)}")
+    if collator not in COLLATORS:
+        raise UsageError(f"unknown --collator {collator!r}; choose one of: {', '.join(COLLATORS)}")
 
     forward = set(loaded.forward_params)
     cls_name = loaded.class_name
@@ -704,7 +711,7 @@ def build_batch(
         row_list = transformed
 
     # ---- collator
-    batch, collator = _collate(row_list, loaded, tokenizer, causal_lm, enc_dec, lin, notes)
+    batch, collator = _collate(row_list, loaded, tokenizer, causal_lm, enc_dec, lin, notes, collator)
 
     # ---- transfer and model boundary
     inputs = _transfer(batch, loaded, device, lin)
@@ -904,16 +911,30 @@ def _apply_processors(
     return ds
 
 
+def _stack_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What `dataset[:n]` hands a script: each column stacked, dtypes as they are."""
+    import torch
+
+    out: dict[str, Any] = {}
+    for key in rows[0]:
+        values = [r[key] for r in rows]
+        out[key] = torch.stack(values) if isinstance(values[0], torch.Tensor) else torch.tensor(values)
+    return out
+
+
 def _collate(
     row_list: list[dict[str, Any]], loaded: Any, tokenizer: Any, causal_lm: bool, enc_dec: bool, lin: _Lineage,
-    notes: list[str],
+    notes: list[str], choice: str = "auto",
 ) -> tuple[dict[str, Any], str]:
     import transformers
 
     keys = list(row_list[0].keys())
     has_labels = any(k in keys for k in ("label", "labels", "label_ids"))
     lm_labels = causal_lm and not has_labels and "input_ids" in keys and "labels" in loaded.forward_params
-    if tokenizer is not None and "input_ids" in keys:
+    if choice == "none":
+        collator, name = _stack_rows, "no collator (rows stacked as dataset[:n])"
+        lm_labels = False
+    elif tokenizer is not None and "input_ids" in keys:
         _ensure_pad_token(tokenizer, notes)
         if lm_labels:
             collator = transformers.DataCollatorForLanguageModeling(tokenizer=tokenizer, mlm=False)
