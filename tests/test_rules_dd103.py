@@ -1,0 +1,114 @@
+"""DD103 index-dtype: an index tensor whose dtype the op rejects."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+import dtype_doctor
+from helpers_models import found, load_fixture, token_batch
+
+
+@pytest.fixture(scope="module")
+def bert():
+    return load_fixture("bert-tiny")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_float_input_ids_into_bert(bert, dtype):
+    batch = token_batch()
+    bad = {**batch, "input_ids": batch["input_ids"].to(dtype)}
+    with pytest.raises(RuntimeError, match="Expected tensor for argument #1 'indices'"):
+        bert(**bad)
+
+    for simulate in (False, True):
+        report = dtype_doctor.diagnose(bert, bad, simulate=simulate, device="cpu")
+        [f] = found(report, "DD103")
+        assert (f.severity, f.module, f.module_type) == ("error", "bert.embeddings.word_embeddings", "Embedding")
+        assert f.op == "aten.embedding.default"
+        assert f.stage == "collator"
+        assert [(t.name, t.dtype) for t in f.tensors] == [("input_ids", str(dtype).removeprefix("torch."))]
+        assert [x.strategy for x in f.fixes] == ["cast-inputs"]
+        assert report.trace.failure is None  # repaired and traced to the end
+    assert f.pytorch_error is not None
+
+
+def test_a_whole_batch_cast_to_half(bert):
+    """The usual way it happens: `{k: v.half() for k, v in batch.items()}`."""
+    batch = {k: v.half() for k, v in token_batch().items()}
+    with pytest.raises(RuntimeError, match="indices"):
+        bert(**batch)
+    report = dtype_doctor.diagnose(bert, batch)
+    assert [f.module for f in found(report, "DD103")] == ["bert.embeddings.word_embeddings"]
+
+
+def test_int32_ids_and_mask_are_accepted(bert):
+    batch = {k: v.int() for k, v in token_batch().items()}
+    bert(**batch)
+    assert dtype_doctor.diagnose(bert, batch).findings == ()
+
+
+def test_int64_ids_with_half_weights_are_accepted():
+    model = load_fixture("bert-tiny", dtype=torch.float16)
+    batch = token_batch()
+    model(**batch)
+    assert dtype_doctor.diagnose(model, batch).findings == ()
+
+
+class Pick(nn.Module):
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+
+    def forward(self, x, index):
+        if self.how == "gather":
+            return torch.gather(x, 1, index)
+        if self.how == "index_select":
+            return torch.index_select(x, 0, index)
+        return x[index]
+
+
+@pytest.mark.parametrize(
+    "how,dtype,rejected",
+    [
+        ("gather", torch.float32, True),
+        ("gather", torch.int16, True),
+        ("gather", torch.int32, False),
+        ("index_select", torch.float32, True),
+        ("index_select", torch.uint8, True),
+        ("index_select", torch.int32, False),
+        ("index", torch.int16, True),
+        ("index", torch.float32, True),
+        ("index", torch.int32, False),
+    ],
+)
+def test_custom_index_ops(how, dtype, rejected):
+    x = torch.randn(4, 4)
+    index = torch.tensor([[0, 1], [1, 0]] if how == "gather" else [0, 2]).to(dtype)
+    model = Pick(how)
+    report = dtype_doctor.diagnose(model, {"x": x, "index": index})
+    if rejected:
+        with pytest.raises((RuntimeError, IndexError), match="index|indices"):
+            model(x, index)
+        [f] = found(report, "DD103")
+        assert f.severity == "error" and f.op.startswith(f"aten.{how}")
+    else:
+        model(x, index)
+        assert report.findings == ()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="engine: torch.take_along_dim checks its index dtype in composite code before any aten op "
+    "is dispatched, and the recorder does not watch it as a function, so the trace only has DD001",
+)
+def test_take_along_dim_int32_indices():
+    class Take(nn.Module):
+        def forward(self, x, index):
+            return torch.take_along_dim(x, index, 1)
+
+    x, index = torch.randn(2, 4), torch.tensor([[0], [3]], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="dtype of indices should be Long"):
+        Take()(x, index)
+    assert [f.module for f in found(dtype_doctor.diagnose(Take(), {"x": x, "index": index}), "DD103")] == [""]
