@@ -15,7 +15,7 @@ ACCEPTED = {
     "aten._embedding_bag": {"int64", "int32"},
     "aten.index_select": {"int64", "int32"},
     "aten.gather": {"int64", "int32"},
-    "aten.take_along_dim": {"int64", "int32"},
+    "aten.take_along_dim": {"int64"},  # "dtype of indices should be Long"
     "aten.index": {"int64", "int32", "bool", "uint8"},
 }
 
