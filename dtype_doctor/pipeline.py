@@ -138,7 +138,7 @@ def prepare(
         preprocess=options.preprocess,
         preprocess_mode=options.preprocess_mode,
         dataset_format=options.dataset_format,
-        device="cpu" if options.simulate else device,
+        device=device,  # simulated: fake tensors on the target, so the lineage shows the transfer
         max_length=options.max_length,
         collator=options.collator,
     )

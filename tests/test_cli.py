@@ -382,10 +382,6 @@ def test_simulate_cuda_target(capsys: pytest.CaptureFixture[str]) -> None:
     assert rep["target"]["device"] == "cuda:1"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "trace/: under --simulate the repaired conv keeps its float32 output on fake tensors, so every later "
-    "Conv2d/BatchNorm2d/Linear is flagged too (13 DD101 vs 1 in the real run)"
-))
 def test_simulate_reports_what_the_real_run_reports(capsys: pytest.CaptureFixture[str]) -> None:
     _, real = scan_json(capsys, DEMO_MODEL, DEMO_DATA)
     _, sim = scan_json(capsys, DEMO_MODEL, DEMO_DATA, "--simulate", "--device", "cuda")
@@ -480,10 +476,6 @@ def test_python_error_inside_a_module_is_dd001(capsys: pytest.CaptureFixture[str
         assert f["code"] == "DD001" and "channel dimension" in f["message"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "trace/engine._failure: a Python-level error raised inside resnet.embedder.forward is reported "
-    "at module '' (the model boundary); the recorder's module stack is already unwound"
-))
 def test_python_error_inside_a_module_names_the_module(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     prep = tmp_path / "prep_wrong.py"
     prep.write_text(

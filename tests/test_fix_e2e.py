@@ -78,8 +78,12 @@ def _env(model: Path) -> dict[str, str]:
 
 
 def _script(repo: Path, s: Scenario) -> subprocess.CompletedProcess:
+    # A copy of the data: user scripts call .map(), which writes cache files beside it.
+    data = repo / "data-copy"
+    if not data.exists():
+        shutil.copytree(FIX / s.data, data)
     return subprocess.run(
-        [sys.executable, s.script, str(FIX / s.model), str(FIX / s.data)],
+        [sys.executable, s.script, str(FIX / s.model), str(data)],
         cwd=repo, env=_env(FIX / s.model), capture_output=True, text=True, timeout=300,
     )
 
@@ -121,7 +125,7 @@ def test_fix_patch_apply_run(s: Scenario, repo: Path, capsys: pytest.CaptureFixt
     assert fix["patch"]["files"] == [s.patched]
     # The fix touched nothing but the patch file.
     status = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout
-    assert status.split() == ["??", "fix.patch"]
+    assert sorted(status.split()) == sorted(["??", "fix.patch", "??", "data-copy/"])
 
     subprocess.run(["git", "apply", "--check", "fix.patch"], cwd=repo, check=True)
     subprocess.run(["git", "apply", "fix.patch"], cwd=repo, check=True)

@@ -65,12 +65,6 @@ def test_clean_trace_has_no_dd001():
     assert report.findings == () and report.trace.failure is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine: _failure() prefers the last recorded op error, so a data-dependent op under "
-    "simulate (DynamicOutputShapeException from x[x > 0]) becomes kind 'other' with the message "
-    "'aten.nonzero.default' instead of kind 'simulation'",
-)
 def test_data_dependent_op_under_simulation():
     class Select(nn.Module):
         def forward(self, x):

@@ -103,11 +103,6 @@ def test_integer_activation_into_linear_is_a_mismatch():
         assert (f.module, f.op) == ("block.layer", "aten.addmm.default")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine: trace/recovery.py casts only floating operands, so an integer activation into a "
-    "matmul/conv is never repaired and the trace stops there (DD001) instead of going on",
-)
 def test_trace_goes_on_after_an_integer_activation():
     class Two(nn.Module):
         def __init__(self):
@@ -333,15 +328,8 @@ def _wav2vec2_float64():
     return load_fixture("wav2vec2-tiny"), {"input_values": torch.randn(2, 4000, dtype=F64)}
 
 
-SIMULATE_CASCADE = pytest.mark.xfail(
-    strict=True,
-    reason="engine: under simulate the recorder does not repair ops the rules judge invalid (fake "
-    "kernels do not raise), so the wrong dtype flows on and every later layer is reported too",
-)
-
-
 @pytest.mark.parametrize(
-    "build", [_branches, _linear, _norm, pytest.param(_wav2vec2_float64, marks=SIMULATE_CASCADE)]
+    "build", [_branches, _linear, _norm, pytest.param(_wav2vec2_float64)]
 )
 def test_simulate_finds_what_the_real_trace_finds(build):
     model, inputs = build()
@@ -375,7 +363,6 @@ def test_half_resnet_fed_fp32_pixels(resnet_fp16):
     assert found(dtype_doctor.diagnose(resnet_fp16, {"pixel_values": px.half()}), "DD101") == []
 
 
-@SIMULATE_CASCADE  # 13 DD101s where the real trace has 1
 def test_simulate_half_resnet_reports_only_the_real_mismatch(resnet_fp16):
     px = torch.randn(2, 3, 32, 32)
     real = dtype_doctor.diagnose(resnet_fp16, {"pixel_values": px})

@@ -11,7 +11,7 @@ from functools import lru_cache
 from typing import Iterable
 
 from dtype_doctor.errors import UsageError
-from dtype_doctor.records import SEVERITY_RANK, Finding, Trace
+from dtype_doctor.records import SEVERITY_RANK, Finding, OpCall, Trace
 from dtype_doctor.rules.base import Rule
 
 # Codes that were renamed keep working: old code → new code. Codes are never reused.
@@ -25,6 +25,14 @@ def all_rules() -> tuple[Rule, ...]:
         if info.name.startswith("dd") and info.name[2:5].isdigit():
             rules.append(importlib.import_module(f"{__name__}.{info.name}").RULE)
     return tuple(sorted(rules, key=lambda r: r.code))
+
+
+def rejected_by(op: OpCall) -> Rule | None:
+    """The first rule that says a real device would raise on `op`, if any."""
+    for rule in all_rules():
+        if rule.rejects is not None and rule.rejects(op):
+            return rule
+    return None
 
 
 def get_rule(code: str) -> Rule:

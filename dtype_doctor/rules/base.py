@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from dtype_doctor.records import Finding, FixSuggestion, SourceLoc, TensorMeta, Trace
+from dtype_doctor.records import Finding, FixSuggestion, OpCall, SourceLoc, TensorMeta, Trace
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,10 @@ class Rule:
     references: tuple[str, ...] = ()
     # Which device's behaviour the rule judges when CPU and CUDA differ.
     device_note: str = ""
+    # For rules about ops PyTorch refuses: whether a real device would raise on this op.
+    # Fake kernels do not check dtypes, so a simulated trace repairs where this says so,
+    # exactly as a real trace repairs after the real error.
+    rejects: Callable[[OpCall], bool] | None = field(repr=False, compare=False, default=None)
 
     def finding(
         self,

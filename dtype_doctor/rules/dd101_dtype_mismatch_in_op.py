@@ -121,6 +121,7 @@ RULE = Rule(
     ),
     fix_safety="cast-inputs and autocast are safe; half-model changes weight precision (unsafe).",
     check=check,
+    rejects=lambda op: mismatched(op) is not None,
     references=("https://pytorch.org/docs/stable/amp.html",),
     device_note=(
         "Judged by the rules PyTorch applies on both CPU and CUDA: matmul/conv operands must match; norm layers "

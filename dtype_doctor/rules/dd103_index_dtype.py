@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import Finding, FixSuggestion, Trace
+from dtype_doctor.records import Finding, FixSuggestion, OpCall, TensorMeta, Trace
 from dtype_doctor.rules._common import base_op, describe, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 
@@ -20,15 +20,20 @@ ACCEPTED = {
 }
 
 
+def rejected_indices(op: OpCall) -> list[TensorMeta]:
+    accepted = ACCEPTED.get(base_op(op.op))
+    if accepted is None:
+        return []
+    return [t for t in op.by_role("index") if t.dtype not in accepted]
+
+
 def check(trace: Trace) -> Iterator[Finding]:
     seen: set[tuple] = set()
     for op in trace.ops:
-        accepted = ACCEPTED.get(base_op(op.op))
-        if accepted is None or op.phase != "forward":
+        if op.phase != "forward":
             continue
-        for t in op.by_role("index"):
-            if t.dtype in accepted:
-                continue
+        accepted = ACCEPTED.get(base_op(op.op), set())
+        for t in rejected_indices(op):
             key = (op.module, base_op(op.op), t.dtype)
             if key in seen:
                 continue
@@ -64,4 +69,5 @@ RULE = Rule(
     fix="Cast only floating inputs to the model dtype; cast ids and other indices to int64 (cast-inputs).",
     fix_safety="cast-inputs is safe.",
     check=check,
+    rejects=lambda op: bool(rejected_indices(op)),
 )

@@ -83,4 +83,5 @@ RULE = Rule(
     fix="Cast class labels to int64 and regression / multi-label targets to the prediction's dtype (cast-inputs).",
     fix_safety="cast-inputs is safe. Silent cases are warnings.",
     check=check,
+    rejects=lambda op: (v := judge(op)) is not None and v[0] == "error",
 )

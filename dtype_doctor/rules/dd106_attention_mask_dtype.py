@@ -4,9 +4,23 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import Finding, FixSuggestion, Trace
+from dtype_doctor.records import Finding, FixSuggestion, OpCall, Trace
 from dtype_doctor.rules._common import ATTENTION, base_op, describe, source_of, stage_of
 from dtype_doctor.rules.base import Rule
+
+
+def mask_rejected(op: OpCall) -> bool:
+    """SDPA raises unless the mask is bool, float32 or the query's dtype (autocast casts floats)."""
+    if base_op(op.op) not in ATTENTION:
+        return False
+    masks = op.by_role("mask")
+    queries = [t for t in op.operands if t.role != "mask"]
+    if not masks or not queries:
+        return False
+    mask, query = masks[0], queries[0]
+    if mask.dtype in ("bool", "float32", query.dtype):
+        return False
+    return not (op.autocast and mask.is_floating)
 
 
 def check(trace: Trace) -> Iterator[Finding]:
@@ -21,8 +35,7 @@ def check(trace: Trace) -> Iterator[Finding]:
         mask, query = masks[0], queries[0]
         if mask.dtype == "bool" or mask.dtype == query.dtype:
             continue
-        # SDPA accepts bool, float32, or the query's dtype; anything else raises.
-        rejected = mask.dtype != "float32" and not (op.autocast and mask.is_floating)
+        rejected = mask_rejected(op)
         if not rejected and op.autocast:
             continue  # autocast casts a floating mask with q/k/v
         key = (op.module, mask.dtype, query.dtype)
@@ -64,5 +77,6 @@ RULE = Rule(
     fix="Pass mask.bool() (True = attend), or an additive mask in the query's dtype (cast-inputs).",
     fix_safety="cast-inputs is safe.",
     check=check,
+    rejects=mask_rejected,
     device_note="PyTorch applies the same mask dtype check on CPU and CUDA.",
 )

@@ -92,7 +92,8 @@ def _preserved(model: torch.nn.Module, *, train: bool, device: torch.device | No
     flags = [(m, m.training) for m in model.modules()]
     grads = [(p, p.grad) for p in model.parameters()]
     devices = {id(t): t.device for t in [*model.parameters(), *model.buffers()]}
-    buffers = [(b, b.detach().clone()) for b in model.buffers()] if train else []
+    # Buffers are small; a forward may update them in place (BatchNorm stats, counters, caches).
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
     try:
         if device is not None:
             model.to(device)
@@ -209,7 +210,7 @@ def trace_model(
     elif target_device is not None:
         inputs = {k: (v.to(target_device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
 
-    rec = Recorder(model, state=state, device_alias=alias)
+    rec = Recorder(model, state=state, device_alias=alias, predict=simulate)
     for name, v in inputs.items():
         if isinstance(v, torch.Tensor):
             rec.tag_input(name, v)
@@ -267,15 +268,31 @@ def _failure(rec: Recorder, exc: BaseException) -> TraceFailure:
     from dtype_doctor.trace.recorder import _first_line
 
     message = _first_line(exc)
+    if type(exc).__name__ in _SIMULATION_LIMITS:
+        module, module_type = _raising_module(rec, exc)
+        return TraceFailure("simulation", f"fake tensors cannot follow this step ({type(exc).__name__}: {message})", module, module_type, None)
     last = next((op for op in reversed(rec.ops) if op.error and not op.recovered), None)
     if last is not None:
         return TraceFailure(classify_error(last.error or message, last.operands), message, last.module, last.module_type, last.op, last.phase)
-    module, module_type = rec.stack[-1] if rec.stack else ("", "")
-    kind = classify_error(message, ())
-    if type(exc).__name__ in ("DataDependentOutputException", "DynamicOutputShapeException", "UnsupportedOperatorException"):
-        kind = "simulation"
-        message = f"fake tensors cannot follow this step ({type(exc).__name__}: {message})"
-    return TraceFailure(kind, message, module, module_type, None)
+    module, module_type = _raising_module(rec, exc)
+    return TraceFailure(classify_error(message, ()), message, module, module_type, None)
+
+
+# Fake tensors have no values: these are steps a simulated trace cannot take.
+_SIMULATION_LIMITS = ("DataDependentOutputException", "DynamicOutputShapeException", "UnsupportedOperatorException")
+
+
+def _raising_module(rec: Recorder, exc: BaseException) -> tuple[str, str]:
+    """The innermost module whose forward was on the stack when `exc` was raised."""
+    import traceback
+
+    found = ("", type(rec.model).__name__)
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        owner = frame.f_locals.get("self")
+        name = rec.module_name(owner) if isinstance(owner, torch.nn.Module) else None
+        if name is not None:
+            found = (name, type(owner).__name__)
+    return found
 
 
 def _target(trace: Trace, model: torch.nn.Module, target: Mapping[str, Any] | None) -> Target:

@@ -95,8 +95,11 @@ class Recorder:
         state: dict[str, torch.Tensor] | None = None,
         recover: bool = True,
         device_alias: dict[str, str] | None = None,
+        predict: bool = False,
     ) -> None:
         self.model = model
+        # Simulated traces run fake kernels, which accept mixed dtypes: ask the rules instead.
+        self.predict = predict
         self.device_alias = device_alias or {}
         self.recover = recover
         self.ops: list[OpCall] = []
@@ -200,38 +203,58 @@ class Recorder:
         autocast = self.autocast_stack[-1] if phase == "forward" else None
         error: str | None = None
         recovered = False
-        try:
-            out = run(args, kwargs)
-        except Exception as exc:  # noqa: BLE001 - every failure is recorded, then re-raised or repaired
-            error = _first_line(exc)
-            kind = classify_error(error, operands)
-            repaired = None
-            if self.recover and kind in ("dtype", "device"):
-                from dtype_doctor.trace.recovery import repair
-
-                self._suspended += 1
-                try:
-                    attempts = list(repair(op_name, operand_tensors, args, kwargs, kind))
-                finally:
-                    self._suspended -= 1
-                for attempt in attempts:
-                    try:
-                        out = run(*attempt)
-                        repaired = True
-                        break
-                    except Exception:  # noqa: BLE001 - try the next repair
-                        continue
-            if not repaired:
-                self.ops.append(
-                    OpCall(len(self.ops), op_name, module, module_type, operands, (), phase, autocast, error, False, level)
-                )
-                raise
-            recovered = True
+        predicted = self._predicted_error(op_name, module, module_type, operands, autocast, level) if self.predict else None
+        out = _FAILED
+        if predicted is not None:
+            # Fake kernels would run this op; a real device would not. Repair as after a real error.
+            error = predicted
+            out = self._run_repaired(op_name, operand_tensors, args, kwargs, "dtype", run)
+            recovered = out is not _FAILED
+        if out is _FAILED:
+            try:
+                out = run(args, kwargs)
+            except Exception as exc:  # noqa: BLE001 - every failure is recorded, then re-raised or repaired
+                error = error or _first_line(exc)
+                kind = classify_error(_first_line(exc), operands)
+                if self.recover and kind in ("dtype", "device") and predicted is None:
+                    out = self._run_repaired(op_name, operand_tensors, args, kwargs, kind, run)
+                if out is _FAILED:
+                    self.ops.append(
+                        OpCall(len(self.ops), op_name, module, module_type, operands, (), phase, autocast, error, False, level)
+                    )
+                    raise
+                recovered = True
         outputs = tuple(self._tag_outputs(func, op_name, out, operand_tensors, module))
         self.ops.append(
             OpCall(len(self.ops), op_name, module, module_type, operands, outputs, phase, autocast, error, recovered, level, self._attrs(op_name, args, kwargs))
         )
         return out
+
+    def _run_repaired(
+        self, op_name: str, operand_tensors: list, args: tuple, kwargs: dict, kind: str, run: Callable[[tuple, dict], Any]
+    ) -> Any:
+        from dtype_doctor.trace.recovery import repair
+
+        self._suspended += 1
+        try:
+            attempts = list(repair(op_name, operand_tensors, args, kwargs, kind))
+        finally:
+            self._suspended -= 1
+        for attempt in attempts:
+            try:
+                return run(*attempt)
+            except Exception:  # noqa: BLE001 - try the next repair
+                continue
+        return _FAILED
+
+    @staticmethod
+    def _predicted_error(
+        op_name: str, module: str, module_type: str, operands: tuple[TensorMeta, ...], autocast: str | None, level: str
+    ) -> str | None:
+        from dtype_doctor.rules import rejected_by
+
+        rule = rejected_by(OpCall(0, op_name, module, module_type, operands, autocast=autocast, level=level))
+        return None if rule is None else f"a real device would raise here ({rule.code} {rule.name})"
 
     @staticmethod
     def _attrs(op_name: str, args: tuple, kwargs: dict) -> tuple[tuple[str, Any], ...]:
@@ -269,6 +292,9 @@ class Recorder:
             self._module_names[id(mod)] = name
             self._handles.append(mod.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
             self._handles.append(mod.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
+
+    def module_name(self, mod: torch.nn.Module) -> str | None:
+        return self._module_names.get(id(mod))
 
     def detach(self) -> None:
         for h in self._handles:
@@ -321,6 +347,7 @@ class Recorder:
 
 
 _NOPROV = Provenance("none", None, None)
+_FAILED = object()
 
 
 class _DispatchRecorder(TorchDispatchMode):

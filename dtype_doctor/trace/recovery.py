@@ -55,8 +55,12 @@ def repair(
             if role in ("index", "mask"):
                 return t
             if role == "target" and not t.is_floating_point():
-                return t.long()
-            return t.to(anchor) if t.is_floating_point() and t.dtype != anchor else t
+                # class-index losses want int64; value losses (BCE, MSE) the prediction's dtype
+                return t.long() if "nll_loss" in op_name else t.to(anchor)
+            if t.is_floating_point():
+                return t.to(anchor) if t.dtype != anchor else t
+            # an integer activation where the op needs the weights' floating dtype
+            return t.to(anchor) if t.dtype != torch.bool and t.dim() > 0 else t
 
         yield _rebuild(args, kwargs, cast)
     if targets:
