@@ -98,11 +98,6 @@ def test_custom_index_ops(how, dtype, rejected):
         assert report.findings == ()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine: torch.take_along_dim checks its index dtype in composite code before any aten op "
-    "is dispatched, and the recorder does not watch it as a function, so the trace only has DD001",
-)
 def test_take_along_dim_int32_indices():
     class Take(nn.Module):
         def forward(self, x, index):

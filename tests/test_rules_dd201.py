@@ -70,12 +70,6 @@ def test_on_the_cpu_everything_is_on_one_device():
     assert dtype_doctor.diagnose(model, {"x": X}).findings == ()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine: Recorder.record builds every repair candidate eagerly (list(repair(...)) outside "
-    "the try); moving the meta operand to the CPU raises 'Cannot copy out of meta tensor', which "
-    "escapes record(), so the add is never recorded and the trace ends in an unrelated DD001",
-)
 def test_device_mismatch_on_real_tensors():
     """The same mix with real tensors: a meta tensor meets CPU ones; PyTorch raises, DD201 says why."""
 

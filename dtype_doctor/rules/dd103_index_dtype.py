@@ -16,6 +16,7 @@ ACCEPTED = {
     "aten.index_select": {"int64", "int32"},
     "aten.gather": {"int64", "int32"},
     "aten.take_along_dim": {"int64"},  # "dtype of indices should be Long"
+    "torch.take_along_dim": {"int64"},  # checked before dispatch, so watched as a function
     "aten.index": {"int64", "int32", "bool", "uint8"},
 }
 

@@ -20,6 +20,13 @@ def judge(op: OpCall) -> tuple[str, str, TensorMeta, FixSuggestion] | None:
     target = targets[0]
     inputs = [t for t in op.operands if t.role == "input" and t.is_floating]
     pred = inputs[0] if inputs else None
+    if family == "torch.nn.functional.cross_entropy":
+        # Integer class indices are judged at nll_loss; a target shaped like the logits is
+        # class probabilities, which must be floating.
+        if pred is not None and target.shape == pred.shape and not target.is_floating:
+            return ("error", f"class-probability target is {target.dtype}; cross_entropy needs floating probabilities (one-hot → .float())", target,
+                    FixSuggestion("cast-inputs", "safe", f"cast the one-hot targets to {pred.dtype}"))
+        return None
     if family in CLASS_LOSS:
         if target.dtype in ("int64", "uint8"):
             return None

@@ -37,10 +37,13 @@ _ARG_ROLES = {
 # Ops whose "weight" argument is not a layer weight (class weights of a loss).
 _LOSS_OPS = ("nll_loss", "binary_cross_entropy", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div")
 
-# Functions whose dtype checks run before dispatch: conv checks input/bias types and
-# SDPA validates its mask in C++ before any aten op is called.
+# Functions whose dtype checks run before dispatch: conv checks input/bias types, SDPA
+# validates its mask, take_along_dim its indices and cross_entropy a probability target
+# in composite C++ before any aten op is called.
 _CONV_ARGS = ("input", "weight", "bias")
 _FUNCTIONS_TO_WATCH = {
+    torch.take_along_dim: ("torch.take_along_dim", ("input", "indices")),
+    torch.nn.functional.cross_entropy: ("torch.nn.functional.cross_entropy", ("input", "target")),
     torch.nn.functional.scaled_dot_product_attention: (
         "torch.nn.functional.scaled_dot_product_attention",
         ("query", "key", "value", "attn_mask"),
@@ -235,17 +238,21 @@ class Recorder:
     ) -> Any:
         from dtype_doctor.trace.recovery import repair
 
-        self._suspended += 1
-        try:
-            attempts = list(repair(op_name, operand_tensors, args, kwargs, kind))
-        finally:
-            self._suspended -= 1
-        for attempt in attempts:
+        attempts = repair(op_name, operand_tensors, args, kwargs, kind)
+        while True:
+            self._suspended += 1  # the repair's own casts are not the model's ops
+            try:
+                attempt = next(attempts)
+            except StopIteration:
+                return _FAILED
+            except Exception:  # noqa: BLE001 - a repair that cannot be built (e.g. out of meta) is skipped
+                continue
+            finally:
+                self._suspended -= 1
             try:
                 return run(*attempt)
             except Exception:  # noqa: BLE001 - try the next repair
                 continue
-        return _FAILED
 
     @staticmethod
     def _predicted_error(
