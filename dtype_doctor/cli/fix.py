@@ -61,7 +61,7 @@ def fix_command(
     Exit 0 when the re-run trace is clean at --fail-on, 1 when not.
     """
     from dtype_doctor.cli.output import check_format, emit, exit_code, progress, quiet_libraries
-    from dtype_doctor.pipeline import ScanOptions, fix
+    from dtype_doctor.pipeline import fix
 
     check_format(format)
     exit_code(None, fail_on)
@@ -69,13 +69,7 @@ def fix_command(
         from dtype_doctor.errors import UsageError
 
         raise UsageError(f"--max-rounds must be at least 1, not {max_rounds}")
-    opts = ScanOptions(
-        split=split, batch_size=batch_size, preprocess=preprocess, preprocess_mode=preprocess_mode,
-        dataset_format=dataset_format,
-        collator=collator, device=device, dtype=dtype, autocast=autocast, train=train,
-        simulate=simulate, select=o.split_codes(select), ignore=o.split_codes(ignore),
-        trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
-    )
+    opts = o.scan_options(locals())
     quiet_libraries()
     report = fix(
         model, dataset, opts, strategy=strategy, fail_on=fail_on if fail_on != "never" else "error",

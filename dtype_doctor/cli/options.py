@@ -32,3 +32,14 @@ Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors
 
 def split_codes(value: str | None) -> tuple[str, ...] | None:
     return tuple(c.strip() for c in value.split(",") if c.strip()) if value else None
+
+
+def scan_options(values: dict) -> "ScanOptions":  # noqa: F821 - imported lazily
+    """The ScanOptions a command's keyword arguments spell, by field name (scan and fix share them)."""
+    from dataclasses import fields
+
+    from dtype_doctor.pipeline import ScanOptions
+
+    kwargs = {f.name: values[f.name] for f in fields(ScanOptions) if f.name in values}
+    kwargs["select"], kwargs["ignore"] = split_codes(values.get("select")), split_codes(values.get("ignore"))
+    return ScanOptions(**kwargs)

@@ -42,26 +42,10 @@ def scan_command(
 ) -> None:
     """Trace one batch through MODEL and report every dtype and device mismatch."""
     from dtype_doctor.cli.output import check_format, emit, exit_code, progress, quiet_libraries
-    from dtype_doctor.pipeline import ScanOptions, scan
+    from dtype_doctor.pipeline import scan
 
     check_format(format)
-    opts = ScanOptions(
-        split=split,
-        batch_size=batch_size,
-        preprocess=preprocess,
-        preprocess_mode=preprocess_mode,
-        dataset_format=dataset_format,
-        collator=collator,
-        device=device,
-        dtype=dtype,
-        autocast=autocast,
-        train=train,
-        simulate=simulate,
-        select=o.split_codes(select),
-        ignore=o.split_codes(ignore),
-        trust_remote_code=trust_remote_code,
-        allow_pickle=allow_pickle,
-    )
+    opts = o.scan_options(locals())
     exit_code(None, fail_on)  # validate --fail-on before the slow part
     quiet_libraries()
     report = scan(model, dataset, opts, progress=progress())

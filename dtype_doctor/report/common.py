@@ -21,7 +21,6 @@ from dtype_doctor.records import (
 
 TOOL_NAME = "dtype-doctor"
 # The project's home; SARIF requires the driver to name one.
-INFORMATION_URI = "https://github.com/dtype-doctor/dtype-doctor"
 
 NO_PROBLEMS = "no dtype or device problems found"
 NO_PROBLEMS_BUT_STOPPED = "no findings, but the trace stopped early"

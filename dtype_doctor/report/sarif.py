@@ -14,7 +14,6 @@ from typing import Any
 from dtype_doctor import __version__
 from dtype_doctor.records import Finding, Report, SourceLoc
 from dtype_doctor.report.common import (
-    INFORMATION_URI,
     MODEL_BOUNDARY,
     SARIF_LEVEL,
     TOOL_NAME,
@@ -49,7 +48,6 @@ def sarif_log(report: Report, options: RenderOptions) -> dict[str, Any]:
             "driver": {
                 "name": TOOL_NAME,
                 "version": __version__,
-                "informationUri": INFORMATION_URI,
                 "rules": [_rule(f, options.rules) for f in codes.values()],
             }
         },
