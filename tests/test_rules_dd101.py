@@ -309,6 +309,28 @@ def test_fp32_weights_under_autocast_are_fine():
     assert dtype_doctor.diagnose(model, {"input": x}, autocast="bfloat16").findings == ()
 
 
+@pytest.mark.parametrize("ac", [BF16, F16])
+def test_float64_input_is_not_cast_by_autocast(ac):
+    """Autocast casts every floating operand of a conv but float64 ones: the conv still fails."""
+    model = One(nn.Conv1d(4, 4, 3))
+    x = torch.randn(2, 4, 8, dtype=F64)
+    with torch.autocast("cpu", dtype=ac), pytest.raises(RuntimeError, match=r"Input type \(double\)"):
+        model(x)
+    name = str(ac).removeprefix("torch.")
+    for simulate in (False, True):
+        f = only_dd101(dtype_doctor.diagnose(model, {"x": x}, autocast=name, simulate=simulate, device="cpu"))
+        assert (f.module, f.op, f.severity) == ("block.layer", "torch.conv1d", "error")
+        assert "float64" in f.message
+
+
+def test_half_input_is_cast_by_autocast():
+    model = One(nn.Conv1d(4, 4, 3))
+    x = torch.randn(2, 4, 8, dtype=F16)
+    with torch.autocast("cpu", dtype=BF16):
+        assert model(x).dtype == BF16
+    assert dtype_doctor.diagnose(model, {"x": x}, autocast="bfloat16").findings == ()
+
+
 # ----------------------------------------------------------- simulate == real trace
 
 

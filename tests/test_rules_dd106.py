@@ -89,6 +89,23 @@ def test_accepted_masks_are_not_reported(mask_dtype, hidden_dtype):
     assert dtype_doctor.diagnose(model, inputs).findings == ()
 
 
+def test_float64_mask_is_not_cast_by_autocast():
+    model, inputs = Encoder(), batch(torch.float64)
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(RuntimeError, match="attn_mask.dtype: double"):
+        model(**inputs)
+    for simulate in (False, True):
+        report = dtype_doctor.diagnose(model, inputs, autocast="bfloat16", simulate=simulate, device="cpu")
+        assert {(f.module, f.severity) for f in found(report, "DD106")} == {("blocks.0", "error"), ("blocks.1", "error")}
+
+
+@pytest.mark.parametrize("mask_dtype", [torch.float16, torch.float32, torch.bool])
+def test_masks_autocast_casts_are_not_reported(mask_dtype):
+    model, inputs = Encoder(), batch(mask_dtype)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(**inputs)
+    assert dtype_doctor.diagnose(model, inputs, autocast="bfloat16").findings == ()
+
+
 @pytest.mark.parametrize("name", ["bert-tiny", "llama-tiny"])
 @pytest.mark.parametrize("mask_dtype", [torch.int64, torch.int32, torch.bool])
 def test_hf_models_convert_their_own_2d_padding_mask(name, mask_dtype):

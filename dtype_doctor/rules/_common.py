@@ -65,6 +65,24 @@ def family(op: str) -> str:
     return base
 
 
+def kernel_dtype(op: OpCall, t: TensorMeta) -> str:
+    """The dtype `t` has when the kernel runs.
+
+    Aten-level ops are recorded after autocast's casts. Function-level ops (conv, SDPA) are
+    recorded before them: autocast casts every floating operand except float64 to its dtype
+    for these ops, and leaves float64 and integer operands as they are.
+    """
+    if (
+        op.level == "function"
+        and op.autocast
+        and t.is_floating
+        and t.dtype != "float64"
+        and family(op.op) in ("conv", "attention")
+    ):
+        return op.autocast
+    return t.dtype
+
+
 def family_ops(trace: Trace, family: frozenset[str], *, phase: str | None = "forward") -> list[OpCall]:
     return [op for op in trace.ops if base_op(op.op) in family and (phase is None or op.phase == phase)]
 

@@ -7,7 +7,7 @@ from typing import Iterator
 from dtype_doctor.records import Finding, OpCall, TensorMeta, Trace
 from dtype_doctor.rules._common import (
     ATTENTION, CONV, INDEX_PUT, MATMUL, NORM, base_op, describe, family, fix_autocast, fix_cast_inputs,
-    fix_half_model, is_half, main_dtype, source_of, stage_of,
+    fix_half_model, is_half, kernel_dtype, main_dtype, source_of, stage_of,
 )
 from dtype_doctor.rules.base import Rule
 
@@ -16,8 +16,6 @@ PARAM_ROLES = ("weight", "bias", "buffer")
 
 def mismatched(op: OpCall) -> tuple[TensorMeta, ...] | None:
     """The operands that disagree, or None when PyTorch accepts the op as it is."""
-    if op.level == "function" and op.autocast:
-        return None  # recorded before autocast's casts; the aten-level op shows what ran
     family = base_op(op.op)
     if family in MATMUL or family in CONV:
         # An integer activation (uint8 pixel_values, int64 features) meets a float weight just as
@@ -25,7 +23,8 @@ def mismatched(op: OpCall) -> tuple[TensorMeta, ...] | None:
         data = [t for t in op.operands if not t.is_scalar and t.role not in ("index", "mask")]
         if not any(t.is_floating for t in data):
             return None
-        return tuple(data) if len({t.dtype for t in data}) > 1 else None
+        # Under autocast a float64 or integer operand is not cast and still mismatches.
+        return tuple(data) if len({kernel_dtype(op, t) for t in data}) > 1 else None
     if family in NORM and op.operands:
         x = op.operands[0]
         params = [t for t in op.operands[1:] if t.is_floating and t.role in PARAM_ROLES]
@@ -38,7 +37,7 @@ def mismatched(op: OpCall) -> tuple[TensorMeta, ...] | None:
         return (dest, values[-1]) if values and values[-1].dtype != dest.dtype else None
     if family in ATTENTION:
         qkv = [t for t in op.operands if t.role != "mask"][:3]
-        return tuple(qkv) if len({t.dtype for t in qkv}) > 1 else None
+        return tuple(qkv) if len({kernel_dtype(op, t) for t in qkv}) > 1 else None
     return None
 
 

@@ -5,22 +5,20 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import Finding, FixSuggestion, OpCall, Trace
-from dtype_doctor.rules._common import ATTENTION, base_op, describe, source_of, stage_of
+from dtype_doctor.rules._common import ATTENTION, base_op, describe, kernel_dtype, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 
 
 def mask_rejected(op: OpCall) -> bool:
-    """SDPA raises unless the mask is bool, float32 or the query's dtype (autocast casts floats)."""
+    """SDPA raises unless the mask is bool, float32 or the query's dtype."""
     if base_op(op.op) not in ATTENTION:
         return False
     masks = op.by_role("mask")
     queries = [t for t in op.operands if t.role != "mask"]
     if not masks or not queries:
         return False
-    mask, query = masks[0], queries[0]
-    if mask.dtype in ("bool", "float32", query.dtype):
-        return False
-    return not (op.autocast and mask.is_floating)
+    # Under autocast the mask is cast with q/k/v, unless it is float64 or not floating.
+    return kernel_dtype(op, masks[0]) not in ("bool", "float32", kernel_dtype(op, queries[0]))
 
 
 def check(trace: Trace) -> Iterator[Finding]:
@@ -33,7 +31,7 @@ def check(trace: Trace) -> Iterator[Finding]:
         if not masks or not queries:
             continue
         mask, query = masks[0], queries[0]
-        if mask.dtype == "bool" or mask.dtype == query.dtype:
+        if kernel_dtype(op, mask) in ("bool", kernel_dtype(op, query)):
             continue
         rejected = mask_rejected(op)
         if not rejected and op.autocast:
