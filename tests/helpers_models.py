@@ -88,3 +88,14 @@ def assert_same(before: dict[str, Any], after: dict[str, Any]) -> None:
         assert (g is None) == (h is None), k
         if g is not None:
             assert torch.equal(g, h), k
+
+
+def load_minilm(**kwargs: Any) -> tuple[torch.nn.Module, Any]:
+    """The real all-MiniLM-L6-v2 (BertModel, 22M parameters) and a tokenized batch for it."""
+    import transformers
+
+    path = minilm_path()
+    model = transformers.AutoModel.from_pretrained(path, **kwargs).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    batch = tokenizer(["dtype doctor finds every mismatch", "in one pass"], padding=True, return_tensors="pt")
+    return model, batch

@@ -332,3 +332,17 @@ def test_snapshot_notices_each_kind_of_change(change):
     change(model)
     with pytest.raises(AssertionError):
         assert_same(before, snapshot(model))
+
+
+@pytest.mark.slow
+def test_minilm_training_trace_leaves_it_as_it_was():
+    from helpers_models import load_minilm
+
+    model, enc = load_minilm()
+    model.encoder.layer[0].requires_grad_(False)
+    model.pooler.dense.weight.grad = torch.full_like(model.pooler.dense.weight, 0.5)
+    before = snapshot(model)
+    report = dtype_doctor.diagnose(model, enc, train=True)
+    assert report.findings == ()
+    assert sum(op.phase == "backward" for op in report.trace.ops) > 50
+    assert_same(before, snapshot(model))

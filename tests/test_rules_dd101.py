@@ -390,3 +390,19 @@ def test_simulate_half_resnet_reports_only_the_real_mismatch(resnet_fp16):
     real = dtype_doctor.diagnose(resnet_fp16, {"pixel_values": px})
     fake = dtype_doctor.diagnose(resnet_fp16, {"pixel_values": px}, simulate=True, device="cpu")
     assert located(fake, {"DD101"}) == located(real, {"DD101"})
+
+
+@pytest.mark.slow
+def test_minilm_half_with_an_fp32_pooler():
+    from helpers_models import load_minilm
+
+    model, enc = load_minilm(dtype=F16)
+    assert model(**enc).last_hidden_state.dtype == F16  # int64 ids, fp16 weights: fine
+    assert dtype_doctor.diagnose(model, enc).findings == ()
+    model.pooler.dense.float()
+    with pytest.raises(RuntimeError, match="must have the same dtype, but got Half and Float"):
+        model(**enc)
+    real = dtype_doctor.diagnose(model, enc)
+    assert [(f.module, f.severity) for f in found(real, "DD101")] == [("pooler.dense", "error")]
+    fake = dtype_doctor.diagnose(model, enc, simulate=True, device="cuda")
+    assert located(fake) == located(real) and fake.target.device == "cuda:0"

@@ -107,3 +107,21 @@ def test_take_along_dim_int32_indices():
     with pytest.raises(RuntimeError, match="dtype of indices should be Long"):
         Take()(x, index)
     assert [f.module for f in found(dtype_doctor.diagnose(Take(), {"x": x, "index": index}), "DD103")] == [""]
+
+
+@pytest.mark.slow
+def test_minilm_with_a_half_batch():
+    from helpers_models import load_minilm
+
+    model, enc = load_minilm()
+    half = {k: v.half() for k, v in enc.items()}
+    with pytest.raises(RuntimeError, match="'indices'"):
+        model(**half)
+    report = dtype_doctor.diagnose(model, half)
+    # PyTorch names the first embedding; the doctor names both that would fail.
+    assert {f.module for f in found(report, "DD103")} == {
+        "embeddings.word_embeddings",
+        "embeddings.token_type_embeddings",
+    }
+    model(**enc)
+    assert dtype_doctor.diagnose(model, enc).findings == ()
