@@ -106,10 +106,23 @@ def test_masks_autocast_casts_are_not_reported(mask_dtype):
     assert dtype_doctor.diagnose(model, inputs, autocast="bfloat16").findings == ()
 
 
+@pytest.fixture(scope="module")
+def hf_models():
+    cache = {}
+
+    def get(name, dtype):
+        if (name, dtype) not in cache:
+            cache[name, dtype] = load_fixture(name, dtype=dtype)
+        return cache[name, dtype]
+
+    return get
+
+
 @pytest.mark.parametrize("name", ["bert-tiny", "llama-tiny"])
+@pytest.mark.parametrize("model_dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("mask_dtype", [torch.int64, torch.int32, torch.bool])
-def test_hf_models_convert_their_own_2d_padding_mask(name, mask_dtype):
-    model = load_fixture(name)
+def test_hf_models_convert_their_own_2d_padding_mask(hf_models, name, model_dtype, mask_dtype):
+    model = hf_models(name, model_dtype)
     assert model.config._attn_implementation == "sdpa"  # the kernel that would reject an int mask
     inputs = token_batch()
     inputs["attention_mask"] = inputs["attention_mask"].to(mask_dtype)
