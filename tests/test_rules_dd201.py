@@ -50,6 +50,10 @@ def test_tensors_created_without_device_on_a_cuda_target():
     }
     strays = {next(t.origin for t in f.tensors if t.device == "cpu") for f in hits}
     assert strays == {"created:aten.arange.default@positions", "created:aten.ones.default@positions"}
+    assert sorted(f.message.split(":")[1].split(" is on")[0].strip() for f in hits) == [
+        "a tensor from arange",
+        "a tensor from ones",
+    ]
     for f in hits:
         assert {t.device for t in f.tensors} == {"cpu", "cuda:0"}
         assert "cuda:0" in f.message

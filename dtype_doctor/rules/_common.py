@@ -145,7 +145,14 @@ def source_of(trace: Trace, t: TensorMeta) -> SourceLoc | None:
 
 
 def describe(t: TensorMeta) -> str:
-    return t.name or input_name(t) or t.role
+    name = t.name or input_name(t)
+    if name:
+        return name
+    if t.origin and t.origin.startswith("created:"):
+        # "created:aten.arange.default@positions": made in forward, e.g. without device=
+        op = t.origin.removeprefix("created:").split("@", 1)[0]
+        return f"a tensor from {base_op(op).removeprefix('aten.')}"
+    return t.role
 
 
 def keep_fp32(trace: Trace, name: str) -> bool:
