@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 import dtype_doctor
-from helpers_models import found, load_fixture
+from helpers_models import load_fixture
 
 
 class CastsItsInput(nn.Module):
