@@ -213,4 +213,8 @@ def fix(
             root=root,
         )
         patch = patches.write(plan, patch_path, root=root, force=force)
+        if patch.get("path") is None:
+            return result.report(None, patch_skipped=patch["skipped"])
+    elif patch_path is not None:
+        return result.report(None, patch_skipped="the fix was not verified, so it is not written")
     return result.report(patch)

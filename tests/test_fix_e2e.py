@@ -164,3 +164,16 @@ def test_without_user_code_the_patch_adds_a_fix_module(repo: Path, capsys: pytes
     )
     done = subprocess.run([sys.executable, "-c", check], cwd=repo, env=_env(FIX / "demo/model"), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_fail_on_never_exits_zero_and_an_empty_patch_is_not_written(repo: Path, capsys: pytest.CaptureFixture) -> None:
+    (repo / "noforward.py").write_text("print('this script never calls the model')\n")
+    with pytest.raises(SystemExit) as exit_info:
+        run(["fix", str(FIX / "demo/model"), str(FIX / "demo/data"), "--script", "noforward.py",
+             "--write-patch", "fix.patch", "--format", "json", "--fail-on", "never"])
+    captured = capsys.readouterr()
+    assert exit_info.value.code == 0
+    fix = json.loads(captured.out)["fix"]
+    assert fix["verified"] is True and fix["patch"] is None
+    assert "CastBatch" in fix["patch_skipped"] and "no patch written" in captured.err
+    assert not (repo / "fix.patch").exists()

@@ -75,3 +75,9 @@ def test_float32_pipeline_is_clean():
     features, target = torch.randn(3, 5), torch.randn(3)
     Tabular()(features, target)
     assert dtype_doctor.diagnose(Tabular(), {"features": features, "target": target}).findings == ()
+
+
+def test_a_float64_model_is_meant_to_compute_in_float64() -> None:
+    model, x = nn.Linear(4, 2).double(), torch.randn(3, 4, dtype=torch.float64)
+    model(x)  # runs
+    assert [f for f in dtype_doctor.diagnose(model, {"input": x}).findings if f.code == "DD105"] == []

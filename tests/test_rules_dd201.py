@@ -103,3 +103,20 @@ def test_tensors_created_without_device_under_autocast():
         Model(pass_device=False), {"x": X}, simulate=True, device="cuda", autocast="bfloat16"
     )
     assert {f.module for f in found(report, "DD201")} == {"positions"}
+
+
+def test_moves_and_cpu_indices_are_not_mismatches() -> None:
+    """copy_ between devices and CPU index tensors are accepted by PyTorch on CUDA."""
+
+    class Moves(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.register_buffer("buf", torch.zeros(4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.buf.copy_(torch.ones(4))  # a CPU source copied into a CUDA buffer
+            return self.lin(x)[torch.tensor([0, 1])]  # a CPU index into a CUDA tensor
+
+    report = dtype_doctor.diagnose(Moves(), {"x": torch.randn(3, 4)}, simulate=True, device="cuda")
+    assert [f for f in report.findings if f.code == "DD201"] == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -78,4 +79,9 @@ def fix_command(
         progress=progress(),
     )
     emit(report, format, output, fail_on)
-    raise typer.Exit(0 if report.fix and report.fix["verified"] else 1)
+    fix_block = report.fix or {}
+    if write_patch and not fix_block.get("patch"):
+        print(f"dtype-doctor: no patch written: {fix_block.get('patch_skipped') or fix_block.get('detail')}", file=sys.stderr)
+    if fail_on == "never":
+        raise typer.Exit(0)
+    raise typer.Exit(0 if fix_block.get("verified") else 1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -42,9 +43,9 @@ class FixResult:
     def applied(self) -> tuple[Step, ...]:
         return tuple(s for s in self.steps if s.status == "applied")
 
-    def fix_block(self, patch: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def fix_block(self, patch: Mapping[str, Any] | None = None, patch_skipped: str | None = None) -> dict[str, Any]:
         """SPEC.md's `fix` block of the JSON report (plus converged/rounds/detail/cost/tradeoff)."""
-        return {
+        block = {
             "strategy": self.strategy,
             "applied": [s.to_dict() for s in self.steps],
             "verified": self.verified,
@@ -57,15 +58,18 @@ class FixResult:
             "cost": dict(self.cost) if self.cost else None,
             "tradeoff": dict(self.tradeoff) if self.tradeoff else None,
         }
+        if patch_skipped:
+            block["patch_skipped"] = patch_skipped
+        return block
 
-    def report(self, patch: Mapping[str, Any] | None = None) -> Report:
+    def report(self, patch: Mapping[str, Any] | None = None, patch_skipped: str | None = None) -> Report:
         """The scan report of the original pipeline with the fix block attached."""
         return Report(
             findings=self.before.findings,
             target=self.before.target,
             environment=self.before.environment,
             trace=self.before.trace,
-            fix=self.fix_block(patch),
+            fix=self.fix_block(patch, patch_skipped),
         )
 
 
@@ -112,7 +116,10 @@ def fix_model(
     start = Pipeline(model=model, inputs=dict(inputs.items()), autocast=autocast, device=device, train=train, simulate=simulate)
     before = trace(start)
     real = not before.target.simulated
-    peaks = activation_peaks(model, start.inputs) if (real and measure) else None
+    # One fp32 reference for every measurement; a model that cannot be copied is not measured.
+    reference = _guard(lambda: _fp32_reference(model)) if (real and measure) else None
+    measurable = isinstance(reference, torch.nn.Module)
+    peaks = activation_peaks(reference, start.inputs) if measurable else None
     ctx = Context(fail_on=fail_on, unsafe=unsafe_fixes or strategy == "half-model", force=force, overflow=peaks)
     order = AUTO_ORDER if strategy == "auto" else (strategy,)
 
@@ -150,16 +157,21 @@ def fix_model(
         detail = "verified: the re-run trace has no finding at or above " + fail_on if steps else "nothing to fix"
     elif rounds >= max_rounds and progressing:
         detail = f"failed to converge after {rounds} rounds"
+    elif any(s.status == "failed" for s in steps) and not any(s.status == "applied" for s in steps):
+        detail = "no strategy made the re-run trace better (each was rolled back or does not apply)"
     elif not any(s.status == "applied" for s in steps):
         detail = "no strategy applies to the remaining findings"
     else:
         detail = "the applied fixes leave findings at or above " + fail_on
     parity = cost = tradeoff = None
     if real and measure:
-        # Parity of a pipeline that still fails means nothing; the trade-off is still measured.
-        parity = _guard(lambda: output_parity(model, start.inputs, current)) if verified else None
         cost = {"weight_bytes_before": weight_bytes(model), "weight_bytes_after": weight_bytes(current.model)}
-        tradeoff = _guard(lambda: amp_vs_half(model, current, peaks))
+    if measurable:
+        # Parity of a pipeline that still fails means nothing; the trade-off is still measured.
+        parity = _guard(lambda: output_parity(reference, start.inputs, current)) if verified else None
+        tradeoff = _guard(lambda: amp_vs_half(reference, current, peaks))
+    elif isinstance(reference, Mapping):
+        parity = tradeoff = reference  # {"error": why the reference could not be built}
     return FixResult(
         strategy=strategy, steps=tuple(steps), verified=verified, converged=verified or not progressing,
         rounds=rounds, detail=detail, before=before, after=report, pipeline=current,
@@ -193,7 +205,8 @@ def _eval(model: torch.nn.Module) -> Any:
 
 
 def _forward(model: torch.nn.Module, inputs: Mapping[str, Any], autocast: str | None) -> tuple[str, torch.Tensor]:
-    device = next(model.parameters()).device
+    state = next(itertools.chain(model.parameters(), model.buffers()), None)
+    device = state.device if state is not None else torch.device("cpu")
     with _eval(model), torch.no_grad(), contextlib.ExitStack() as stack:
         if autocast:
             stack.enter_context(torch.autocast(device.type, dtype=getattr(torch, autocast)))
@@ -228,17 +241,21 @@ def _compare(ref: torch.Tensor, got: torch.Tensor) -> dict[str, float]:
     return {"max_abs_diff": (a - b).abs().max().item() if a.numel() else 0.0, "cosine": round(cosine, 6)}
 
 
-def output_parity(original: torch.nn.Module, inputs: Mapping[str, Any], fixed: Pipeline) -> dict[str, Any]:
-    """The fixed pipeline's output against an fp32 reference of the original model, same batch."""
-    ref_inputs = _fp32_inputs(fixed.inputs)
-    name, ref = _forward(_fp32_reference(original), ref_inputs, None)
+def output_parity(reference: torch.nn.Module, inputs: Mapping[str, Any], fixed: Pipeline) -> dict[str, Any]:
+    """The fixed pipeline's output against the fp32 reference model on the original batch
+    (floating inputs upcast; integer inputs as the fix made them, since int32 labels and
+    the like would stop the reference itself)."""
+    ref_inputs = {
+        k: (v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else fixed.inputs.get(k, v))
+        for k, v in inputs.items()
+    }
+    name, ref = _forward(reference, ref_inputs, None)
     _, got = _forward(fixed.model, fixed.inputs, fixed.autocast)
     return {"reference": "float32", "output": name, **_compare(ref, got)}
 
 
-def activation_peaks(model: torch.nn.Module, inputs: Mapping[str, Any]) -> dict[str, float]:
-    """Max |value| of each module's floating outputs in an fp32 forward: fp16 overflow evidence."""
-    ref = _fp32_reference(model)
+def activation_peaks(ref: torch.nn.Module, inputs: Mapping[str, Any]) -> dict[str, float]:
+    """Max |value| of each module's floating outputs in the fp32 reference: fp16 overflow evidence."""
     peaks: dict[str, float] = {}
     names = {id(m): n for n, m in ref.named_modules()}
 
@@ -262,14 +279,13 @@ def activation_peaks(model: torch.nn.Module, inputs: Mapping[str, Any]) -> dict[
     return peaks
 
 
-def amp_vs_half(original: torch.nn.Module, fixed: Pipeline, peaks: Mapping[str, float] | None) -> dict[str, Any]:
+def amp_vs_half(ref_model: torch.nn.Module, fixed: Pipeline, peaks: Mapping[str, float] | None) -> dict[str, Any]:
     """The trade-off users ask about, measured on their model: autocast keeps fp32 weights
     and casts per op; half-model halves weight memory and risks overflow."""
     used = fixed.autocast or next(
         (dtype_name(p.dtype) for p in fixed.model.parameters() if p.dtype in (torch.float16, torch.bfloat16)), "float16"
     )
     dtype = getattr(torch, used)
-    ref_model = _fp32_reference(original)
     inputs32 = _fp32_inputs(fixed.inputs)
     _, ref = _forward(ref_model, inputs32, None)
     result: dict[str, Any] = {"dtype": used, "reference_weight_bytes": weight_bytes(ref_model)}

@@ -123,6 +123,10 @@ def write(plan: PatchPlan, path: Path, *, root: Path, force: bool) -> dict[str, 
         outcomes += [{"file": str(file), "codemod": r.codemod, "status": r.status, "detail": r.detail} for r in results]
         if after != before:
             edits.append((file, before, after))
+    if not edits:
+        # Nothing to write: say why instead of leaving an empty patch git apply rejects.
+        reasons = "; ".join(f"{o['codemod']}: {o['detail']}" for o in outcomes) or "no edit planned"
+        return {"path": None, "files": [], "edits": outcomes, "notes": list(plan.notes), "skipped": reasons}
     patch = make_patch(path, edits, root=root, force=force)
     return {**patch.to_dict(), "edits": outcomes, "notes": list(plan.notes)}
 

@@ -14,8 +14,7 @@ from typing import Any, ClassVar
 import torch
 
 from dtype_doctor.records import HALF, Finding, Report, SourceLoc, TensorMeta
-from dtype_doctor.rules._common import CLASS_LOSS, base_op, in_modules, input_name
-from dtype_doctor.rules.dd109_buffer_precision_loss import FP32_BUFFER
+from dtype_doctor.rules._common import CLASS_LOSS, base_op, input_name
 from dtype_doctor.trace.recorder import dtype_name
 
 FP16_MAX = 65504.0
@@ -176,8 +175,11 @@ def _wanted_casts(f: Finding, model_dtype: str) -> list[tuple[str, str]]:
     inputs = [(input_name(t), t) for t in f.tensors]
     inputs = [(n, t) for n, t in inputs if n is not None]
     if f.code == "DD101":
+        # The consumer's dtype: a weight's, else an operand the model made (an index_put
+        # destination, an activation), else the model's.
         weights = [t for t in f.tensors if t.role in ("weight", "bias", "buffer")]
-        expected = weights[0].dtype if weights else model_dtype
+        made = [t for t in f.tensors if input_name(t) is None and t.is_floating]
+        expected = (weights or made)[0].dtype if (weights or made) else model_dtype
         out += [(n, expected) for n, t in inputs if t.role not in ("weight", "bias", "buffer") and t.dtype != expected]
     elif f.code == "DD103":
         out += [(n, "int64") for n, t in inputs if t.role == "index"]
@@ -233,6 +235,8 @@ class HalfModel(Strategy):
         halves = [t.dtype for f in relevant for t in f.tensors if t.dtype in HALF]
         main = report.target.model_dtype
         target = max(set(halves), key=halves.count) if halves else (main if main in HALF else "float16")
+        if target == main and not any(f.code in ("DD102", "DD109") for f in relevant):
+            raise Skip(f"the model is already {main}: converting it again changes nothing")
         if target == "float16" and ctx.overflow and not ctx.force:
             worst = max(ctx.overflow.items(), key=lambda kv: kv[1])
             if worst[1] > FP16_MAX:
@@ -250,18 +254,16 @@ class HalfModel(Strategy):
 
 
 def convert_keeping_fp32(model: torch.nn.Module, dtype: torch.dtype) -> None:
-    """What from_pretrained(dtype=...) does: half everywhere but the declared fp32 modules."""
-    keep = tuple(getattr(model, "_keep_in_fp32_modules", None) or ()) + tuple(
-        getattr(model, "_keep_in_fp32_modules_strict", None) or ()
-    )
+    """What from_pretrained(dtype=...) does: every persistent floating tensor in `dtype` but
+    those transformers' dtype plan keeps (fp32 modules); buffers computed at init stay."""
+    from dtype_doctor.load.model import dtype_plan
+
+    override = dtype_plan(model, dtype)
+    persistent = set(model.state_dict().keys())
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.is_floating_point():
-                p.data = p.data.to(torch.float32 if in_modules(keep, name) else dtype)
-        for name, b in model.named_buffers():
-            if b.is_floating_point():
-                fp32 = in_modules(keep, name) or FP32_BUFFER.search(name)
-                b.data = b.data.to(torch.float32 if fp32 else dtype)
+        for name, t in [*model.named_parameters(), *model.named_buffers()]:
+            if t.is_floating_point() and name in persistent:
+                t.data = t.data.to(override(name) or dtype)
 
 
 class ToDevice(Strategy):

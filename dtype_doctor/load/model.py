@@ -21,7 +21,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Callable, Any
 
 from dtype_doctor.errors import InputError, PickleRefusedError, RemoteCodeError, UsageError
 
@@ -305,23 +305,12 @@ def _simulate(cls: Any, config: Any, torch_dtype: Any, device: str, model_dir: P
             f"{model_dir}: {cls.__name__} could not be built from config.json: {type(e).__name__}: {_first_line(e)}"
         ) from None
 
-    # The plan from_pretrained applies to loaded tensors (_keep_in_fp32_modules when loading
-    # float16, _keep_in_fp32_modules_strict for float16 and bfloat16): a regex *search* on the
-    # state-dict key, as transformers.core_model_loading does.
-    plan: dict[str, Any] = {}
-    if hasattr(model, "_get_dtype_plan"):
-        try:
-            plan = dict(model._get_dtype_plan(torch_dtype) or {})
-        except Exception:
-            plan = {}
-    plan_patterns = [(re.compile(k.replace("*", ".*")), v) for k, v in plan.items()]
+    override = dtype_plan(model, torch_dtype)
     persistent_keys = set(model.state_dict().keys())
 
     def target_dtype(full_name: str, t: Any) -> Any:
         if t.is_floating_point() and full_name in persistent_keys:
-            for pat, dt in plan_patterns:
-                if pat.search(full_name):
-                    return dt
+            return override(full_name) or t.dtype
         return t.dtype
 
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
@@ -439,6 +428,27 @@ def _load_side(model_dir: Path, trust_remote_code: bool) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- main entry
+
+
+def dtype_plan(model: Any, dtype: Any) -> Callable[[str], Any]:
+    """name → the dtype from_pretrained(dtype=dtype) gives that state-dict key instead, or None.
+
+    transformers' own plan: _keep_in_fp32_modules when loading float16,
+    _keep_in_fp32_modules_strict for float16 and bfloat16, matched by a regex *search* on the
+    key as transformers.core_model_loading does.
+    """
+    plan: dict[str, Any] = {}
+    if hasattr(model, "_get_dtype_plan"):
+        try:
+            plan = dict(model._get_dtype_plan(dtype) or {})
+        except Exception:  # noqa: BLE001 - no plan means no exceptions to the dtype
+            plan = {}
+    patterns = [(re.compile(k.replace("*", ".*")), v) for k, v in plan.items()]
+
+    def override(name: str) -> Any:
+        return next((dt for pat, dt in patterns if pat.search(name)), None)
+
+    return override
 
 
 def load_model(

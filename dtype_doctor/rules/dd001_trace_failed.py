@@ -12,6 +12,11 @@ def check(trace: Trace) -> Iterator[Finding]:
     failure = trace.failure
     if failure is None:
         return
+    from dtype_doctor.rules import rejected_by
+
+    failing = [op for op in trace.ops if op.error and not op.recovered]
+    if failure.kind in ("dtype", "device") and failing and rejected_by(failing[-1]) is not None:
+        return  # the rule that judges this op already reports it (watch() does not step over errors)
     what = {
         "other": "failed for a reason that is not dtype or device",
         "simulation": "could not be simulated with fake tensors",

@@ -9,13 +9,23 @@ from dtype_doctor.rules._common import base_op, describe, fix_to_device, source_
 from dtype_doctor.rules.base import Rule
 
 
+# Ops whose job is to move data between devices.
+CROSS_DEVICE_OPS = frozenset({"aten.copy_", "aten.copy", "aten._to_copy", "aten.to", "aten._copy_from", "aten._copy_from_and_resize"})
+
+
 def check(trace: Trace) -> Iterator[Finding]:
     model_devices = [p.device for p in trace.model.parameters]
     home = max(set(model_devices), key=model_devices.count) if model_devices else trace.device
     seen: set[tuple] = set()
     for op in trace.ops:
-        # 0-dim CPU tensors are allowed with any device (they act as scalars).
-        operands = [t for t in op.operands if not (t.is_scalar and t.device == "cpu")]
+        if base_op(op.op) in CROSS_DEVICE_OPS:
+            continue
+        # 0-dim CPU tensors act as scalars on any device; CPU index tensors are accepted by
+        # indexing on any device.
+        operands = [
+            t for t in op.operands
+            if not (t.is_scalar and t.device == "cpu") and not (t.role == "index" and t.device == "cpu")
+        ]
         devices = {t.device for t in operands}
         if len(devices) < 2:
             continue

@@ -87,16 +87,16 @@ def main_dtype(info: ModelInfo) -> str | None:
 
 
 @contextlib.contextmanager
-def _preserved(model: torch.nn.Module, *, train: bool, device: torch.device | None) -> Iterable[None]:
-    """Restore training flags, gradients, buffers and devices on the way out."""
+def _preserved(model: torch.nn.Module, *, train: bool) -> Iterable[None]:
+    """Restore training flags, gradients and buffers on the way out.
+
+    The model is never moved: a trace on another device runs on moved copies of its state.
+    """
     flags = [(m, m.training) for m in model.modules()]
     grads = [(p, p.grad) for p in model.parameters()]
-    devices = {id(t): t.device for t in [*model.parameters(), *model.buffers()]}
     # Buffers are small; a forward may update them in place (BatchNorm stats, counters, caches).
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
     try:
-        if device is not None:
-            model.to(device)
         if train:
             for p, _ in grads:
                 p.grad = None
@@ -109,14 +109,17 @@ def _preserved(model: torch.nn.Module, *, train: bool, device: torch.device | No
             for p, g in grads:
                 p.grad = g
             for b, saved in buffers:
-                if b.device != saved.device:
-                    saved = saved.to(b.device)
                 b.copy_(saved)
-            if device is not None:
-                for t in [*model.parameters(), *model.buffers()]:
-                    original = devices.get(id(t))
-                    if original is not None and t.device != original:
-                        t.data = t.data.to(original)
+
+
+def _moved_state(model: torch.nn.Module, device: torch.device) -> dict[str, torch.Tensor]:
+    """Copies of the model's parameters and buffers on `device`, as leaves that keep requires_grad."""
+    state: dict[str, torch.Tensor] = {}
+    for name, p in model.named_parameters():
+        state[name] = p.detach().to(device).requires_grad_(p.requires_grad)
+    for name, b in model.named_buffers():
+        state[name] = b.detach().to(device)
+    return state
 
 
 def _holds_no_data(model: torch.nn.Module, inputs: Mapping[str, Any]) -> bool:
@@ -208,6 +211,12 @@ def trace_model(
         inputs = {k: (fake_like(fake_mode, v, stand_in) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
         target_device = None
     elif target_device is not None:
+        if target_device.type == "cuda" and not torch.cuda.is_available():
+            from dtype_doctor.errors import UsageError
+
+            raise UsageError(f"device={device!r} but no CUDA device is available; pass simulate=True to check a CUDA target")
+        if any(t.device != target_device for t in [*model.parameters(), *model.buffers()]):
+            state = _moved_state(model, target_device)
         inputs = {k: (v.to(target_device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
 
     rec = Recorder(model, state=state, device_alias=alias, predict=simulate)
@@ -218,7 +227,7 @@ def trace_model(
     run_device = _run_device(model, state, target_device)
     amp_device = autocast_device or run_device.type
     failure: TraceFailure | None = None
-    with _preserved(model, train=train, device=target_device if not simulate else None):
+    with _preserved(model, train=train):
         rec.attach()
         try:
             with contextlib.ExitStack() as stack:
@@ -339,9 +348,10 @@ def diagnose(
 ) -> Report:
     """Trace `model(**inputs)` once (and one backward with train=True) and run every rule.
 
-    `inputs` is a dict of tensors, a BatchEncoding or a BatchFeature. `device` moves the
-    model and inputs there for the trace and back afterwards; `simulate=True` traces
-    with fake tensors on `device` (default "cuda"), reading no tensor data.
+    `inputs` is a dict of tensors, a BatchEncoding or a BatchFeature. `device` runs the trace
+    there, on copies of the model's state (the model itself is not moved). `simulate=True`
+    traces with fake tensors on `device` (default: the model's device, or cuda:0 for a model
+    without data), reading no tensor data.
     """
     trace = trace_model(
         model, inputs, device=device, autocast=autocast, train=train, simulate=simulate, lineage=lineage, sources=sources
