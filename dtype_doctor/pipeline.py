@@ -5,7 +5,7 @@ The CLI is a thin shell over this; `dtype_doctor.fix` builds on it too.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from dtype_doctor.errors import UsageError
@@ -36,7 +36,6 @@ class ScanOptions:
     trust_remote_code: bool = False
     allow_pickle: bool = False
     max_length: int = 128
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
         if self.batch_size < 1:

@@ -7,7 +7,7 @@ on a hand-built Trace and a formatter on a hand-built Report.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 # Where a dtype or device can come from, in pipeline order. "formatter" (the datasets
 # torch/numpy formatter) is an addition to SPEC.md's list: it silently casts fp16 → fp32
@@ -126,6 +126,22 @@ class StateTensor:
     persistent: bool = True
 
 
+def main_dtype_of(sizes: Iterable[tuple[str, int]]) -> str | None:
+    """The floating dtype holding the most elements (ties: the first in name order)."""
+    weight: dict[str, int] = {}
+    for dtype, n in sizes:
+        if dtype in FLOATING:
+            weight[dtype] = weight.get(dtype, 0) + n
+    return max(sorted(weight), key=weight.__getitem__) if weight else None
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
 @dataclass(frozen=True, slots=True)
 class ModelInfo:
     class_name: str
@@ -140,6 +156,11 @@ class ModelInfo:
     @property
     def buffers(self) -> tuple[StateTensor, ...]:
         return tuple(s for s in self.state if s.kind == "buffer")
+
+    @property
+    def main_dtype(self) -> str | None:
+        """The dtype most parameter elements are in: what "the model's dtype" means."""
+        return main_dtype_of((p.dtype, _numel(p.shape)) for p in self.parameters)
 
     def module_type(self, name: str) -> str:
         for n, t in self.module_types:

@@ -61,8 +61,13 @@ def progress() -> Any:
 
 def quiet_libraries() -> None:
     """The CLI owns stderr: no weight-loading bars or load reports from the libraries."""
+    import warnings
+
     import datasets
     import transformers
+
+    # Fake tensors under --simulate have no storage; torch warns when libraries ask for one.
+    warnings.filterwarnings("ignore", message=".*data_ptr.*")
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import torch
 
-from dtype_doctor.records import HALF, Finding, Report, SourceLoc, TensorMeta
+from dtype_doctor.records import HALF, Finding, Report, SourceLoc
 from dtype_doctor.rules._common import CLASS_LOSS, base_op, input_name
 from dtype_doctor.trace.recorder import dtype_name
 
@@ -70,8 +70,6 @@ class Pipeline:
     device: str | None = None
     train: bool = False
     simulate: bool = False
-    owns_model: bool = False  # True once a strategy replaced the model with its own copy
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def with_(self, **changes: Any) -> "Pipeline":
         return replace(self, **changes)
@@ -250,7 +248,7 @@ class HalfModel(Strategy):
         dtype = getattr(torch, changes[0].to)
         model = copy.deepcopy(pipeline.model)
         convert_keeping_fp32(model, dtype)
-        return pipeline.with_(model=model, owns_model=True)
+        return pipeline.with_(model=model)
 
 
 def convert_keeping_fp32(model: torch.nn.Module, dtype: torch.dtype) -> None:
@@ -337,7 +335,7 @@ class Fp32Trainable(Strategy):
                 if p.requires_grad and p.is_floating_point():
                     p.data = p.data.float()
         autocast = next((c.to for c in changes if c.kind == "autocast"), pipeline.autocast)
-        return pipeline.with_(model=model, owns_model=True, autocast=autocast)
+        return pipeline.with_(model=model, autocast=autocast)
 
 
 STRATEGIES: dict[str, Strategy] = {s.name: s for s in (ToDevice(), CastInputs(), Autocast(), Fp32Trainable(), HalfModel())}

@@ -752,7 +752,7 @@ def _ensure_pad_token(tokenizer: Any, notes: list[str]) -> None:
             notes.append("tokenizer has no pad token: using its eos token, as the HF examples do")
         else:
             raise InputError(
-                f"the tokenizer of this model has neither a pad token nor an eos token, so rows cannot be padded; "
+                "the tokenizer of this model has neither a pad token nor an eos token, so rows cannot be padded; "
                 "pass --batch-size 1 or --preprocess FILE.py:FUNC"
             )
 

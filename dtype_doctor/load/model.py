@@ -18,7 +18,6 @@ import importlib.util
 import inspect
 import json
 import re
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Any
@@ -255,13 +254,9 @@ def _require_real_device(device: str) -> None:
 
 
 def _main_dtype(model: Any) -> str:
-    counts: Counter[str] = Counter()
-    for p in model.parameters():
-        if p.is_floating_point():
-            counts[_dtype_name(p.dtype) or "float32"] += p.numel()
-    if not counts:
-        return "float32"
-    return counts.most_common(1)[0][0]
+    from dtype_doctor.records import main_dtype_of
+
+    return main_dtype_of((_dtype_name(p.dtype) or "float32", p.numel()) for p in model.parameters()) or "float32"
 
 
 def forward_params_of(model: Any) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from dtype_doctor.records import FLOATING, ModelInfo, StateTensor
+from dtype_doctor.records import FLOATING, ModelInfo, StateTensor, main_dtype_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,13 +60,7 @@ def _kept_fp32(name: str, keep: tuple[str, ...]) -> bool:
 
 def majority_dtype(params: tuple[StateTensor, ...]) -> str | None:
     """The floating dtype holding the most parameter elements."""
-    weight: Counter[str] = Counter()
-    for p in params:
-        if p.dtype in FLOATING:
-            weight[p.dtype] += math.prod(p.shape) if p.shape else 1
-    if not weight:
-        return None
-    return max(sorted(weight), key=lambda d: weight[d])
+    return main_dtype_of((p.dtype, math.prod(p.shape) if p.shape else 1) for p in params)
 
 
 def dtype_tree(model: ModelInfo) -> DtypeTree | None:

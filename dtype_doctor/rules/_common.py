@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from dtype_doctor.records import FLOATING, HALF, FixSuggestion, OpCall, SourceLoc, TensorMeta, Trace
+from dtype_doctor.records import HALF, FixSuggestion, OpCall, SourceLoc, TensorMeta, Trace
 
 MATMUL = frozenset(
     {
@@ -88,14 +88,7 @@ def family_ops(trace: Trace, family: frozenset[str], *, phase: str | None = "for
 
 
 def main_dtype(trace: Trace) -> str | None:
-    counts: dict[str, int] = {}
-    for p in trace.model.parameters:
-        if p.dtype in FLOATING:
-            n = 1
-            for d in p.shape:
-                n *= d
-            counts[p.dtype] = counts.get(p.dtype, 0) + n
-    return max(counts, key=counts.__getitem__) if counts else None
+    return trace.model.main_dtype
 
 
 def input_name(t: TensorMeta) -> str | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import Finding, FixSuggestion, TensorMeta, Trace
-from dtype_doctor.rules._common import is_half
 from dtype_doctor.rules.base import Rule
 
 

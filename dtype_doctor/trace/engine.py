@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import platform
-from collections import Counter
 from typing import Any, Iterable, Mapping
 
 import torch
@@ -75,17 +74,6 @@ def model_info(
     )
 
 
-def main_dtype(info: ModelInfo) -> str | None:
-    counts: Counter[str] = Counter()
-    for p in info.parameters:
-        n = 1
-        for d in p.shape:
-            n *= d
-        counts[p.dtype] += n
-    floating = [(c, d) for d, c in counts.items() if d.startswith(("float", "bfloat"))]
-    return max(floating)[1] if floating else None
-
-
 @contextlib.contextmanager
 def _preserved(model: torch.nn.Module, *, train: bool) -> Iterable[None]:
     """Restore training flags, gradients and buffers on the way out.
@@ -120,6 +108,14 @@ def _moved_state(model: torch.nn.Module, device: torch.device) -> dict[str, torc
     for name, b in model.named_buffers():
         state[name] = b.detach().to(device)
     return state
+
+
+def _rules_predict(op: Any) -> str | None:
+    """Where a real device would raise: the first rule that says it rejects the op."""
+    from dtype_doctor.rules import rejected_by
+
+    rule = rejected_by(op)
+    return None if rule is None else f"a real device would raise here ({rule.code} {rule.name})"
 
 
 def _holds_no_data(model: torch.nn.Module, inputs: Mapping[str, Any]) -> bool:
@@ -219,7 +215,7 @@ def trace_model(
             state = _moved_state(model, target_device)
         inputs = {k: (v.to(target_device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
 
-    rec = Recorder(model, state=state, device_alias=alias, predict=simulate)
+    rec = Recorder(model, state=state, device_alias=alias, predict=_rules_predict if simulate else None)
     for name, v in inputs.items():
         if isinstance(v, torch.Tensor):
             rec.tag_input(name, v)
@@ -312,7 +308,7 @@ def _target(trace: Trace, model: torch.nn.Module, target: Mapping[str, Any] | No
         split=t.get("split"),
         device=trace.device,
         simulated=trace.simulated,
-        model_dtype=main_dtype(trace.model),
+        model_dtype=trace.model.main_dtype,
         autocast=trace.autocast,
         train=trace.train,
     )

@@ -98,10 +98,11 @@ class Recorder:
         state: dict[str, torch.Tensor] | None = None,
         recover: bool = True,
         device_alias: dict[str, str] | None = None,
-        predict: bool = False,
+        predict: Callable[[OpCall], str | None] | None = None,
     ) -> None:
         self.model = model
-        # Simulated traces run fake kernels, which accept mixed dtypes: ask the rules instead.
+        # Simulated traces run fake kernels, which accept mixed dtypes: `predict` says where a
+        # real device would raise (the engine passes the rules' judgement).
         self.predict = predict
         self.device_alias = device_alias or {}
         self.recover = recover
@@ -206,7 +207,11 @@ class Recorder:
         autocast = self.autocast_stack[-1] if phase == "forward" else None
         error: str | None = None
         recovered = False
-        predicted = self._predicted_error(op_name, module, module_type, operands, autocast, level) if self.predict else None
+        predicted = (
+            self.predict(OpCall(0, op_name, module, module_type, operands, autocast=autocast, level=level))
+            if self.predict is not None
+            else None
+        )
         out = _FAILED
         if predicted is not None:
             # Fake kernels would run this op; a real device would not. Repair as after a real error.
@@ -253,15 +258,6 @@ class Recorder:
                 return run(*attempt)
             except Exception:  # noqa: BLE001 - try the next repair
                 continue
-
-    @staticmethod
-    def _predicted_error(
-        op_name: str, module: str, module_type: str, operands: tuple[TensorMeta, ...], autocast: str | None, level: str
-    ) -> str | None:
-        from dtype_doctor.rules import rejected_by
-
-        rule = rejected_by(OpCall(0, op_name, module, module_type, operands, autocast=autocast, level=level))
-        return None if rule is None else f"a real device would raise here ({rule.code} {rule.name})"
 
     @staticmethod
     def _attrs(op_name: str, args: tuple, kwargs: dict) -> tuple[tuple[str, Any], ...]:
