@@ -182,3 +182,18 @@ def test_tradeoff_measures_both_alternatives_on_the_model() -> None:
     assert t["autocast"]["weight_bytes"] == t["reference_weight_bytes"]  # autocast keeps fp32 weights
     assert t["half-model"]["weight_bytes"] * 2 == t["reference_weight_bytes"]  # half halves them
     assert 0 <= t["half-model"]["max_abs_diff"] < 0.1 and t["autocast"]["cosine"] > 0.999
+
+
+def test_to_device_moves_a_batch_the_pipeline_forgot_to_move() -> None:
+    """A CUDA model (simulated) fed a batch left on the CPU: DD201, fixed by to-device."""
+    model, x = nn.Linear(4, 2), torch.randn(3, 4)
+    before = snapshot(model)
+    result = fix_model(model, {"input": x}, simulate=True, device="cuda", move_inputs=False)
+    [f] = [f for f in result.before.findings if f.code == "DD201"]
+    assert f.stage == "transfer" and "cpu" in f.message and "cuda:0" in f.message
+    assert result.verified and [s.strategy for s in result.applied] == ["to-device"]
+    assert [c.to for c in result.applied[0].changes] == ["cuda:0"]
+    assert result.parity is None  # simulated: no values to compare
+    assert_same(before, snapshot(model))
+    # moved by the caller, the same batch is clean
+    assert not fix_model(model, {"input": x}, simulate=True, device="cuda").before.findings

@@ -97,6 +97,7 @@ def fix_model(
     sources: Mapping[str, SourceLoc] | None = None,
     target: Mapping[str, Any] | None = None,
     measure: bool = True,
+    move_inputs: bool = True,
 ) -> FixResult:
     """Diagnose, fix in memory, re-verify, and measure what the fix costs.
 
@@ -111,6 +112,7 @@ def fix_model(
         return diagnose(
             p.model, p.inputs, device=p.device, autocast=p.autocast, train=p.train, simulate=p.simulate,
             select=select, ignore=ignore, lineage=lineage, sources=sources, target=target,
+            move_inputs=move_inputs,
         )
 
     start = Pipeline(model=model, inputs=dict(inputs.items()), autocast=autocast, device=device, train=train, simulate=simulate)

@@ -292,7 +292,7 @@ class ToDevice(Strategy):
     def apply(self, pipeline: Pipeline, changes: tuple[Change, ...]) -> Pipeline:
         inputs = dict(pipeline.inputs)
         for c in changes:
-            inputs[c.target] = _move(inputs[c.target], c.to)
+            inputs[c.target] = _move(inputs[c.target], c.to, simulated=pipeline.simulate)
         return pipeline.with_(inputs=inputs)
 
 
@@ -301,14 +301,16 @@ def _model_device(report: Report) -> str:
     return max(set(devices), key=devices.count) if devices else report.target.device
 
 
-def _move(t: torch.Tensor, device: str) -> torch.Tensor:
-    from torch._subclasses.fake_tensor import FakeTensor
+def _move(t: torch.Tensor, device: str, *, simulated: bool) -> torch.Tensor:
+    """t on `device`; in a simulated pipeline a fake tensor there (the target may not exist)."""
+    if not simulated:
+        return t.to(device)
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-    if isinstance(t, FakeTensor):
-        from dtype_doctor.trace.engine import fake_like
+    from dtype_doctor.trace.engine import fake_like
 
-        return fake_like(t.fake_mode, t, device)
-    return t.to(device)
+    mode = t.fake_mode if isinstance(t, FakeTensor) else FakeTensorMode(allow_non_fake_inputs=True)
+    return fake_like(mode, t, device)
 
 
 class Fp32Trainable(Strategy):

@@ -179,8 +179,13 @@ def trace_model(
     simulate: bool = False,
     lineage: Lineage | None = None,
     sources: Mapping[str, SourceLoc] | None = None,
+    move_inputs: bool = True,
 ) -> Trace:
-    """Run one forward (and with train=True one backward) under the recorder."""
+    """Run one forward (and with train=True one backward) under the recorder.
+
+    With move_inputs=False the inputs stay on their own devices (a batch the pipeline
+    forgot to move), so a model on `device` meets them as it would for real.
+    """
     inputs = dict(inputs.items())
     if autocast not in (None, "off") and autocast not in AUTOCAST_DTYPES:
         from dtype_doctor.errors import UsageError
@@ -204,7 +209,11 @@ def trace_model(
             alias[device_name(stand_in)] = device_name(label)
             autocast_device = stand_in.type
         state = {n: fake_like(fake_mode, t, stand_in) for n, t in [*model.named_parameters(), *model.named_buffers()]}
-        inputs = {k: (fake_like(fake_mode, v, stand_in) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+        def sim_device(v: torch.Tensor) -> torch.device:
+            stays = not move_inputs and device_name(v.device) != device_name(label)
+            return v.device if stays else stand_in
+
+        inputs = {k: (fake_like(fake_mode, v, sim_device(v)) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
         target_device = None
     elif target_device is not None:
         if target_device.type == "cuda" and not torch.cuda.is_available():
@@ -213,7 +222,8 @@ def trace_model(
             raise UsageError(f"device={device!r} but no CUDA device is available; pass simulate=True to check a CUDA target")
         if any(t.device != target_device for t in [*model.parameters(), *model.buffers()]):
             state = _moved_state(model, target_device)
-        inputs = {k: (v.to(target_device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+        if move_inputs:
+            inputs = {k: (v.to(target_device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
 
     rec = Recorder(model, state=state, device_alias=alias, predict=_rules_predict if simulate else None)
     for name, v in inputs.items():
@@ -341,16 +351,19 @@ def diagnose(
     lineage: Lineage | None = None,
     sources: Mapping[str, SourceLoc] | None = None,
     target: Mapping[str, Any] | None = None,
+    move_inputs: bool = True,
 ) -> Report:
     """Trace `model(**inputs)` once (and one backward with train=True) and run every rule.
 
     `inputs` is a dict of tensors, a BatchEncoding or a BatchFeature. `device` runs the trace
     there, on copies of the model's state (the model itself is not moved). `simulate=True`
     traces with fake tensors on `device` (default: the model's device, or cuda:0 for a model
-    without data), reading no tensor data.
+    without data), reading no tensor data. `move_inputs=False` leaves the inputs on their
+    own devices instead of moving them to `device` with the model.
     """
     trace = trace_model(
-        model, inputs, device=device, autocast=autocast, train=train, simulate=simulate, lineage=lineage, sources=sources
+        model, inputs, device=device, autocast=autocast, train=train, simulate=simulate, lineage=lineage,
+        sources=sources, move_inputs=move_inputs,
     )
     return report_from_trace(trace, model, select=select, ignore=ignore, target=target)
 
