@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception as one line for stderr or a report: its first line, cut at `limit`."""
+    text = str(exc).strip() or type(exc).__name__
+    line = text.splitlines()[0].strip()
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 class DoctorError(Exception):
     """Base of the errors the tool raises on purpose."""
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from dtype_doctor.errors import InputError, UsageError
+from dtype_doctor.errors import InputError, UsageError, first_line as _first_line
 
 __all__ = ["LoadedRows", "load_rows", "DATA_FILE_BUILDERS"]
 
@@ -69,12 +69,6 @@ def offline() -> Iterator[None]:
         hcst.HF_HUB_OFFLINE, dcfg.HF_HUB_OFFLINE = saved[0], saved[1]
         if saved[2] is not None:
             dcfg.HF_DATASETS_OFFLINE = saved[2]
-
-
-def _first_line(exc: BaseException, limit: int = 300) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    line = text.splitlines()[0].strip()
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _pick_split(available: list[str], split: str | None, where: str) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from dtype_doctor.errors import InputError, UsageError
+from dtype_doctor.errors import InputError, UsageError, first_line as _first_line
 from dtype_doctor.records import LineageStep, SourceLoc
 
 __all__ = ["Batch", "PreprocessFn", "build_batch", "load_preprocess", "PREPROCESS_MODES", "DATASET_FORMATS"]
@@ -73,12 +73,6 @@ class PreprocessFn:
     @property
     def label(self) -> str:
         return f"{self.file}:{self.name}"
-
-
-def _first_line(exc: BaseException, limit: int = 300) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    line = text.splitlines()[0].strip()
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 # --------------------------------------------------------------------------- preprocess file

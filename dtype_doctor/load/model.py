@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Any
 
-from dtype_doctor.errors import InputError, PickleRefusedError, RemoteCodeError, UsageError
+from dtype_doctor.errors import InputError, PickleRefusedError, RemoteCodeError, UsageError, first_line as _first_line
 
 __all__ = ["LoadedModel", "load_model", "MODEL_DTYPES", "resolve_model_dir"]
 
@@ -75,14 +75,6 @@ class LoadedModel:
     @property
     def is_causal_lm(self) -> bool:
         return self.class_name.endswith("ForCausalLM")
-
-
-def _first_line(exc: BaseException, limit: int = 300) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    line = text.splitlines()[0].strip()
-    if len(line) > limit:
-        line = line[: limit - 1] + "…"
-    return line
 
 
 def resolve_model_dir(spec: str) -> Path:

@@ -20,6 +20,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
+from dtype_doctor.errors import first_line
 from dtype_doctor.records import ModuleCall, OpCall, TensorMeta
 
 # Schema argument name → operand role.
@@ -421,5 +422,6 @@ def _tensors(*objs: Any) -> Iterator[torch.Tensor]:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:500]
+    return first_line(exc, 500)
+
+
