@@ -584,6 +584,12 @@ def build_batch(
             line = key_lines.get(key, fallback_line)
             return SourceLoc(pre.file, line) if line else None
 
+        def add_preprocess_step(key: str, dt: Any, dev: Any, shape: Any, detail: str) -> None:
+            src = loc(key)
+            lin.add(key, LineageStep("preprocess", dt, dev, shape, detail, src))
+            if src:
+                sources[key] = src
+
         if preprocess_mode == "map":
             before = dict(ds.features)
             ds, seen = _run_user_map(ds, pre, side)
@@ -595,17 +601,10 @@ def build_batch(
                 else:
                     seen_words = _describe_value(seen.get(key))[3] if key in seen else "a new column"
                 dt, _ = _feature_dtype(ds.features[key])
-                src = loc(key)
-                lin.add(
-                    key,
-                    LineageStep(
-                        "preprocess", dt, None, None,
-                        f"{pre.name} returned {seen_words}; datasets.map stored it as {_feature_repr(ds.features[key])}",
-                        src,
-                    ),
+                add_preprocess_step(
+                    key, dt, None, None,
+                    f"{pre.name} returned {seen_words}; datasets.map stored it as {_feature_repr(ds.features[key])}",
                 )
-                if src:
-                    sources[key] = src
             for key in before:
                 if key not in ds.column_names:
                     lin.steps.pop(key, None)
@@ -617,17 +616,9 @@ def build_batch(
                     lin.steps.pop(key, None)
             for key, v in first.items():
                 dt, shape, dev, words = _describe_value(v)
-                src = loc(key)
-                lin.add(
-                    key,
-                    LineageStep(
-                        "preprocess", dt, dev, shape,
-                        f"{pre.name} returned {words} (with_transform: not stored in Arrow, no formatter)",
-                        src,
-                    ),
+                add_preprocess_step(
+                    key, dt, dev, shape, f"{pre.name} returned {words} (with_transform: not stored in Arrow, no formatter)"
                 )
-                if src:
-                    sources[key] = src
 
     # ---- processor for raw columns (map path only: a transform is the user's whole pipeline)
     if transformed is None:
