@@ -413,6 +413,14 @@ def _feature_extractor_of(loaded: Any) -> Any:
     return loaded.feature_extractor or getattr(loaded.processor, "feature_extractor", None)
 
 
+def _map_processor(ds: Any, fn: Callable[..., Any], tag: str, what: str) -> Any:
+    """A processor applied as a batched map; its failure is one InputError naming `what`."""
+    try:
+        return _map(ds, fn, batched=True, tag=tag)
+    except Exception as e:  # noqa: BLE001 - the processor's own error, in one line
+        raise InputError(f"{what}: {type(e).__name__}: {_first_line(e)}") from None
+
+
 def _map(ds: Any, fn: Callable[..., Any], *, batched: bool, fn_kwargs: dict[str, Any] | None = None, tag: str) -> Any:
     import datasets
 
@@ -776,12 +784,7 @@ def _apply_processors(
                     enc["labels"] = [[(t if t != pad else -100) for t in seq] for seq in tgt["input_ids"]]
                 return enc
 
-            try:
-                new = _map(ds, tokenize, batched=True, tag="tokenize")
-            except Exception as e:
-                raise InputError(
-                    f"{tok_name} could not tokenize column '{text_col}': {type(e).__name__}: {_first_line(e)}"
-                ) from None
+            new = _map_processor(ds, tokenize, "tokenize", f"{tok_name} could not tokenize column '{text_col}'")
             made = [c for c in new.column_names if c not in cols or (c == "labels" and target_col)]
             for c in made:
                 src_col = target_col if (c == "labels" and target_col) else text_col
@@ -818,12 +821,7 @@ def _apply_processors(
                     seen.update({k: v for k, v in out.items()})
                 return out
 
-            try:
-                new = _map(ds, process, batched=True, tag="image")
-            except Exception as e:
-                raise InputError(
-                    f"{type(ip).__name__} could not process column '{img_col}': {type(e).__name__}: {_first_line(e)}"
-                ) from None
+            new = _map_processor(ds, process, "image", f"{type(ip).__name__} could not process column '{img_col}'")
             for c in new.column_names:
                 if c in cols:
                     continue
@@ -871,12 +869,7 @@ def _apply_processors(
                     seen_fe["_sr"] = sr
                 return out
 
-            try:
-                new = _map(ds, extract, batched=True, tag="audio")
-            except Exception as e:
-                raise InputError(
-                    f"{type(fe).__name__} could not process column '{audio_col}': {type(e).__name__}: {_first_line(e)}"
-                ) from None
+            new = _map_processor(ds, extract, "audio", f"{type(fe).__name__} could not process column '{audio_col}'")
             for c in new.column_names:
                 if c in cols and c != audio_col:
                     continue
