@@ -406,3 +406,15 @@ def test_minilm_half_with_an_fp32_pooler():
     assert [(f.module, f.severity) for f in found(real, "DD101")] == [("pooler.dense", "error")]
     fake = dtype_doctor.diagnose(model, enc, simulate=True, device="cuda")
     assert located(fake) == located(real) and fake.target.device == "cuda:0"
+
+
+def test_a_training_trace_goes_on_through_the_backward_of_a_repaired_op() -> None:
+    """The forward repair is below autograd, so convolution_backward sees the original mixed
+    operands; oneDNN fails there without naming dtypes. The trace must still finish."""
+    model, x = nn.Conv2d(3, 4, 3, bias=False).half(), torch.randn(2, 3, 8, 8)  # ResNet's convs have no bias
+    with pytest.raises(RuntimeError):
+        model(x)
+    report = dtype_doctor.diagnose(model, {"input": x}, train=True)
+    assert report.trace.failure is None
+    assert [f.code for f in report.findings if f.severity == "error"] == ["DD101"]
+    assert any(op.phase == "backward" and op.recovered for op in report.trace.ops)

@@ -86,6 +86,10 @@ def classify_error(message: str, operands: tuple[TensorMeta, ...]) -> str:
         return "dtype"
     if _DEVICE_ERROR.search(message):
         return "device"
+    # Some kernels (oneDNN's convolution_backward, for one) fail on mixed dtypes without
+    # saying so; the operands say it.
+    if len({t.dtype for t in operands if t.is_floating and not t.is_scalar}) > 1:
+        return "dtype"
     return "other"
 
 
