@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from dtype_doctor.cli.main import run
+from helpers_errors import last_error, names_dtypes
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINES = Path(__file__).resolve().parent / "pipelines"
@@ -29,7 +30,7 @@ class Scenario:
     script: str
     model: str
     data: str
-    error: str  # what the unpatched script dies of
+    error: tuple[str, tuple[str, ...]]  # what the unpatched script dies of: the class and the dtypes it names
     fix_args: tuple[str, ...]
     strategy: str  # the strategy auto must pick
     patched: str  # the file the patch changes
@@ -39,34 +40,34 @@ class Scenario:
 SCENARIOS = [
     Scenario(
         "classify_images.py", "models/resnet-tiny", "demo/data",
-        "Input type (torch.HalfTensor) and weight type (torch.FloatTensor)",
+        ("RuntimeError", ("float16", "float32")),
         ("--preprocess", "prep_half.py:preprocess", "--preprocess-mode", "transform"),
         "cast-inputs", "prep_half.py",
         ("--preprocess", "prep_half.py:preprocess", "--preprocess-mode", "transform"),
     ),
     Scenario(
         "classify_text.py", "models/bert-tiny", "data/text-cls",
-        "expected target dtype to be Long or Byte, but got Int",
+        ("RuntimeError", ("int32",)),
         ("--preprocess", "prep_labels.py:preprocess", "--preprocess-mode", "transform", "--collator", "none"),
         "cast-inputs", "prep_labels.py",
         ("--preprocess", "prep_labels.py:preprocess", "--preprocess-mode", "transform", "--collator", "none"),
     ),
     Scenario(
         "audio_half.py", "models/wav2vec2-tiny", "data/audio",
-        "Input type (torch.FloatTensor) and weight type (torch.HalfTensor)",
+        ("RuntimeError", ("float32", "float16")),
         ("--dtype", "float16", "--script", "audio_half.py"),
         "cast-inputs", "audio_half.py", None,
     ),
     Scenario(
         "train_amp.py", "models/bert-tiny", "data/text-cls",
-        "Attempting to unscale FP16 gradients.",
+        ("ValueError", ("float16",)),
         ("--dtype", "float16", "--train", "--autocast", "float16", "--script", "train_amp.py"),
         "fp32-trainable", "train_amp.py",
         ("--train", "--autocast", "float16"),
     ),
     Scenario(
         "map_half.py", "models/resnet-tiny", "demo/data",
-        "Input type (torch.FloatTensor) and weight type (torch.HalfTensor)",
+        ("RuntimeError", ("float32", "float16")),
         ("--dtype", "float16", "--script", "map_half.py"),
         "cast-inputs", "map_half.py", None,
     ),
@@ -112,7 +113,9 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_fix_patch_apply_run(s: Scenario, repo: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MODEL_DIR", str(FIX / s.model))
     before = _script(repo, s)
-    assert before.returncode != 0 and s.error in before.stderr, before.stderr[-2000:]
+    error, dtypes = last_error(before.stderr)
+    assert before.returncode != 0 and error == s.error[0], before.stderr[-2000:]
+    assert names_dtypes(before.stderr.strip().splitlines()[-1], *s.error[1]), before.stderr[-2000:]
 
     code, out = _cli(["fix", str(FIX / s.model), str(FIX / s.data), *s.fix_args, "--write-patch", "fix.patch", "--format", "json"], capsys)
     report = json.loads(out)
