@@ -14,9 +14,11 @@ def check(trace: Trace) -> Iterator[Finding]:
         return
     from dtype_doctor.rules import rejected_by
 
-    failing = [op for op in trace.ops if op.error and not op.recovered]
-    if failure.kind in ("dtype", "device") and failing and rejected_by(failing[-1]) is not None:
-        return  # the rule that judges this op already reports it (watch() does not step over errors)
+    # One error raised through nested records (F.cross_entropy, then aten.nll_loss_forward):
+    # when a rule judges any of them, that rule reports it (watch() does not step over errors).
+    failing = [op for op in trace.ops if op.error == failure.message and not op.recovered]
+    if failure.kind in ("dtype", "device") and any(rejected_by(op) is not None for op in failing):
+        return
     what = {
         "other": "failed for a reason that is not dtype or device",
         "simulation": "could not be simulated with fake tensors",

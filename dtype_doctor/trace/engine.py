@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import platform
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import torch
@@ -375,6 +376,12 @@ class watch:
             loss = model(**batch).loss
             loss.backward()
         print(w.report.findings)
+
+    The block runs as it would without the doctor: an error PyTorch raises still propagates,
+    but `w.report` is set either way, and the exception carries the report
+    (`exc.dtype_doctor_report`) and a note naming the findings, with the doctor's own frames
+    taken out of its traceback. With `raise_errors=False` dtype and device errors are repaired
+    as in `diagnose()` and the block runs on.
     """
 
     def __init__(
@@ -418,4 +425,38 @@ class watch:
             failure=_failure(rec, exc) if exc is not None else None,
         )
         self.report = report_from_trace(trace, self.model, select=self.select, ignore=self.ignore)
+        if exc is not None:
+            _explain(exc, self.report)
         return False  # the user's exception still propagates
+
+
+def _explain(exc: BaseException, report: Report) -> None:
+    """Attach the report to `exc`, name its findings in a note, drop the doctor's frames."""
+    import dtype_doctor
+
+    try:
+        exc.dtype_doctor_report = report  # type: ignore[attr-defined]
+    except AttributeError:  # an exception type with __slots__
+        pass
+    shown = [f for f in report.findings if f.severity != "info"]
+    if shown:
+        lines = [f"dtype-doctor found {len(shown)} problem{'s' if len(shown) != 1 else ''} in this step:"]
+        lines += [f"  {f.code} {f.severity} at {f.module or '<model>'}: {f.message}" for f in shown]
+        exc.add_note("\n".join(lines))
+    package = str(Path(dtype_doctor.__file__).parent)
+    exc.__traceback__ = _without_frames_from(exc.__traceback__, package)
+
+
+def _without_frames_from(tb: Any, directory: str) -> Any:
+    """The traceback `tb` without the frames whose code lives under `directory`."""
+    import types
+
+    frames = []
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(directory):
+            frames.append(tb)
+        tb = tb.tb_next
+    rebuilt = None
+    for t in reversed(frames):
+        rebuilt = types.TracebackType(rebuilt, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return rebuilt
