@@ -360,5 +360,7 @@ class Report:
                 "phase": fl.phase,
             }
         if self.fix is not None:
-            d["fix"] = dict(self.fix)
+            # Top-level findings and summary describe the pipeline as scanned, before the fix;
+            # fix.before repeats that summary beside fix.after's, so neither is mistaken for the other.
+            d["fix"] = {**self.fix, "before": {"summary": self.summary}}
         return d

@@ -277,7 +277,7 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], tuple[str, ...]]] = {
     "unknown-fail-on": (fixed(*S, "--fail-on", "fatal"), ("--fail-on",)),
     "unknown-dataset-format": (fixed(*S, "--dataset-format", "pandas"), ("--dataset-format",)),
     "unknown-option": (fixed(*S, "--no-such-flag"), ("--no-such-flag",)),
-    "missing-argument": (fixed("scan", str(BERT)), ("dataset",)),
+    "missing-argument": (fixed("scan", str(BERT)), ("DATASET",)),
     "unknown-command": (fixed("diagnose"), ("diagnose",)),
     "output-unwritable": (output_unwritable, ("cannot write the report",)),
     # rules

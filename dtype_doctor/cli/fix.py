@@ -13,19 +13,23 @@ from dtype_doctor.cli import options as o
 EXAMPLES = """
 Examples:
 
+\b
   dtype-doctor fix fixtures/demo/model fixtures/demo/data
 
-  dtype-doctor fix ./model ./images --preprocess prep.py:preprocess --write-patch fix.patch
+\b
+  dtype-doctor fix ./model ./images --preprocess prep.py:preprocess \\
+      --write-patch fix.patch
 
-  dtype-doctor fix ./model ./data --script train.py --strategy autocast --write-patch fix.patch && git apply fix.patch
+\b
+  dtype-doctor fix ./model ./data --script train.py --strategy autocast \\
+      --write-patch fix.patch && git apply fix.patch
 """
-
-Strategy = Annotated[str, typer.Option("--strategy", help="auto|cast-inputs|half-model|autocast|to-device|fp32-trainable.")]
+Strategy = Annotated[str, typer.Option("--strategy", metavar="NAME", help="auto|cast-inputs|half-model|autocast|to-device|fp32-trainable.")]
 UnsafeFixes = Annotated[bool, typer.Option("--unsafe-fixes", help="Let auto use fixes that change weight precision (half-model).")]
 Force = Annotated[bool, typer.Option("--force", help="Overwrite an existing --write-patch file; apply half-model despite fp16 overflow evidence.")]
 WritePatch = Annotated[Optional[Path], typer.Option("--write-patch", metavar="PATH", help="Write the verified fix as a unified diff (git apply) to PATH.")]
 Script = Annotated[Optional[Path], typer.Option("--script", metavar="FILE.py", help="Your pipeline script: the patch changes it (from_pretrained dtype=, autocast, batch casts).")]
-MaxRounds = Annotated[int, typer.Option("--max-rounds", help="Apply / re-trace rounds before giving up.")]
+MaxRounds = Annotated[int, typer.Option("--max-rounds", metavar="N", help="Apply / re-trace rounds before giving up.")]
 
 
 def fix_command(

@@ -13,6 +13,7 @@ import typer
 from dtype_doctor import __version__
 from dtype_doctor.cli.fix import EXAMPLES as FIX_EXAMPLES
 from dtype_doctor.cli.fix import fix_command
+from dtype_doctor.cli.help import Command
 from dtype_doctor.cli.rules import rule_command, rules_command
 from dtype_doctor.cli.scan import EXAMPLES as SCAN_EXAMPLES
 from dtype_doctor.cli.scan import scan_command
@@ -25,10 +26,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-app.command("scan", epilog=SCAN_EXAMPLES)(scan_command)
-app.command("fix", epilog=FIX_EXAMPLES)(fix_command)
-app.command("rule")(rule_command)
-app.command("rules")(rules_command)
+app.command("scan", epilog=SCAN_EXAMPLES, cls=Command)(scan_command)
+app.command("fix", epilog=FIX_EXAMPLES, cls=Command)(fix_command)
+app.command("rule", cls=Command)(rule_command)
+app.command("rules", cls=Command)(rules_command)
 
 
 def _version(value: bool) -> None:

@@ -15,11 +15,7 @@ def emit(report: Any, fmt: str | None, output: Path | None, fail_on: str) -> Non
 
     fmt = fmt or "rich"
     to_terminal = output is None and sys.stdout.isatty()
-    width = None
-    if fmt == "rich" and to_terminal:
-        import shutil
-
-        width = shutil.get_terminal_size((100, 24)).columns
+    width = text_width() if fmt == "rich" else None
     text = render(report, fmt, width=width, color=to_terminal, fail_on=fail_on, rules=all_rules())
     if output is None:
         sys.stdout.write(text)
@@ -31,6 +27,15 @@ def emit(report: Any, fmt: str | None, output: Path | None, fail_on: str) -> Non
     except OSError as exc:
         raise UsageError(f"cannot write the report to {output}: {exc.strerror or exc}") from exc
     print(f"report written to {output}", file=sys.stderr)
+
+
+def text_width() -> int:
+    """Columns for rich text: $COLUMNS when set (piped output too), else the terminal's, else 100."""
+    import shutil
+
+    from dtype_doctor.report import DEFAULT_WIDTH
+
+    return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
 
 
 def exit_code(report: Any, fail_on: str) -> int:

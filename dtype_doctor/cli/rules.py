@@ -8,8 +8,8 @@ import typer
 
 
 def rule_command(
-    code: Annotated[str, typer.Argument(help="A rule code (DD101) or name (dtype-mismatch-in-op).", show_default=False)],
-    format: Annotated[Optional[str], typer.Option("--format", "-f", help="rich or json.")] = None,
+    code: Annotated[str, typer.Argument(metavar="CODE", help="A rule code (DD101) or name (dtype-mismatch-in-op).", show_default=False)],
+    format: Annotated[Optional[str], typer.Option("--format", "-f", metavar="FORMAT", help="rich or json.")] = None,
 ) -> None:
     """Explain one rule: what it flags, why it matters, an example, the fix."""
     from dtype_doctor.rules import get_rule
@@ -25,7 +25,7 @@ def rule_command(
 
 
 def rules_command(
-    format: Annotated[Optional[str], typer.Option("--format", "-f", help="rich or json.")] = None,
+    format: Annotated[Optional[str], typer.Option("--format", "-f", metavar="FORMAT", help="rich or json.")] = None,
 ) -> None:
     """List every rule with its code, name, default severity and summary."""
     from dtype_doctor.rules import all_rules
@@ -61,6 +61,7 @@ def _print_json(obj: object) -> None:
 def _print(renderable: object) -> None:
     import sys
 
-    from rich.console import Console
+    from dtype_doctor.cli.output import text_width
+    from dtype_doctor.report import render_renderable
 
-    Console(width=None if sys.stdout.isatty() else 100).print(renderable)
+    sys.stdout.write(render_renderable(renderable, width=text_width(), color=sys.stdout.isatty()))

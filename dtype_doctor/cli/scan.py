@@ -9,13 +9,17 @@ from dtype_doctor.cli import options as o
 EXAMPLES = """
 Examples:
 
+\b
   dtype-doctor scan fixtures/demo/model fixtures/demo/data
 
-  dtype-doctor scan ./my-model ./data.parquet --dtype float16 --format json -o report.json
+\b
+  dtype-doctor scan ./my-model ./data.parquet --dtype float16 \\
+      --format json -o report.json
 
-  dtype-doctor scan ./my-model ./images --preprocess prep.py:transform --simulate --device cuda
+\b
+  dtype-doctor scan ./my-model ./images --preprocess prep.py:transform \\
+      --simulate --device cuda
 """
-
 
 def scan_command(
     model: o.Model,

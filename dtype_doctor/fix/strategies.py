@@ -121,7 +121,7 @@ def describe(c: Change) -> str:
         "convert-model": f"convert the model {c.before} → {c.to} (declared fp32 modules and buffers kept)",
         "autocast": f"run the forward under torch.autocast(dtype=torch.{c.to})",
         "move-input": f"move {c.target} {c.before} → {c.to}",
-        "trainable-fp32": f"keep {c.target} trainable parameters in float32 (were {c.before})",
+        "trainable-fp32": f"keep the {c.target} parameters in float32 (were {c.before})",
     }
     return verb.get(c.kind, f"{c.kind} {c.target} → {c.to}")
 

@@ -958,7 +958,7 @@ def _collate(
         elif before is not None and before.dtype != dt and before.dtype is not None:
             det = f"{name} made it {dt} (was {before.dtype})"
         elif before is not None and before.dtype is None and dt is not None:
-            det = f"{name} made a {dt} tensor from python values"
+            det = f"{name} made {'an' if dt.startswith('int') else 'a'} {dt} tensor from python values"
         else:
             det = f"{name} {'stacked' if name == 'default_data_collator' else 'padded and stacked'} the rows"
         lin.add(key, LineageStep("collator", dt, dev, shape, det))

@@ -110,8 +110,6 @@ def rule_doc(rule: Any) -> RenderableType:
 
 def render_renderable(renderable: RenderableType, *, width: int | None = None, color: bool = False) -> str:
     """Any rich renderable (a rules table, a rule page) as text, like `render` does for reports."""
-    from dtype_doctor.report.console import make_console
+    from dtype_doctor.report.console import render_text
 
-    console = make_console(width=width or DEFAULT_WIDTH, color=color)
-    console.print(renderable)
-    return console.file.getvalue()  # type: ignore[attr-defined]
+    return render_text(renderable, width=width or DEFAULT_WIDTH, color=color)

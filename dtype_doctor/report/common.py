@@ -276,6 +276,15 @@ def _field(item: Any, key: str) -> str:
     return "" if value is None else str(value)
 
 
+def fix_outcome(fix: Mapping[str, Any], before: Mapping[str, int]) -> tuple[bool, str, str]:
+    """(verified, `fixed and verified: 0 errors, ...`, `before: 1 error, ...`): how a fix ends."""
+    after = fix.get("after")
+    after_summary = after.get("summary") if isinstance(after, Mapping) else None
+    verified = bool(fix.get("verified"))
+    counts = counts_line(after_summary) if isinstance(after_summary, Mapping) else "no re-run"
+    return verified, f"{'fixed and verified' if verified else 'not fixed'}: {counts}", f"before: {counts_line(before)}"
+
+
 def fix_fields(fix: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(label, value) lines for the fix outcome: verified, after, parity, patch."""
     rows: list[tuple[str, str]] = []

@@ -42,6 +42,7 @@ from dtype_doctor.report.common import (
     environment_line,
     failure_line,
     fix_fields,
+    fix_outcome,
     fix_steps,
     lineage_rows,
     module_label,
@@ -59,9 +60,15 @@ TREE_LEAVES = 12
 
 
 def render(report: Report, options: RenderOptions) -> str:
-    console = make_console(width=options.width, color=options.color)
-    console.print(report_renderable(report))
-    return console.file.getvalue()  # type: ignore[attr-defined]
+    return render_text(report_renderable(report), width=options.width, color=options.color)
+
+
+def render_text(renderable: RenderableType, *, width: int, color: bool) -> str:
+    """`renderable` laid out at `width`; plain text carries no padding at line ends."""
+    console = make_console(width=width, color=color)
+    console.print(renderable)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    return text if color else "\n".join(line.rstrip() for line in text.split("\n"))
 
 
 # Control characters rich lays out as zero-width; a terminal would act on them (an ESC in a
@@ -213,36 +220,56 @@ def findings_table(findings: tuple[Finding, ...]) -> Table:
     return table
 
 
+# Below this many columns for a lineage step's detail, the detail goes on its own line
+# under the step, so identifiers like `Model.forward(pixel_values=…)` are not cut mid-word.
+LINEAGE_DETAIL_MIN = 48
+
+
 def lineage_view(lineage: Mapping[str, Any]) -> RenderableType:
     """Per input, one line per stage: `stage  dtype@device[shape]  detail`, the stage that
     changed the dtype or device marked and highlighted."""
-    tables = {name: [_lineage_cells(row) for row in lineage_rows(steps)] for name, steps in lineage.items()}
-    # The same column widths for every input, so the stages line up down the page.
-    widths = [max((c[i].cell_len for rows in tables.values() for c in rows), default=1) for i in range(3)]
-    parts: list[RenderableType] = [
-        Text.assemble(("lineage", "bold"), (f"  {CHANGED_MARK} the stage that changed the dtype or device", "dim"))
-    ]
-    for name, rows in tables.items():
-        grid = Table.grid(padding=(0, 1))
-        for width in widths:
-            grid.add_column(no_wrap=True, min_width=width)
-        grid.add_column(overflow="fold")
-        for cells in rows:
-            grid.add_row(*cells)
-        parts += [Text(name, style="bold"), Padding(grid, (0, 0, 0, 1))]
-    return Group(*parts)
+    return _LineageView({name: [_lineage_cells(row) for row in lineage_rows(steps)] for name, steps in lineage.items()})
+
+
+class _LineageView:
+    def __init__(self, tables: Mapping[str, list[list[Text]]]) -> None:
+        self.tables = tables
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        tables = self.tables
+        # The same column widths for every input, so the stages line up down the page.
+        widths = [max((c[i].cell_len for rows in tables.values() for c in rows), default=1) for i in range(3)]
+        stacked = options.max_width - (1 + sum(widths) + len(widths)) < LINEAGE_DETAIL_MIN
+        yield Text.assemble(("lineage", "bold"), (f"  {CHANGED_MARK} the stage that changed the dtype or device", "dim"))
+        for name, rows in tables.items():
+            grid = Table.grid(padding=(0, 1))
+            for width in widths[: 2 if stacked else 3]:
+                grid.add_column(no_wrap=True, min_width=width)
+            grid.add_column(overflow="fold")
+            for mark, stage, meta, detail in rows:
+                if stacked:
+                    grid.add_row(mark, stage, meta)
+                    if detail:
+                        grid.add_row("", "", detail)
+                else:
+                    grid.add_row(mark, stage, meta, detail)
+            yield Text(name, style="bold")
+            yield Padding(grid, (0, 0, 0, 1))
 
 
 def _lineage_cells(row: LineageRow) -> list[Text]:
     step = row.step
     changed = row.dtype_changed or row.device_changed
-    meta = Text.assemble(
-        (step.dtype or UNKNOWN, dtype_style(step.dtype) + (" bold reverse" if row.dtype_changed else "")),
-        # Stored stages (Arrow columns, per-row values) have no device and no batch shape yet.
-        ("@" if step.device else "", "dim"),
-        (step.device or "", "bold reverse" if row.device_changed else ""),
-        (shape_label(step.shape) if step.shape is not None else "", "dim"),
-    )
+    meta = Text(step.dtype or UNKNOWN, style=dtype_style(step.dtype) + (" bold reverse" if row.dtype_changed else ""))
+    if step.dtype is not None:  # a stage that knows no dtype (python values) shows no shape either
+        meta.append_tokens(
+            [
+                # Stored stages (Arrow columns, per-row values) have no device and no batch shape yet.
+                ("@" if step.device else "", "dim"),
+                (step.device or "", "bold reverse" if row.device_changed else ""),
+                (shape_label(step.shape) if step.shape is not None else "", "dim"),
+            ]
+        )
     return [
         Text(CHANGED_MARK if changed else " ", style="bold yellow"),
         Text(step.stage, style="bold" if changed else ""),
@@ -323,7 +350,10 @@ def fix_panel(fix: Mapping[str, Any]) -> Panel:
 
 
 def summary(report: Report) -> Text:
+    """The last line: the counts, or for `fix` the outcome, which is what a reader acts on."""
     s = report.summary
+    if report.fix is not None:
+        return fix_outcome_line(report)
     failure = report.trace.failure if report.trace else None
     if not report.findings:
         if failure is not None:
@@ -331,3 +361,10 @@ def summary(report: Report) -> Text:
         return Text.assemble(("✓ ", "bold green"), (NO_PROBLEMS, "bold green"), (f" · {traced_line(s)}", "dim"))
     worst = next((sev for sev in ("error", "warning", "info") if s.get(sev)), "info")
     return Text.assemble((counts_line(s), SEVERITY_STYLE[worst]), (f" · {traced_line(s)}", "dim"))
+
+
+
+def fix_outcome_line(report: Report) -> Text:
+    verified, outcome, before = fix_outcome(report.fix or {}, report.summary)
+    head = ("✓ ", "bold green") if verified else ("✗ ", "bold red")
+    return Text.assemble(head, (outcome, "bold green" if verified else "bold red"), (f" ({before})", "dim"))

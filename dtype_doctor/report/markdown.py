@@ -20,6 +20,7 @@ from dtype_doctor.report.common import (
     environment_line,
     failure_line,
     fix_fields,
+    fix_outcome,
     fix_steps,
     lineage_rows,
     module_label,
@@ -39,6 +40,9 @@ def render(report: Report, options: RenderOptions) -> str:
     out: list[str] = [f"## {TOOL_NAME}: {_code(report.target.model)}", ""]
     summary = report.summary
     out += [f"**{summary_line(summary)}**", ""]
+    if report.fix is not None:
+        verified, outcome, before = fix_outcome(report.fix, summary)
+        out += [f"**{'✓' if verified else '✗'} {outcome}** ({before})", ""]
     out += [f"- **{label}**: {_text(value)}" for label, value in target_fields(report)]
     env = environment_line(report.environment)
     if env:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from rich import box
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.padding import Padding
 from rich.syntax import Syntax
 from rich.table import Table
@@ -29,21 +29,37 @@ RULE_SECTIONS = (
 )
 
 
-def rules_table(rules: Iterable[Any]) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    table.add_column("code", style="bold", no_wrap=True)
-    table.add_column("name", no_wrap=True)
-    table.add_column("severity", no_wrap=True)
-    table.add_column("flags", overflow="fold")
-    for rule in sorted(rules, key=lambda r: r.code):
-        severity = getattr(rule, "severity", "")
-        table.add_row(
-            Text(rule.code),
-            Text(getattr(rule, "name", "")),
-            Text(severity, style=SEVERITY_STYLE.get(severity, "")),
-            Text(getattr(rule, "summary", "") or ""),
-        )
-    return table
+# Narrower than this, each rule's summary goes under its code and name at the full width,
+# instead of in a fourth column a few words wide.
+RULES_TABLE_MIN = 110
+
+
+def rules_table(rules: Iterable[Any]) -> RenderableType:
+    return _RulesTable(tuple(sorted(rules, key=lambda r: r.code)))
+
+
+class _RulesTable:
+    def __init__(self, rules: tuple[Any, ...]) -> None:
+        self.rules = rules
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        wide = options.max_width >= RULES_TABLE_MIN
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, show_lines=not wide)
+        table.add_column("code", style="bold", no_wrap=True)
+        if wide:
+            table.add_column("name", no_wrap=True)
+            table.add_column("severity", no_wrap=True)
+        table.add_column("flags" if wide else "rule")
+        for rule in self.rules:
+            severity = getattr(rule, "severity", "")
+            name = Text(getattr(rule, "name", ""))
+            sev = Text(severity, style=SEVERITY_STYLE.get(severity, ""))
+            flags = Text(getattr(rule, "summary", "") or "")
+            if wide:
+                table.add_row(Text(rule.code), name, sev, flags)
+            else:
+                table.add_row(Text(rule.code), Group(Text.assemble(name, " · ", sev), flags))
+        yield table
 
 
 def rule_doc(rule: Any) -> RenderableType:
