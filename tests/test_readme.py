@@ -19,3 +19,114 @@ def test_setup_commands_exist() -> None:
     assert "make demo" in README and "make test" in README
     assert re.search(r"^demo: ", makefile, re.M) and re.search(r"^test: ", makefile, re.M)
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+# ------------------------------------------------------------------ the README, run as written
+#
+# Every shell command the README shows runs here, as written, in a copy of the repository
+# (what a fresh clone holds), one bash session top to bottom as a user pastes them: ```sh
+# blocks, ```python blocks, and inline `dtype-doctor …` / `make …` spans. The one exception is
+# `make test`, the command that runs this test.
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
+SKIP = {"make test"}
+
+
+def _blocks(lang: str) -> list[str]:
+    return [body for kind, body in BLOCK.findall(README) if kind == lang]
+
+
+def _commands(script: str) -> list[str]:
+    """Shell commands of a block: continuation lines joined, comments and blanks dropped."""
+    joined = re.sub(r"\\\n\s*", " ", script)
+    return [line.strip() for line in joined.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+def _inline(prefix: str) -> list[str]:
+    prose = BLOCK.sub("", README)
+    spans = re.findall(r"`([^`\n]+)`", prose)
+    # A synopsis (MODEL, CODE, [options], a|b) is not a command, nor is a command's bare name
+    # in a sentence (`dtype-doctor fix` applies ...): a command has an argument.
+    return sorted(
+        {s for s in spans if s.startswith(prefix) and len(s.split()) > 2 and not re.search(r"\b[A-Z]{2,}\b|\[|\||…|\.\.\.", s)}
+    )
+
+
+def test_every_code_block_says_what_it_is() -> None:
+    assert [kind for kind, _ in BLOCK.findall(README) if not kind] == []
+    assert not re.search(r"^    (dtype-doctor|make|python|pip) ", README, re.M), "an indented command block"
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The files a fresh clone has, with their times, and this checkout's installed .venv."""
+    venv = ROOT / ".venv"
+    if not (venv / ".installed").exists():
+        pytest.skip("run `make install` first: the README's commands use .venv")
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    dest = tmp_path_factory.mktemp("clone")
+    for name in filter(None, files):
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    (dest / ".venv").symlink_to(venv)
+    prerequisites = [dest / "pyproject.toml", dest / "scripts" / "install-torch"]
+    if any(p.stat().st_mtime > (venv / ".installed").stat().st_mtime for p in prerequisites):
+        pytest.skip(".venv is older than pyproject.toml: run `make install`")
+    return dest
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "VIRTUAL_ENV"))}
+    env.update(HF_HUB_OFFLINE="1", COLUMNS="100")
+    return env
+
+
+def test_the_shell_commands_run_as_written(clone: Path) -> None:
+    commands = [c for block in _blocks("sh") for c in _commands(block)]
+    assert "make demo" in commands and "make test" in commands
+    lines = ["set -u"]
+    for i, c in enumerate(commands):
+        if c not in SKIP:
+            lines.append(f"{c}; echo \"::done {i} $?\"")
+    done = subprocess.run(["bash", "-c", "\n".join(lines)], cwd=clone, env=_env(), capture_output=True, text=True, timeout=900)
+    codes = dict(re.findall(r"^::done (\d+) (\d+)$", done.stdout, re.M))
+    for i, c in enumerate(commands):
+        if c in SKIP:
+            continue
+        assert str(i) in codes, f"{c!r} did not run:\n{done.stderr[-3000:]}"
+        # 1 is a report with findings (the demo has one); 2 and 3 would be a broken command.
+        assert codes[str(i)] in ("0", "1"), f"{c!r} exited {codes[str(i)]}:\n{done.stderr[-3000:]}"
+    assert "Traceback" not in done.stderr
+    assert (clone / "fix.patch").exists() and (clone / "dtype-doctor.sarif").exists()
+
+
+def test_the_python_examples_run_as_written(clone: Path) -> None:
+    blocks = _blocks("python")
+    assert blocks
+    for code in blocks:
+        done = subprocess.run([str(clone / ".venv/bin/python"), "-c", code], cwd=clone, env=_env(), capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "DD101" in done.stdout  # the watch() example reached w.report
+
+
+def test_the_inline_commands_run_as_written(clone: Path) -> None:
+    commands = _inline("dtype-doctor ")
+    assert "dtype-doctor rule DD104" in commands
+    for c in commands:
+        done = subprocess.run(["bash", "-c", f". .venv/bin/activate && {c}"], cwd=clone, env=_env(), capture_output=True, text=True, timeout=300)
+        assert done.returncode in (0, 1), (c, done.stderr[-2000:])
+    for c in {s for s in re.findall(r"`(make [a-z]+)`", BLOCK.sub("", README))}:
+        target = c.split()[1]
+        done = subprocess.run(["make", "-n", target], cwd=clone, env=_env(), capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, (c, done.stderr)
