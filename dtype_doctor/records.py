@@ -135,7 +135,7 @@ def main_dtype_of(sizes: Iterable[tuple[str, int]]) -> str | None:
     return max(sorted(weight), key=weight.__getitem__) if weight else None
 
 
-def _numel(shape: tuple[int, ...]) -> int:
+def numel(shape: tuple[int, ...]) -> int:
     n = 1
     for d in shape:
         n *= d
@@ -160,7 +160,7 @@ class ModelInfo:
     @property
     def main_dtype(self) -> str | None:
         """The dtype most parameter elements are in: what "the model's dtype" means."""
-        return main_dtype_of((p.dtype, _numel(p.shape)) for p in self.parameters)
+        return main_dtype_of((p.dtype, numel(p.shape)) for p in self.parameters)
 
     def module_type(self, name: str) -> str:
         for n, t in self.module_types:

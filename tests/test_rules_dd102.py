@@ -138,3 +138,67 @@ def test_fp32_trainable_head_on_frozen_half_base_under_autocast(batch):
         model(**batch)  # fp32 weights under autocast: accepted
     report = dtype_doctor.diagnose(model, {**batch, "labels": torch.tensor([0, 2])}, autocast="float16", train=True)
     assert report.findings == ()
+
+
+def lora_everywhere_tower() -> nn.Module:
+    """LoRA on every bias-free linear (as PEFT's target_modules="all-linear" does on Llama):
+    the trainable adapter tensors outnumber the frozen base tensors."""
+    model = Tower()
+    for i in range(len(model.layers)):
+        model.layers[i] = nn.Linear(16, 16, bias=False)
+    model.out = nn.Linear(16, 4, bias=False)
+    model.half().requires_grad_(False)
+    for i, layer in enumerate(model.layers):
+        model.layers[i] = LoRALinear(layer)
+    return model
+
+
+def test_lora_on_every_linear_of_a_frozen_half_base_is_not_reported():
+    model = lora_everywhere_tower()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert len(trainable) > len(list(model.parameters())) / 2  # more adapter tensors than base ones
+    ids = torch.randint(0, 50, (2, 5))
+    model(ids).float().sum().backward()  # PyTorch runs and trains it
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in trainable)
+
+    assert dtype_doctor.diagnose(model, {"input_ids": ids}, train=True).findings == ()
+
+
+def test_fp32_head_larger_than_its_frozen_half_backbone_is_not_reported():
+    """Counted by elements the fp32 head is "the model"; the frozen backbone still sets its dtype."""
+    model = Tower().half().requires_grad_(False)
+    model.out = nn.Linear(16, 4096)  # trainable fp32, more elements than the backbone
+    assert model.out.weight.numel() > sum(p.numel() for p in model.parameters() if not p.requires_grad)
+    ids = torch.randint(0, 50, (2, 5))
+    with torch.autocast("cpu", dtype=F16):
+        model(ids).float().sum().backward()  # AMP accepts fp32 weights
+    assert dtype_doctor.diagnose(model, {"input_ids": ids}, autocast="float16", train=True).findings == ()
+
+
+class ModulesToSave(nn.Module):
+    """PEFT's ModulesToSaveWrapper: the frozen original beside a trainable copy that is used."""
+
+    def __init__(self, original: nn.Module, copy: nn.Module):
+        super().__init__()
+        self.original_module = original
+        self.modules_to_save = nn.ModuleDict({"default": copy})
+
+    def forward(self, x):
+        return self.modules_to_save["default"](x)
+
+
+def test_fp32_modules_to_save_on_a_frozen_half_base_are_not_reported():
+    model = adapted_tower(freeze=True)
+    model.out = ModulesToSave(model.out, nn.Linear(16, 4))  # the trained copy upcast to fp32
+    ids = torch.randint(0, 50, (2, 5))
+    with torch.autocast("cpu", dtype=F16):
+        model(ids).float().sum().backward()
+    assert dtype_doctor.diagnose(model, {"input_ids": ids}, autocast="float16", train=True).findings == ()
+
+
+def test_an_fp32_frozen_module_in_a_frozen_half_base_is_still_reported():
+    """Control: only trainable fp32 modules are exempt, not an fp32 layer left in the base."""
+    model = adapted_tower(freeze=True)
+    model.layers[1].base.float().requires_grad_(False)
+    [f] = found(dtype_doctor.diagnose(model, {"input_ids": torch.randint(0, 50, (2, 5))}), "DD102")
+    assert f.module == "layers.1.base" and "float16 model" in f.message

@@ -4,25 +4,24 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import FLOATING, Finding, TensorMeta, Trace
+from dtype_doctor.records import FLOATING, Finding, StateTensor, TensorMeta, Trace, main_dtype_of, numel
 from dtype_doctor.rules._common import fix_half_model, is_half, keep_fp32, main_dtype
 from dtype_doctor.rules.base import Rule
 
 
 def check(trace: Trace) -> Iterator[Finding]:
-    main = main_dtype(trace)
     params = [p for p in trace.model.parameters if p.dtype in FLOATING]
-    if main is None:
+    base = base_dtype(trace, params)
+    if base is None:
         return
-    trainable = [p for p in params if p.requires_grad]
-    adapters_mode = 0 < len(trainable) < len(params) / 2
+    frozen_half_base = is_half(base) and any(not p.requires_grad for p in params)
     odd = [
         p
         for p in params
-        if p.dtype != main
+        if p.dtype != base
         and not keep_fp32(trace, p.name)
-        # fp32 adapters / heads trained on a frozen half base are the recommended setup.
-        and not (adapters_mode and p.requires_grad and p.dtype == "float32" and is_half(main))
+        # fp32 trainables (head, adapters, modules_to_save) on a frozen half base: the recommended setup.
+        and not (frozen_half_base and p.requires_grad and p.dtype == "float32")
     ]
     by_dtype: dict[str, list] = {}
     for p in odd:
@@ -33,15 +32,27 @@ def check(trace: Trace) -> Iterator[Finding]:
         tensors = [
             TensorMeta(p.dtype, p.device, p.shape, "weight", p.name, f"param:{p.name}") for p in group[:8]
         ]
-        fixes = [fix_half_model(main)] if is_half(main) else []
+        fixes = [fix_half_model(base)] if is_half(base) else []
         yield RULE.finding(
-            f"{len(group)} parameter(s) are {dtype} in a {main} model: {shown}",
+            f"{len(group)} parameter(s) are {dtype} in a {base} model: {shown}",
             module=modules[0],
             module_type=trace.model.module_type(modules[0]),
             stage="model-loading",
             tensors=tensors,
             fixes=fixes,
         )
+
+
+def base_dtype(trace: Trace, params: list[StateTensor]) -> str | None:
+    """The dtype the model is meant to be in: its frozen parameters' when some train and some do not.
+
+    Trainable heads and adapters can outweigh a tiny frozen backbone, so counting every
+    element would call an fp32 head "the model" and blame the half backbone.
+    """
+    frozen = [p for p in params if not p.requires_grad and not keep_fp32(trace, p.name)]
+    if frozen and len(frozen) < len(params):
+        return main_dtype_of((p.dtype, numel(p.shape)) for p in frozen)
+    return main_dtype(trace)
 
 
 RULE = Rule(
@@ -52,7 +63,7 @@ RULE = Rule(
     why=(
         "A model whose layers hold different dtypes fails wherever activations cross from one dtype to the "
         "other (DD101), and costs memory where it is not needed. Modules listed in _keep_in_fp32_modules and "
-        "fp32 adapters on a frozen half base are intentional and not reported."
+        "fp32 trainable heads, adapters and modules_to_save on a frozen half base are intentional and not reported."
     ),
     example="model = AutoModel.from_pretrained(p, dtype=torch.float16); model.classifier = nn.Linear(768, 2)  # fp32 head",
     fix="Convert the odd modules to the model's dtype (half-model), or run under autocast so per-op casts bridge them.",
