@@ -12,7 +12,7 @@ Importing this package imports neither torch, transformers nor datasets; the fun
 from __future__ import annotations
 
 from dtype_doctor.load.dataset import LoadedRows, load_rows
-from dtype_doctor.load.inputs import Batch, PreprocessFn, build_batch, load_preprocess
+from dtype_doctor.load.batch import Batch, PreprocessFn, build_batch, load_preprocess
 from dtype_doctor.load.model import MODEL_DTYPES, LoadedModel, load_model, resolve_model_dir
 
 __all__ = [

@@ -1,0 +1,178 @@
+"""The preprocess stage: the user's ``--preprocess FILE.py:FUNC`` applied as ``Dataset.map``
+(outputs stored in Arrow, the formatter reads them later) or ``Dataset.with_transform`` (rows
+read now, as a DataLoader would, and never stored)."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from typing import Any
+
+from dtype_doctor.errors import InputError, UsageError, first_line
+from dtype_doctor.load.batch.describe import describe_value, feature_dtype, feature_repr
+from dtype_doctor.load.batch.hf_map import quiet_map
+from dtype_doctor.load.batch.source_lines import source_lines
+from dtype_doctor.load.batch.state import BatchContext, BatchState, PreprocessFn
+from dtype_doctor.records import LineageStep, SourceLoc
+
+BATCHED_PARAM_NAMES = ("batch", "examples", "batched", "samples", "example_batch", "batch_examples")
+SIDE_KWARGS = ("tokenizer", "image_processor", "feature_extractor", "processor", "config")
+
+
+def load_preprocess(spec: str) -> PreprocessFn:
+    """Import FILE.py and return FUNC. Writes nothing into the user's directory (no __pycache__).
+
+    A function whose first parameter is named ``batch`` / ``examples`` (or that has an attribute
+    ``batched = True``) is mapped with ``batched=True``; one that takes ``tokenizer``,
+    ``image_processor``, ``feature_extractor``, ``processor`` or ``config`` by keyword gets the
+    model's.
+    """
+    file, sep, func = spec.rpartition(":")
+    if not sep or not file or not func or not func.isidentifier():
+        raise UsageError(f"--preprocess must be FILE.py:FUNC, got {spec!r}")
+    path = Path(file).expanduser()
+    if not path.is_file():
+        raise InputError(f"preprocess file {file} does not exist; pass --preprocess FILE.py:FUNC with an existing file")
+    path = path.resolve()
+    mod_name = f"_dtype_doctor_preprocess_{abs(hash(str(path))):x}"
+    mspec = importlib.util.spec_from_file_location(mod_name, path)
+    if mspec is None or mspec.loader is None:
+        raise InputError(f"preprocess file {file} cannot be imported as Python; pass a .py file")
+    module = importlib.util.module_from_spec(mspec)
+    old_bytecode, old_path = sys.dont_write_bytecode, list(sys.path)
+    sys.dont_write_bytecode = True  # no __pycache__ in the user's directory
+    sys.path.insert(0, str(path.parent))  # so the file can import its neighbours
+    sys.modules[mod_name] = module
+    try:
+        mspec.loader.exec_module(module)
+    except SyntaxError as e:
+        sys.modules.pop(mod_name, None)
+        raise InputError(f"preprocess file {file} has a syntax error at line {e.lineno}: {e.msg}") from None
+    except (Exception, SystemExit) as e:
+        sys.modules.pop(mod_name, None)
+        raise InputError(f"preprocess file {file} failed to import: {type(e).__name__}: {first_line(e)}") from None
+    finally:
+        sys.dont_write_bytecode = old_bytecode
+        sys.path[:] = old_path
+    fn = getattr(module, func, None)
+    if fn is None:
+        funcs = sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == mod_name)
+        hint = f"functions there: {', '.join(funcs)}" if funcs else "it defines no function"
+        raise InputError(f"preprocess file {file} has no function {func!r} ({hint})")
+    if not callable(fn):
+        raise InputError(f"{file}:{func} is a {type(fn).__name__}, not a function; pass --preprocess FILE.py:FUNC")
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = {}  # type: ignore[assignment]
+    names = list(params)
+    batched = bool(getattr(fn, "batched", False)) or bool(names and names[0] in BATCHED_PARAM_NAMES)
+    accepts = tuple(n for n in SIDE_KWARGS if n in params)
+    return PreprocessFn(fn=fn, file=file, path=path, name=func, batched=batched, accepts=accepts)
+
+
+def run(state: BatchState, ctx: BatchContext) -> BatchState:
+    pre = ctx.preprocess
+    if pre is None:
+        return state
+    key_lines, fallback_line = source_lines(pre)
+
+    def step(key: str, dt: Any, dev: Any, shape: Any, detail: str) -> LineageStep:
+        line = key_lines.get(key, fallback_line)
+        return LineageStep("preprocess", dt, dev, shape, detail, SourceLoc(pre.file, line) if line else None)
+
+    fn_kwargs = {k: v for k, v in ctx.side_objects().items() if k in pre.accepts}
+    if ctx.preprocess_mode == "map":
+        before = dict(state.dataset.features)
+        ds, seen = _map(state.dataset, pre, fn_kwargs)
+        state = state.but(dataset=ds, lineage=state.lineage.keep(c for c in state.lineage.steps if c in ds.column_names))
+        for key in ds.column_names:
+            if key not in seen and key in before and ds.features[key] == before[key]:
+                continue  # a column the function left alone
+            if key in seen:
+                words = describe_value(seen[key])[3]
+            else:
+                words = "changed" if key in before else "a new column"
+            dt, _ = feature_dtype(ds.features[key])
+            stored = feature_repr(ds.features[key])
+            state = state.step(key, step(key, dt, None, None, f"{pre.name} returned {words}; datasets.map stored it as {stored}"))
+        return state
+    rows = _transform(state.dataset, pre, fn_kwargs)
+    state = state.but(rows=rows, formatter="custom (with_transform)", lineage=state.lineage.keep(rows[0]))
+    for key, v in rows[0].items():
+        dt, shape, dev, words = describe_value(v)
+        detail = f"{pre.name} returned {words} (with_transform: not stored in Arrow, no formatter)"
+        state = state.step(key, step(key, dt, dev, shape, detail))
+    return state
+
+
+def _raised(pre: PreprocessFn, err: BaseException) -> InputError:
+    return InputError(f"preprocess function {pre.label} raised {type(err).__name__}: {first_line(err)}")
+
+
+def _map(ds: Any, pre: PreprocessFn, fn_kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Dataset.map(FUNC); returns (new dataset, the first row's output of FUNC by key)."""
+    seen: dict[str, Any] = {}
+    raised: list[BaseException] = []
+
+    def wrapper(example: Any, **kw: Any) -> Any:
+        try:
+            out = pre.fn(example, **kw)
+        except Exception as e:
+            raised.append(e)
+            raise
+        if isinstance(out, dict) and not seen:
+            for k, v in out.items():
+                first = pre.batched and (isinstance(v, (list, tuple)) and v or hasattr(v, "shape") and len(v.shape))
+                seen[k] = v[0] if first else v
+        return out
+
+    try:
+        return quiet_map(ds, wrapper, batched=pre.batched, fn_kwargs=fn_kwargs, tag="preprocess"), seen
+    except Exception as e:
+        if raised:
+            raise _raised(pre, raised[0]) from None
+        raise InputError(
+            f"datasets.map could not store what {pre.label} returned: {type(e).__name__}: {first_line(e)}; "
+            "return a dict of columns (lists, arrays or tensors)"
+        ) from None
+
+
+def _transform(ds: Any, pre: PreprocessFn, fn_kwargs: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    """Dataset.with_transform(FUNC), every row read as a DataLoader would (__getitems__)."""
+    raised: list[BaseException] = []
+
+    def wrapper(batch: Any) -> Any:
+        try:
+            if pre.batched:
+                return pre.fn(batch, **fn_kwargs)
+            # a per-example function: call it row by row, as a torch Dataset's __getitem__ would
+            size = len(next(iter(batch.values()))) if batch else 0
+            outs = [pre.fn({k: v[i] for k, v in batch.items()}, **fn_kwargs) for i in range(size)]
+        except Exception as e:
+            raised.append(e)
+            raise
+        if not outs or not all(isinstance(o, dict) for o in outs):
+            return {}
+        return {k: [o.get(k) for o in outs] for k in outs[0]}
+
+    tds = ds.with_transform(wrapper)
+    idx = list(range(len(ds)))
+    old = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True
+    try:
+        rows = tds.__getitems__(idx) if hasattr(tds, "__getitems__") else [tds[i] for i in idx]
+    except Exception as e:
+        if raised:
+            raise _raised(pre, raised[0]) from None
+        raise InputError(
+            f"with_transform({pre.label}) gave rows datasets cannot split: {type(e).__name__}: {first_line(e)}; "
+            "return a dict of per-row lists"
+        ) from None
+    finally:
+        sys.dont_write_bytecode = old
+    if not rows or not isinstance(rows[0], dict):
+        raise InputError(f"preprocess function {pre.label} returned no columns; return a dict of per-row lists")
+    return tuple(dict(r) for r in rows)
