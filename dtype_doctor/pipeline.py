@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from dtype_doctor.errors import UsageError
-from dtype_doctor.records import Report
+from dtype_doctor.records import Report, Subject, TraceRequest
 
 DEVICES_HELP = "auto|cpu|cuda|cuda:N"
 MODEL_DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -90,19 +90,19 @@ class Prepared:
     model_spec: str
     dataset_spec: str
 
-    def trace_kwargs(self) -> dict[str, Any]:
+    def request(self) -> TraceRequest:
         o = self.options
-        return {
-            "device": self.device if o.simulate else None,
-            "autocast": None if o.autocast == "off" else o.autocast,
-            "train": o.train,
-            "simulate": o.simulate,
-            "select": o.select,
-            "ignore": o.ignore,
-            "lineage": self.batch.lineage,
-            "sources": self.batch.sources,
-            "target": {"model": self.model_spec, "dataset": self.dataset_spec, "split": self.rows.split},
-        }
+        return TraceRequest(
+            device=self.device if o.simulate else None,  # a real model was loaded onto its device
+            autocast=o.autocast,
+            train=o.train,
+            simulate=o.simulate,
+            select=o.select,
+            ignore=o.ignore,
+            lineage=self.batch.lineage,
+            sources=self.batch.sources,
+            subject=Subject(self.model_spec, self.dataset_spec, self.rows.split),
+        )
 
 
 def prepare(
@@ -157,7 +157,7 @@ def scan(
     p = prepare(model, dataset, options, progress=progress)
     if progress:
         progress("tracing")
-    return diagnose(p.loaded.model, p.batch.inputs, **p.trace_kwargs())
+    return diagnose(p.loaded.model, p.batch.inputs, p.request())
 
 
 def fix(
@@ -193,8 +193,8 @@ def fix(
     if progress:
         progress("tracing and fixing")
     result = fix_model(
-        p.loaded.model, p.batch.inputs, strategy=strategy, fail_on=fail_on, unsafe_fixes=unsafe_fixes,
-        force=force, max_rounds=max_rounds, **p.trace_kwargs(),
+        p.loaded.model, p.batch.inputs, p.request(), strategy=strategy, fail_on=fail_on, unsafe_fixes=unsafe_fixes,
+        force=force, max_rounds=max_rounds,
     )
     patch = None
     # An unverified fix is not written as a patch: it would not make the pipeline run.
@@ -212,8 +212,6 @@ def fix(
             root=root,
         )
         patch = patches.write(plan, patch_path, root=root, force=force)
-        if patch.get("path") is None:
-            return result.report(None, patch_skipped=patch["skipped"])
     elif patch_path is not None:
         return result.report(None, patch_skipped="the fix was not verified, so it is not written")
     return result.report(patch)

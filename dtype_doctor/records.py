@@ -7,7 +7,10 @@ on a hand-built Trace and a formatter on a hand-built Report.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dtype_doctor.fix.outcome import FixOutcome
 
 # Where a dtype or device can come from, in pipeline order. "formatter" (the datasets
 # torch/numpy formatter) is an addition to SPEC.md's list: it silently casts fp16 → fp32
@@ -305,6 +308,46 @@ class Target:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """What a report says was traced: the model and dataset as the user named them."""
+
+    model: str | None = None
+    dataset: str | None = None
+    split: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    """How to trace, as one value: `diagnose`, `watch`, `fix_model` and the CLI pipeline
+    pass it on whole instead of repeating ten keyword arguments.
+
+    `device` None traces where the model is; `simulate` uses fake tensors; `move_inputs`
+    False leaves the batch where the pipeline put it; `lineage`/`sources` say where each
+    input came from; `subject` names what is traced in the report.
+    """
+
+    device: str | None = None
+    autocast: str | None = None  # None, "float16" or "bfloat16" ("off" is read as None)
+    train: bool = False
+    simulate: bool = False
+    move_inputs: bool = True
+    select: Iterable[str] | str | None = None
+    ignore: Iterable[str] | str | None = None
+    lineage: Lineage = field(default_factory=dict)
+    sources: Mapping[str, SourceLoc] = field(default_factory=dict)
+    subject: Subject | None = None
+
+    def __post_init__(self) -> None:
+        if self.autocast == "off":
+            object.__setattr__(self, "autocast", None)
+
+    def with_(self, **changes: Any) -> "TraceRequest":
+        from dataclasses import replace
+
+        return replace(self, **changes)
+
+
 def summarize(findings: tuple[Finding, ...] | list[Finding], trace: Trace | None) -> dict[str, int]:
     counts = {s: 0 for s in SEVERITIES}
     for f in findings:
@@ -320,8 +363,8 @@ class Report:
     target: Target
     environment: Mapping[str, Any]
     trace: Trace | None = None
-    # The `fix` block of SPEC.md, set by `dtype-doctor fix`.
-    fix: Mapping[str, Any] | None = None
+    # The `fix` block of SPEC.md, set by `dtype-doctor fix` (a dtype_doctor.fix.outcome.FixOutcome).
+    fix: FixOutcome | None = None
 
     @property
     def lineage(self) -> Lineage:
@@ -362,5 +405,5 @@ class Report:
         if self.fix is not None:
             # Top-level findings and summary describe the pipeline as scanned, before the fix;
             # fix.before repeats that summary beside fix.after's, so neither is mistaken for the other.
-            d["fix"] = {**self.fix, "before": {"summary": self.summary}}
+            d["fix"] = {**self.fix.to_dict(), "before": {"summary": self.summary}}
         return d

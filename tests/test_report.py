@@ -22,6 +22,7 @@ from rich.cells import cell_len
 from hypothesis import strategies as st
 
 from dtype_doctor import __version__
+from dtype_doctor.fix.outcome import FixOutcome, PatchOutcome, Step
 from dtype_doctor.errors import UsageError
 from dtype_doctor.records import (
     FixSuggestion,
@@ -165,18 +166,22 @@ FAILURE = TraceFailure(
     op="aten.convolution.default",
 )
 
-FIX_BLOCK = {
-    "strategy": "cast-inputs",
-    "applied": [
-        {"strategy": "cast-inputs", "status": "applied", "detail": "pixel_values → float16 after the formatter"},
-        {"strategy": "cast-inputs", "status": "applied", "detail": "labels → int64"},
-        {"strategy": "to-device", "status": "skipped", "detail": "inputs already on cuda:0"},
-    ],
-    "verified": True,
-    "after": {"findings": [DD108.to_dict()], "summary": {"error": 0, "warning": 0, "info": 1, "modules_traced": 15, "ops_traced": 40}},
-    "parity": {"reference": "float32", "max_abs_diff": 0.00048828125, "cosine": 0.99999994},
-    "patch": {"path": "fix.patch", "files": ["prep.py"]},
-}
+FIX_BLOCK = FixOutcome(
+    strategy="cast-inputs",
+    steps=(
+        Step("cast-inputs", "applied", "pixel_values → float16 after the formatter"),
+        Step("cast-inputs", "applied", "labels → int64"),
+        Step("to-device", "skipped", "inputs already on cuda:0"),
+    ),
+    verified=True,
+    after_findings=(DD108,),
+    after_summary={"error": 0, "warning": 0, "info": 1, "modules_traced": 15, "ops_traced": 40},
+    converged=True,
+    rounds=1,
+    detail="verified: the re-run trace has no finding at or above error",
+    parity={"reference": "float32", "max_abs_diff": 0.00048828125, "cosine": 0.99999994},
+    patch=PatchOutcome("fix.patch", ("prep.py",)),
+)
 
 
 def _trace(failure: TraceFailure | None = None, model: ModelInfo | None = None) -> Trace:
@@ -349,7 +354,7 @@ def test_json_without_fix_or_failure_has_no_such_keys():
 
 
 def test_json_serialises_records_inside_a_fix_block():
-    d = json.loads(render(full_report(fix={**FIX_BLOCK, "after": {"findings": [DD108], "summary": {}}}), "json"))
+    d = json.loads(render(full_report(fix=FIX_BLOCK), "json"))
     assert d["fix"]["after"]["findings"][0]["code"] == "DD108"
 
 
@@ -504,7 +509,7 @@ def test_junit_fix_testcase_fails_when_not_verified():
     ok = _suite(_junit(full_report(trace=_trace(), fix=FIX_BLOCK)))
     fix_case = [c for c in ok.findall("testcase") if c.get("name") == "fix"][0]
     assert fix_case.find("failure") is None
-    bad = _suite(_junit(full_report(trace=_trace(), fix={**FIX_BLOCK, "verified": False})))
+    bad = _suite(_junit(full_report(trace=_trace(), fix=replace(FIX_BLOCK, verified=False))))
     fix_case = [c for c in bad.findall("testcase") if c.get("name") == "fix"][0]
     assert fix_case.find("failure") is not None and bad.get("failures") == "2"
 

@@ -83,9 +83,10 @@ def fix_command(
         progress=progress(),
     )
     emit(report, format, output, fail_on)
-    fix_block = report.fix or {}
-    if write_patch and not fix_block.get("patch"):
-        print(f"dtype-doctor: no patch written: {fix_block.get('patch_skipped') or fix_block.get('detail')}", file=sys.stderr)
+    outcome = report.fix
+    assert outcome is not None
+    if write_patch and not (outcome.patch and outcome.patch.path):
+        print(f"dtype-doctor: no patch written: {outcome.patch_skipped or outcome.detail}", file=sys.stderr)
     if fail_on == "never":
         raise typer.Exit(0)
-    raise typer.Exit(0 if fix_block.get("verified") else 1)
+    raise typer.Exit(0 if outcome.verified else 1)

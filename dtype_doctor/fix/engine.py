@@ -11,14 +11,15 @@ import contextlib
 import copy
 import itertools
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import torch
 
 from dtype_doctor.errors import UsageError
-from dtype_doctor.fix.strategies import AUTO_ORDER, NAMES, STRATEGIES, Context, Pipeline, Step, convert_keeping_fp32
-from dtype_doctor.records import Lineage, Report, SourceLoc
-from dtype_doctor.trace.engine import diagnose
+from dtype_doctor.fix.outcome import FixOutcome, PatchOutcome, Step
+from dtype_doctor.fix.strategies import AUTO_ORDER, NAMES, STRATEGIES, Context, Pipeline, convert_keeping_fp32
+from dtype_doctor.records import Report, TraceRequest
+from dtype_doctor.trace.engine import as_request, diagnose, settle
 from dtype_doctor.trace.recorder import dtype_name
 
 MAX_ROUNDS = 5
@@ -43,33 +44,24 @@ class FixResult:
     def applied(self) -> tuple[Step, ...]:
         return tuple(s for s in self.steps if s.status == "applied")
 
-    def fix_block(self, patch: Mapping[str, Any] | None = None, patch_skipped: str | None = None) -> dict[str, Any]:
-        """SPEC.md's `fix` block of the JSON report (plus converged/rounds/detail/cost/tradeoff)."""
-        block = {
-            "strategy": self.strategy,
-            "applied": [s.to_dict() for s in self.steps],
-            "verified": self.verified,
-            "after": {"findings": [f.to_dict() for f in self.after.findings], "summary": self.after.summary},
-            "parity": dict(self.parity) if self.parity else None,
-            "patch": dict(patch) if patch else None,
-            "converged": self.converged,
-            "rounds": self.rounds,
-            "detail": self.detail,
-            "cost": dict(self.cost) if self.cost else None,
-            "tradeoff": dict(self.tradeoff) if self.tradeoff else None,
-        }
-        if patch_skipped:
-            block["patch_skipped"] = patch_skipped
-        return block
+    def outcome(self, patch: PatchOutcome | None = None, patch_skipped: str | None = None) -> FixOutcome:
+        """SPEC.md's `fix` block of the report, as a record."""
+        return FixOutcome(
+            strategy=self.strategy, steps=self.steps, verified=self.verified,
+            after_findings=self.after.findings, after_summary=self.after.summary,
+            converged=self.converged, rounds=self.rounds, detail=self.detail,
+            parity=self.parity, cost=self.cost, tradeoff=self.tradeoff,
+            patch=patch, patch_skipped=patch_skipped or (patch.skipped if patch else None),
+        )
 
-    def report(self, patch: Mapping[str, Any] | None = None, patch_skipped: str | None = None) -> Report:
-        """The scan report of the original pipeline with the fix block attached."""
+    def report(self, patch: PatchOutcome | None = None, patch_skipped: str | None = None) -> Report:
+        """The scan report of the original pipeline with the fix outcome attached."""
         return Report(
             findings=self.before.findings,
             target=self.before.target,
             environment=self.before.environment,
             trace=self.before.trace,
-            fix=self.fix_block(patch, patch_skipped),
+            fix=self.outcome(patch, patch_skipped),
         )
 
 
@@ -81,41 +73,31 @@ def _score(report: Report, fail_on: str) -> int:
 def fix_model(
     model: torch.nn.Module,
     inputs: Mapping[str, Any],
+    request: TraceRequest | None = None,
     *,
     strategy: str = "auto",
     fail_on: str = "error",
     unsafe_fixes: bool = False,
     force: bool = False,
     max_rounds: int = MAX_ROUNDS,
-    device: str | None = None,
-    autocast: str | None = None,
-    train: bool = False,
-    simulate: bool = False,
-    select: Iterable[str] | str | None = None,
-    ignore: Iterable[str] | str | None = None,
-    lineage: Lineage | None = None,
-    sources: Mapping[str, SourceLoc] | None = None,
-    target: Mapping[str, Any] | None = None,
     measure: bool = True,
-    move_inputs: bool = True,
+    **options: Any,
 ) -> FixResult:
     """Diagnose, fix in memory, re-verify, and measure what the fix costs.
 
-    The user's model is never changed: strategies that change weights work on a copy.
-    `measure=False` skips parity and the autocast-vs-half comparison (extra forwards).
+    `request` (or its fields as keywords, as for `diagnose`) says how to trace; where the
+    trace runs is decided once, so every re-trace runs there too. The user's model is never
+    changed: strategies that change weights work on a copy. `measure=False` skips parity
+    and the autocast-vs-half comparison (extra forwards).
     """
     if strategy not in NAMES:
         raise UsageError(f"unknown --strategy {strategy!r}; choose one of: {', '.join(NAMES)}")
-    autocast = None if autocast in (None, "off") else autocast
+    request = settle(model, inputs, as_request(request, options))
 
     def trace(p: Pipeline) -> Report:
-        return diagnose(
-            p.model, p.inputs, device=p.device, autocast=p.autocast, train=p.train, simulate=p.simulate,
-            select=select, ignore=ignore, lineage=lineage, sources=sources, target=target,
-            move_inputs=move_inputs,
-        )
+        return diagnose(p.model, p.inputs, p.request)
 
-    start = Pipeline(model=model, inputs=dict(inputs.items()), autocast=autocast, device=device, train=train, simulate=simulate)
+    start = Pipeline(model=model, inputs=dict(inputs.items()), request=request)
     before = trace(start)
     real = not before.target.simulated
     # One fp32 reference for every measurement; a model that cannot be copied is not measured.

@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 from dtype_doctor.fix import codemods as cm
 from dtype_doctor.fix.patch import make_patch, read_source, repo_root
-from dtype_doctor.fix.strategies import Change, Step
+from dtype_doctor.fix.outcome import Change, CodemodOutcome, PatchOutcome, Step
 
 LABEL_KEYS = ("labels", "label", "label_ids")
 
@@ -114,21 +114,21 @@ def _module_params(strategy: str, c: Change, device_type: str) -> tuple[str, dic
     return strategy, {}
 
 
-def write(plan: PatchPlan, path: Path, *, root: Path, force: bool) -> dict[str, Any]:
-    """Run the codemods, write PATH (and nothing else), return the fix block's `patch`."""
+def write(plan: PatchPlan, path: Path, *, root: Path, force: bool) -> PatchOutcome:
+    """Run the codemods and write PATH (and nothing else); or say why nothing could be written."""
     edits, outcomes = [], []
     for file, mods in plan.per_file.items():
         before = read_source(file) if file.exists() else ""
         after, results = cm.run_codemods(before, file.name, mods)
-        outcomes += [{"file": str(file), "codemod": r.codemod, "status": r.status, "detail": r.detail} for r in results]
+        outcomes += [CodemodOutcome(str(file), r.codemod, r.status, r.detail) for r in results]
         if after != before:
             edits.append((file, before, after))
     if not edits:
         # Nothing to write: say why instead of leaving an empty patch git apply rejects.
-        reasons = "; ".join(f"{o['codemod']}: {o['detail']}" for o in outcomes) or "no edit planned"
-        return {"path": None, "files": [], "edits": outcomes, "notes": list(plan.notes), "skipped": reasons}
+        reasons = "; ".join(f"{o.codemod}: {o.detail}" for o in outcomes) or "no edit planned"
+        return PatchOutcome(None, (), tuple(outcomes), plan.notes, skipped=reasons)
     patch = make_patch(path, edits, root=root, force=force)
-    return {**patch.to_dict(), "edits": outcomes, "notes": list(plan.notes)}
+    return PatchOutcome(str(patch.path), tuple(patch.files), tuple(outcomes), plan.notes)
 
 
 def default_root(*paths: str | Path | None) -> Path:

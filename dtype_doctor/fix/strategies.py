@@ -8,68 +8,34 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import torch
 
-from dtype_doctor.records import HALF, Finding, Report, SourceLoc
+from dtype_doctor.fix.outcome import Change, Step
+from dtype_doctor.records import HALF, Finding, Report, SourceLoc, TraceRequest
 from dtype_doctor.rules._common import CLASS_LOSS, base_op, input_name
 from dtype_doctor.trace.recorder import dtype_name
 
 FP16_MAX = 65504.0
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One concrete edit: what the patch writer turns into code."""
-
-    kind: str  # cast-input | convert-model | autocast | move-input | trainable-fp32
-    target: str  # input name, or "model"
-    to: str  # dtype or device
-    before: str | None = None
-    stage: str | None = None  # lineage stage that produced the value (for cast-input)
-    source: SourceLoc | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "target": self.target,
-            "from": self.before,
-            "to": self.to,
-            "stage": self.stage,
-            "source": self.source.to_dict() if self.source else None,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """The outcome of one strategy in one round: a value, never an exception."""
-
-    strategy: str
-    status: str  # applied | skipped | failed
-    detail: str
-    changes: tuple[Change, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "strategy": self.strategy,
-            "status": self.status,
-            "detail": self.detail,
-            "changes": [c.to_dict() for c in self.changes],
-        }
-
-
 @dataclass
 class Pipeline:
-    """What a trace runs: the working copy a fix changes."""
+    """What a trace runs: the working copy a fix changes (model, batch, and how it is traced)."""
 
     model: torch.nn.Module
     inputs: dict[str, Any]
-    autocast: str | None = None
-    device: str | None = None
-    train: bool = False
-    simulate: bool = False
+    request: TraceRequest = field(default_factory=TraceRequest)
+
+    @property
+    def autocast(self) -> str | None:
+        return self.request.autocast
+
+    @property
+    def simulate(self) -> bool:
+        return self.request.simulate
 
     def with_(self, **changes: Any) -> "Pipeline":
         return replace(self, **changes)
@@ -216,7 +182,7 @@ class Autocast(Strategy):
         return (Change("autocast", "forward", max(set(halves), key=halves.count), None),)
 
     def apply(self, pipeline: Pipeline, changes: tuple[Change, ...]) -> Pipeline:
-        return pipeline.with_(autocast=changes[0].to)
+        return pipeline.with_(request=pipeline.request.with_(autocast=changes[0].to))
 
 
 class HalfModel(Strategy):
@@ -337,7 +303,7 @@ class Fp32Trainable(Strategy):
                 if p.requires_grad and p.is_floating_point():
                     p.data = p.data.float()
         autocast = next((c.to for c in changes if c.kind == "autocast"), pipeline.autocast)
-        return pipeline.with_(model=model, autocast=autocast)
+        return pipeline.with_(model=model, request=pipeline.request.with_(autocast=autocast))
 
 
 STRATEGIES: dict[str, Strategy] = {s.name: s for s in (ToDevice(), CastInputs(), Autocast(), Fp32Trainable(), HalfModel())}

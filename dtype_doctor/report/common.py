@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from dtype_doctor.fix.outcome import FixOutcome
 from dtype_doctor.records import (
     SEVERITIES,
     SEVERITY_RANK,
@@ -264,37 +265,24 @@ class AppliedStep:
         return FIX_STATUS_MARK.get(self.status, "?")
 
 
-def fix_steps(fix: Mapping[str, Any]) -> list[AppliedStep]:
-    return [
-        AppliedStep(_field(item, "strategy"), _field(item, "status"), _field(item, "detail"))
-        for item in fix.get("applied") or ()
-    ]
+def fix_steps(fix: FixOutcome) -> list[AppliedStep]:
+    return [AppliedStep(s.strategy, s.status, s.detail) for s in fix.steps]
 
 
-def _field(item: Any, key: str) -> str:
-    value = item.get(key) if isinstance(item, Mapping) else getattr(item, key, None)
-    return "" if value is None else str(value)
-
-
-def fix_outcome(fix: Mapping[str, Any], before: Mapping[str, int]) -> tuple[bool, str, str]:
+def fix_outcome(fix: FixOutcome, before: Mapping[str, int]) -> tuple[bool, str, str]:
     """(verified, `fixed and verified: 0 errors, ...`, `before: 1 error, ...`): how a fix ends."""
-    after = fix.get("after")
-    after_summary = after.get("summary") if isinstance(after, Mapping) else None
-    verified = bool(fix.get("verified"))
-    counts = counts_line(after_summary) if isinstance(after_summary, Mapping) else "no re-run"
+    verified = fix.verified
+    counts = counts_line(fix.after_summary)
     return verified, f"{'fixed and verified' if verified else 'not fixed'}: {counts}", f"before: {counts_line(before)}"
 
 
-def fix_fields(fix: Mapping[str, Any]) -> list[tuple[str, str]]:
+def fix_fields(fix: FixOutcome) -> list[tuple[str, str]]:
     """(label, value) lines for the fix outcome: verified, after, parity, patch."""
     rows: list[tuple[str, str]] = []
-    verified = fix.get("verified")
-    if verified is not None:
-        rows.append(("verified", "yes — the re-run trace is clean" if verified else f"no — {FIX_NOT_VERIFIED}"))
-    after = fix.get("after")
-    if isinstance(after, Mapping) and isinstance(after.get("summary"), Mapping):
-        rows.append(("after", counts_line(after["summary"])))
-    parity = fix.get("parity")
+    verified = fix.verified
+    rows.append(("verified", "yes — the re-run trace is clean" if verified else f"no — {FIX_NOT_VERIFIED}"))
+    rows.append(("after", counts_line(fix.after_summary)))
+    parity = fix.parity
     if isinstance(parity, Mapping):
         bits = []
         if parity.get("max_abs_diff") is not None:
@@ -303,21 +291,21 @@ def fix_fields(fix: Mapping[str, Any]) -> list[tuple[str, str]]:
             bits.append(f"cosine {parity['cosine']:.8f}")
         ref = f" against {parity['reference']}" if parity.get("reference") else ""
         rows.append(("parity", ", ".join(bits) + ref))
-    cost = fix.get("cost")
+    cost = fix.cost
     if isinstance(cost, Mapping) and cost.get("weight_bytes_before") is not None:
         rows.append(("weights", f"{_bytes(cost['weight_bytes_before'])} → {_bytes(cost['weight_bytes_after'])}"))
-    tradeoff = fix.get("tradeoff")
+    tradeoff = fix.tradeoff
     if isinstance(tradeoff, Mapping):
         for key in ("autocast", "half-model"):
             entry = tradeoff.get(key)
             if isinstance(entry, Mapping):
                 rows.append((key, _tradeoff_line(entry, tradeoff.get("dtype"))))
-    patch = fix.get("patch")
-    if isinstance(patch, Mapping) and patch.get("path"):
-        files = ", ".join(patch.get("files") or ())
-        rows.append(("patch", f"{patch['path']}" + (f" ({files})" if files else "")))
-    if fix.get("detail") and not verified:
-        rows.append(("why", str(fix["detail"])))
+    patch = fix.patch
+    if patch is not None and patch.path:
+        files = ", ".join(patch.files)
+        rows.append(("patch", f"{patch.path}" + (f" ({files})" if files else "")))
+    if fix.detail and not verified:
+        rows.append(("why", fix.detail))
     return rows
 
 

@@ -23,6 +23,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from dtype_doctor import __version__
+from dtype_doctor.fix.outcome import FixOutcome
 from dtype_doctor.records import Finding, Report
 from dtype_doctor.report.common import (
     APPLICABILITY_STYLE,
@@ -325,7 +326,7 @@ def _add_children(parent: Tree, children: tuple[DtypeNode, ...], budget: int) ->
     return lines, modules
 
 
-def fix_panel(fix: Mapping[str, Any]) -> Panel:
+def fix_panel(fix: FixOutcome) -> Panel:
     steps = Table.grid(padding=(0, 1))
     steps.add_column(no_wrap=True)
     steps.add_column(overflow="fold")
@@ -339,9 +340,9 @@ def fix_panel(fix: Mapping[str, Any]) -> Panel:
     fields.add_column(style="bold", no_wrap=True)
     fields.add_column(overflow="fold")
     for label, value in fix_fields(fix):
-        style = ("green" if fix.get("verified") else "red") if label == "verified" else ""
+        style = ("green" if fix.verified else "red") if label == "verified" else ""
         fields.add_row(label, Text(value, style=style))
-    strategy = fix.get("strategy")
+    strategy = fix.strategy
     return Panel(
         Group(steps, fields),
         title=Text(f"fix: {strategy}" if strategy else "fix", style="bold"),
@@ -365,6 +366,7 @@ def summary(report: Report) -> Text:
 
 
 def fix_outcome_line(report: Report) -> Text:
-    verified, outcome, before = fix_outcome(report.fix or {}, report.summary)
+    assert report.fix is not None
+    verified, outcome, before = fix_outcome(report.fix, report.summary)
     head = ("✓ ", "bold green") if verified else ("✗ ", "bold red")
     return Text.assemble(head, (outcome, "bold green" if verified else "bold red"), (f" ({before})", "dim"))

@@ -15,6 +15,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any, Mapping
 
+from dtype_doctor.fix.outcome import FixOutcome
 from dtype_doctor.records import SEVERITY_RANK, Finding, Report
 from dtype_doctor.report.common import (
     FAILURE_NOTE,
@@ -69,7 +70,7 @@ def render(report: Report, options: RenderOptions) -> str:
     if report.fix is not None:
         case = ET.SubElement(suite, "testcase", classname=TOOL_NAME, name="fix")
         text = _fix_text(report.fix)
-        if report.fix.get("verified") is False:
+        if not report.fix.verified:
             failures += 1
             ET.SubElement(case, "failure", message=FIX_NOT_VERIFIED, type="fix").text = text
         else:
@@ -107,8 +108,8 @@ def _finding_text(f: Finding) -> str:
     return "\n".join(lines)
 
 
-def _fix_text(fix: Mapping[str, Any]) -> str:
-    lines = [f"strategy: {fix.get('strategy')}"]
+def _fix_text(fix: FixOutcome) -> str:
+    lines = [f"strategy: {fix.strategy}"]
     lines += [f"{s.mark} {s.strategy} {s.status}" + (f": {s.detail}" if s.detail else "") for s in fix_steps(fix)]
     lines += [f"{label}: {value}" for label, value in fix_fields(fix)]
     return "\n".join(lines)

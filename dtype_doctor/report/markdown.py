@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
+from dtype_doctor.fix.outcome import FixOutcome
 from dtype_doctor.records import Finding, Report
 from dtype_doctor.report.common import (
     FAILURE_NOTE,
@@ -107,10 +108,10 @@ def _details(i: int, f: Finding) -> list[str]:
     return out
 
 
-def _fix(fix: Mapping[str, Any]) -> list[str]:
+def _fix(fix: FixOutcome) -> list[str]:
     out = ["### Fix", ""]
-    if fix.get("strategy"):
-        out.append(f"- **strategy**: {_code(str(fix['strategy']))}")
+    if fix.strategy:
+        out.append(f"- **strategy**: {_code(fix.strategy)}")
     for s in fix_steps(fix):
         detail = f": {_text(s.detail)}" if s.detail else ""
         out.append(f"- {s.mark} {_code(s.strategy)} {s.status}{detail}")

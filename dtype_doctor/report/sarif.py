@@ -56,7 +56,7 @@ def sarif_log(report: Report, options: RenderOptions) -> dict[str, Any]:
         "properties": {"target": report.target.to_dict(), "summary": report.summary},
     }
     if report.fix is not None:
-        run["properties"]["fix"] = dict(report.fix)
+        run["properties"]["fix"] = report.fix.to_dict()
     return {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION, "runs": [run]}
 
 

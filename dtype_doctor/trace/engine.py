@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import contextlib
 import platform
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import torch
 
 from dtype_doctor.records import (
-    Lineage,
     ModelInfo,
     Report,
-    SourceLoc,
     StateTensor,
+    Subject,
     Target,
     Trace,
     TraceFailure,
+    TraceRequest,
 )
 from dtype_doctor.trace.recorder import Recorder, classify_error, device_name, dtype_name
 
@@ -170,63 +171,77 @@ def _loss_of(out: Any) -> torch.Tensor | None:
     return first.float().sum()
 
 
-def trace_model(
-    model: torch.nn.Module,
-    inputs: Mapping[str, Any],
-    *,
-    device: str | None = None,
-    autocast: str | None = None,
-    train: bool = False,
-    simulate: bool = False,
-    lineage: Lineage | None = None,
-    sources: Mapping[str, SourceLoc] | None = None,
-    move_inputs: bool = True,
-) -> Trace:
-    """Run one forward (and with train=True one backward) under the recorder.
+@dataclass(frozen=True)
+class Placement:
+    """Where a trace runs, decided once per request: real or fake tensors, on which device."""
 
-    With move_inputs=False the inputs stay on their own devices (a batch the pipeline
-    forgot to move), so a model on `device` meets them as it would for real.
+    simulate: bool
+    label: torch.device | None  # the device the report names; None: wherever the model is
+    run_on: torch.device | None  # where the tensors live: the label, or its simulation stand-in
+
+
+def place(model: torch.nn.Module, inputs: Mapping[str, Any], request: TraceRequest) -> Placement:
+    """Decide real or simulated and the device; a model holding fake or meta tensors can only be simulated."""
+    target = torch.device(request.device) if request.device not in (None, "auto") else None
+    if request.simulate or _holds_no_data(model, inputs):
+        label = target or _declared_device(model) or torch.device("cuda", 0)
+        return Placement(True, label, simulation_device(label, request.autocast))
+    if target is not None and target.type == "cuda" and not torch.cuda.is_available():
+        from dtype_doctor.errors import UsageError
+
+        raise UsageError(f"device={request.device!r} but no CUDA device is available; pass simulate=True to check a CUDA target")
+    return Placement(False, target, target)
+
+
+def settle(model: torch.nn.Module, inputs: Mapping[str, Any], request: TraceRequest) -> TraceRequest:
+    """The request with its device and simulation decided, so re-traces of changed copies
+    (a fix's candidates) run where the first trace ran."""
+    where = place(model, inputs, request)
+    device = device_name(where.label) if where.label is not None else request.device
+    return request.with_(simulate=where.simulate, device=device)
+
+
+def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: TraceRequest | None = None) -> Trace:
+    """Run one forward (and with request.train one backward) under the recorder.
+
+    With request.move_inputs False the inputs stay on their own devices (a batch the
+    pipeline forgot to move), so a model on the device meets them as it would for real.
     """
+    request = request or TraceRequest()
     inputs = dict(inputs.items())
-    if autocast not in (None, "off") and autocast not in AUTOCAST_DTYPES:
+    autocast = request.autocast
+    if autocast is not None and autocast not in AUTOCAST_DTYPES:
         from dtype_doctor.errors import UsageError
 
         raise UsageError(f"--autocast must be off, float16 or bfloat16, not {autocast!r}")
-    autocast = None if autocast in (None, "off") else autocast
-    # A model already holding fake or meta tensors can only be simulated.
-    simulate = simulate or _holds_no_data(model, inputs)
+    where = place(model, inputs, request)
     fake_mode = None
     state: dict[str, torch.Tensor] | None = None
-    target_device = torch.device(device) if device not in (None, "auto") else None
+    target_device = where.label
     alias: dict[str, str] = {}
     autocast_device: str | None = None
-    if simulate:
+    if where.simulate:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-        label = target_device or _declared_device(model) or torch.device("cuda", 0)
-        stand_in = simulation_device(label, autocast)
+        label, stand_in = where.label, where.run_on
         if stand_in != label:
             alias[device_name(stand_in)] = device_name(label)
             autocast_device = stand_in.type
         state = {n: fake_like(fake_mode, t, stand_in) for n, t in [*model.named_parameters(), *model.named_buffers()]}
         def sim_device(v: torch.Tensor) -> torch.device:
-            stays = not move_inputs and device_name(v.device) != device_name(label)
+            stays = not request.move_inputs and device_name(v.device) != device_name(label)
             return v.device if stays else stand_in
 
         inputs = {k: (fake_like(fake_mode, v, sim_device(v)) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
         target_device = None
     elif target_device is not None:
-        if target_device.type == "cuda" and not torch.cuda.is_available():
-            from dtype_doctor.errors import UsageError
-
-            raise UsageError(f"device={device!r} but no CUDA device is available; pass simulate=True to check a CUDA target")
         if any(t.device != target_device for t in [*model.parameters(), *model.buffers()]):
             state = _moved_state(model, target_device)
-        if move_inputs:
+        if request.move_inputs:
             inputs = {k: (v.to(target_device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
 
-    rec = Recorder(model, state=state, device_alias=alias, predict=_rules_predict if simulate else None)
+    rec = Recorder(model, state=state, device_alias=alias, predict=_rules_predict if where.simulate else None)
     for name, v in inputs.items():
         if isinstance(v, torch.Tensor):
             rec.tag_input(name, v)
@@ -234,7 +249,7 @@ def trace_model(
     run_device = _run_device(model, state, target_device)
     amp_device = autocast_device or run_device.type
     failure: TraceFailure | None = None
-    with _preserved(model, train=train):
+    with _preserved(model, train=request.train):
         rec.attach()
         try:
             with contextlib.ExitStack() as stack:
@@ -242,7 +257,7 @@ def trace_model(
                     stack.enter_context(fake_mode)
                 stack.enter_context(rec.function_mode())
                 stack.enter_context(rec.dispatch_mode())
-                stack.enter_context(torch.enable_grad() if train else torch.no_grad())
+                stack.enter_context(torch.enable_grad() if request.train else torch.no_grad())
                 with contextlib.ExitStack() as amp:
                     if autocast:
                         amp.enter_context(torch.autocast(amp_device, dtype=AUTOCAST_DTYPES[autocast]))
@@ -250,7 +265,7 @@ def trace_model(
                         out = torch.func.functional_call(model, state, (), inputs, strict=False)
                     else:
                         out = model(**inputs)
-                if train:
+                if request.train:
                     loss = _loss_of(out)
                     if loss is not None and loss.requires_grad:
                         loss.backward()
@@ -263,13 +278,13 @@ def trace_model(
         modules=tuple(rec.modules),
         model=info,
         inputs=tuple(rec.boundary_inputs) or tuple(rec.meta(v, "input", k) for k, v in inputs.items() if isinstance(v, torch.Tensor)),
-        lineage=dict(lineage or {}),
+        lineage=dict(request.lineage),
         device=alias.get(device_name(run_device), device_name(run_device)),
-        simulated=simulate or fake_mode is not None,
+        simulated=where.simulate,
         autocast=autocast,
-        train=train,
+        train=request.train,
         failure=failure,
-        sources=dict(sources or {}),
+        sources=dict(request.sources),
     )
 
 
@@ -311,12 +326,12 @@ def _raising_module(rec: Recorder, exc: BaseException) -> tuple[str, str]:
     return found
 
 
-def _target(trace: Trace, model: torch.nn.Module, target: Mapping[str, Any] | None) -> Target:
-    t = dict(target or {})
+def _target(trace: Trace, model: torch.nn.Module, subject: Subject | None) -> Target:
+    subject = subject or Subject()
     return Target(
-        model=t.get("model", type(model).__name__),
-        dataset=t.get("dataset"),
-        split=t.get("split"),
+        model=subject.model or type(model).__name__,
+        dataset=subject.dataset,
+        split=subject.split,
         device=trace.device,
         simulated=trace.simulated,
         model_dtype=trace.model.main_dtype,
@@ -325,48 +340,33 @@ def _target(trace: Trace, model: torch.nn.Module, target: Mapping[str, Any] | No
     )
 
 
-def report_from_trace(
-    trace: Trace,
-    model: torch.nn.Module,
-    *,
-    select: Iterable[str] | str | None = None,
-    ignore: Iterable[str] | str | None = None,
-    target: Mapping[str, Any] | None = None,
-) -> Report:
+def report_from_trace(trace: Trace, model: torch.nn.Module, request: TraceRequest | None = None) -> Report:
     from dtype_doctor.rules import run_rules
 
-    findings = run_rules(trace, select=select, ignore=ignore)
-    return Report(findings=findings, target=_target(trace, model, target), environment=environment(), trace=trace)
+    request = request or TraceRequest()
+    findings = run_rules(trace, select=request.select, ignore=request.ignore)
+    return Report(findings=findings, target=_target(trace, model, request.subject), environment=environment(), trace=trace)
 
 
-def diagnose(
-    model: torch.nn.Module,
-    inputs: Mapping[str, Any],
-    *,
-    device: str | None = None,
-    autocast: str | None = None,
-    train: bool = False,
-    simulate: bool = False,
-    select: Iterable[str] | str | None = None,
-    ignore: Iterable[str] | str | None = None,
-    lineage: Lineage | None = None,
-    sources: Mapping[str, SourceLoc] | None = None,
-    target: Mapping[str, Any] | None = None,
-    move_inputs: bool = True,
-) -> Report:
+def as_request(request: TraceRequest | None, options: Mapping[str, Any]) -> TraceRequest:
+    """A TraceRequest, or one built from TraceRequest's keyword options (device=, autocast=, ...)."""
+    if request is not None and options:
+        raise TypeError(f"pass a TraceRequest or keyword options, not both (got {', '.join(options)})")
+    return request if request is not None else TraceRequest(**options)
+
+
+def diagnose(model: torch.nn.Module, inputs: Mapping[str, Any], request: TraceRequest | None = None, **options: Any) -> Report:
     """Trace `model(**inputs)` once (and one backward with train=True) and run every rule.
 
-    `inputs` is a dict of tensors, a BatchEncoding or a BatchFeature. `device` runs the trace
-    there, on copies of the model's state (the model itself is not moved). `simulate=True`
-    traces with fake tensors on `device` (default: the model's device, or cuda:0 for a model
-    without data), reading no tensor data. `move_inputs=False` leaves the inputs on their
-    own devices instead of moving them to `device` with the model.
+    `inputs` is a dict of tensors, a BatchEncoding or a BatchFeature. Options are a
+    TraceRequest or its fields as keywords: `device` runs the trace there, on copies of the
+    model's state (the model itself is not moved); `simulate=True` traces with fake tensors
+    on `device` (default: the model's device, or cuda:0 for a model without data), reading
+    no tensor data; `move_inputs=False` leaves the inputs on their own devices instead of
+    moving them to `device` with the model; `autocast`, `train`, `select`, `ignore` as the CLI.
     """
-    trace = trace_model(
-        model, inputs, device=device, autocast=autocast, train=train, simulate=simulate, lineage=lineage,
-        sources=sources, move_inputs=move_inputs,
-    )
-    return report_from_trace(trace, model, select=select, ignore=ignore, target=target)
+    request = as_request(request, options)
+    return report_from_trace(trace_model(model, inputs, request), model, request)
 
 
 class watch:
@@ -387,14 +387,13 @@ class watch:
     def __init__(
         self,
         model: torch.nn.Module,
+        request: TraceRequest | None = None,
         *,
-        select: Iterable[str] | str | None = None,
-        ignore: Iterable[str] | str | None = None,
         raise_errors: bool = True,
+        **options: Any,
     ) -> None:
         self.model = model
-        self.select = select
-        self.ignore = ignore
+        self.request = as_request(request, options)  # select / ignore: the block itself runs as written
         self.raise_errors = raise_errors
         self.report: Report | None = None
         self._rec: Recorder | None = None
@@ -424,7 +423,7 @@ class watch:
             train=any(op.phase == "backward" for op in rec.ops),
             failure=_failure(rec, exc) if exc is not None else None,
         )
-        self.report = report_from_trace(trace, self.model, select=self.select, ignore=self.ignore)
+        self.report = report_from_trace(trace, self.model, self.request)
         if exc is not None:
             _explain(exc, self.report)
         return False  # the user's exception still propagates
