@@ -83,6 +83,20 @@ def kernel_dtype(op: OpCall, t: TensorMeta) -> str:
     return t.dtype
 
 
+def refused(op: OpCall) -> bool:
+    """Whether the kernel refused `op`: PyTorch raised on it, or, in a simulated trace, the
+    probe of the real kernel did. Rules explain refusals; they never invent one."""
+    return op.error is not None
+
+
+def reraised(trace: Trace, op: OpCall) -> bool:
+    """Whether `op`'s error is an inner op's error passing through it (F.cross_entropy
+    around aten.nll_loss_forward): one refusal, reported once, at the inner op."""
+    return op.level != "aten" and any(
+        o.error == op.error and o.level == "aten" and o.index < op.index for o in trace.ops
+    )
+
+
 def family_ops(trace: Trace, family: frozenset[str], *, phase: str | None = "forward") -> list[OpCall]:
     return [op for op in trace.ops if base_op(op.op) in family and (phase is None or op.phase == phase)]
 

@@ -12,18 +12,11 @@ def check(trace: Trace) -> Iterator[Finding]:
     failure = trace.failure
     if failure is None:
         return
-    from dtype_doctor.rules import rejected_by
-
-    # One error raised through nested records (F.cross_entropy, then aten.nll_loss_forward):
-    # when a rule judges any of them, that rule reports it (watch() does not step over errors).
-    failing = [op for op in trace.ops if op.error == failure.message and not op.recovered]
-    if failure.kind in ("dtype", "device") and any(rejected_by(op) is not None for op in failing):
-        return
+    if failure.kind in ("dtype", "device"):
+        return  # a refusal: the rule that explains it, or DD100, reports it
     what = {
         "other": "failed for a reason that is not dtype or device",
         "simulation": "could not be simulated with fake tensors",
-        "dtype": "failed with a dtype error the trace could not step over",
-        "device": "failed with a device error the trace could not step over",
     }.get(failure.kind, "failed")
     yield RULE.finding(
         f"the {failure.phase} pass {what}: {failure.message}",

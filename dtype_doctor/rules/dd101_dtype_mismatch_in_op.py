@@ -7,7 +7,7 @@ from typing import Iterator
 from dtype_doctor.records import Finding, OpCall, TensorMeta, Trace
 from dtype_doctor.rules._common import (
     ATTENTION, CONV, INDEX_PUT, MATMUL, NORM, base_op, describe, family, fix_autocast, fix_cast_inputs,
-    fix_half_model, is_half, kernel_dtype, main_dtype, source_of, stage_of,
+    fix_half_model, is_half, kernel_dtype, main_dtype, refused, source_of, stage_of,
 )
 from dtype_doctor.rules.base import Rule
 
@@ -48,7 +48,7 @@ def check(trace: Trace) -> Iterator[Finding]:
         if op.phase != "forward":
             continue
         bad = mismatched(op)
-        if not bad:
+        if not bad or not refused(op):
             continue
         key = (op.module, family(op.op), tuple(sorted({t.dtype for t in bad})))
         if key in seen:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import Finding, FixSuggestion, OpCall, TensorMeta, Trace
-from dtype_doctor.rules._common import base_op, describe, source_of, stage_of
+from dtype_doctor.rules._common import base_op, describe, refused, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 
 # What each op accepts for its index operand (PyTorch 2.x, CPU and CUDA alike).
@@ -31,7 +31,7 @@ def rejected_indices(op: OpCall) -> list[TensorMeta]:
 def check(trace: Trace) -> Iterator[Finding]:
     seen: set[tuple] = set()
     for op in trace.ops:
-        if op.phase != "forward":
+        if op.phase != "forward" or not refused(op):
             continue
         accepted = ACCEPTED.get(base_op(op.op), set())
         for t in rejected_indices(op):

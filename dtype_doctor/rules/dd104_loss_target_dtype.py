@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import FLOATING, INTEGER, Finding, FixSuggestion, OpCall, TensorMeta, Trace
-from dtype_doctor.rules._common import CLASS_LOSS, VALUE_LOSS, base_op, describe, source_of, stage_of
+from dtype_doctor.rules._common import CLASS_LOSS, VALUE_LOSS, base_op, describe, refused, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 
 TO_LONG = FixSuggestion("cast-inputs", "safe", "cast the labels to int64 (.long()) where they are built")
@@ -40,6 +40,9 @@ def judge(op: OpCall) -> tuple[str, str, TensorMeta, FixSuggestion] | None:
             return ("warning", f"integer labels ({target.dtype}) reach {loss}: the model treats them as regression targets; check num_labels / problem_type", target,
                     FixSuggestion("cast-inputs", "safe", f"cast regression labels to {pred.dtype}, or set num_labels > 1 for classification"))
         if target.dtype in FLOATING and target.dtype != pred.dtype:
+            if op.error is not None:
+                return ("error", f"{loss} target is {target.dtype} but the prediction is {pred.dtype}; this loss needs both in one dtype", target,
+                        FixSuggestion("cast-inputs", "safe", f"cast the labels to {pred.dtype}"))
             return ("warning", f"{loss} target is {target.dtype} but the prediction is {pred.dtype}: the loss is silently computed in the wider dtype", target,
                     FixSuggestion("cast-inputs", "safe", f"cast the labels to {pred.dtype}"))
     return None
@@ -54,6 +57,10 @@ def check(trace: Trace) -> Iterator[Finding]:
         if verdict is None:
             continue
         severity, message, target, fix = verdict
+        if severity == "error" and not refused(op):
+            continue  # the kernel took it after all
+        if refused(op):
+            severity = "error"  # a target judged silent that this kernel refuses (BCE wants the input's dtype)
         key = (op.module, base_op(op.op), target.dtype)
         if key in seen:
             continue

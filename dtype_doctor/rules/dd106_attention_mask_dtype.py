@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import Finding, FixSuggestion, OpCall, Trace
-from dtype_doctor.rules._common import ATTENTION, base_op, describe, kernel_dtype, source_of, stage_of
+from dtype_doctor.rules._common import ATTENTION, base_op, describe, kernel_dtype, refused, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 
 
@@ -34,6 +34,8 @@ def check(trace: Trace) -> Iterator[Finding]:
         if kernel_dtype(op, mask) in ("bool", kernel_dtype(op, query)):
             continue
         rejected = mask_rejected(op)
+        if rejected and not refused(op):
+            continue  # the kernel took it: not an error, and not the silent upcast either
         if not rejected and op.autocast:
             continue  # autocast casts a floating mask with q/k/v
         key = (op.module, mask.dtype, query.dtype)

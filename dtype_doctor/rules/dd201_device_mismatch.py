@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import Finding, Trace
-from dtype_doctor.rules._common import base_op, describe, fix_to_device, source_of, stage_of
+from dtype_doctor.rules._common import base_op, describe, fix_to_device, refused, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 
 
@@ -18,7 +18,7 @@ def check(trace: Trace) -> Iterator[Finding]:
     home = max(set(model_devices), key=model_devices.count) if model_devices else trace.device
     seen: set[tuple] = set()
     for op in trace.ops:
-        if base_op(op.op) in CROSS_DEVICE_OPS:
+        if base_op(op.op) in CROSS_DEVICE_OPS or not refused(op):
             continue
         # 0-dim CPU tensors act as scalars on any device; CPU index tensors are accepted by
         # indexing on any device.

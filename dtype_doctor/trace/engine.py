@@ -25,7 +25,8 @@ from dtype_doctor.records import (
     TraceFailure,
     TraceRequest,
 )
-from dtype_doctor.trace.recorder import Recorder, classify_error, device_name, dtype_name
+from dtype_doctor.trace.recorder import Recorder, device_name, dtype_name
+from dtype_doctor.trace.verdicts import classify_error
 
 AUTOCAST_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 

@@ -11,7 +11,6 @@ mismatch instead of stopping at the first one as PyTorch does.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -22,6 +21,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from dtype_doctor.errors import first_line
 from dtype_doctor.records import ModuleCall, OpCall, TensorMeta
+from dtype_doctor.trace.verdicts import classify_error
 
 # Schema argument name → operand role.
 _ARG_ROLES = {
@@ -55,12 +55,6 @@ _FUNCTIONS_TO_WATCH = {
     },
 }
 
-_DEVICE_ERROR = re.compile(r"device|cuda|meta!", re.I)
-_DTYPE_ERROR = re.compile(
-    r"dtype|scalar type|Half|Float|Double|BFloat16|Long|Int\b|Byte|type \(|can't be cast|same type", re.I
-)
-
-
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -76,21 +70,6 @@ class Provenance:
     kind: str  # param | buffer | input | created
     name: str | None
     origin: str | None
-
-
-def classify_error(message: str, operands: tuple[TensorMeta, ...]) -> str:
-    devices = {t.device for t in operands if not t.is_scalar}
-    if len(devices) > 1 and _DEVICE_ERROR.search(message):
-        return "device"
-    if _DTYPE_ERROR.search(message):
-        return "dtype"
-    if _DEVICE_ERROR.search(message):
-        return "device"
-    # Some kernels (oneDNN's convolution_backward, for one) fail on mixed dtypes without
-    # saying so; the operands say it.
-    if len({t.dtype for t in operands if t.is_floating and not t.is_scalar}) > 1:
-        return "dtype"
-    return "other"
 
 
 class Recorder:

@@ -47,6 +47,7 @@ def repair(
             return t.bool()
 
         yield _rebuild(args, kwargs, fix_mask)
+        yield _rebuild(args, kwargs, lambda t: t.bool() if roles.get(id(t)) == "mask" else t)
     targets = [t for t, r in operands if r == "target" and t.is_floating_point()]
     for anchor in _anchor_dtypes(operands):
 
@@ -65,6 +66,14 @@ def repair(
         yield _rebuild(args, kwargs, cast)
     if targets:
         yield _rebuild(args, kwargs, lambda t: t.long() if roles.get(id(t)) == "target" else t)
+    # Last: a kernel with no implementation for the dtype (integer gelu, bool neg, half cdist
+    # on CPU) gets float32 data, as the fix (.float()) would give it.
+    yield _rebuild(args, kwargs, lambda t: t if roles.get(id(t)) in ("index", "mask") else _as_float32(t))
+    yield _rebuild(args, kwargs, _as_float32)
+
+
+def _as_float32(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dtype == torch.float32 or t.is_complex() else t.float()
 
 
 def _anchor_dtypes(operands: list[tuple[torch.Tensor, str | None]]) -> list[torch.dtype]:

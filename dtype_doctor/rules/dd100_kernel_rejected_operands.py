@@ -1,0 +1,97 @@
+"""DD100: an op's kernel refused its operands' dtypes or devices, and no other rule explains it.
+
+The catch-all that keeps the promise "no error is dropped": every refusal the recorder
+stepped over (or stopped at) is reported, by the rule that explains it when one does and
+here otherwise, with PyTorch's own message.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from dtype_doctor.records import Finding, OpCall, Trace
+from dtype_doctor.rules._common import base_op, describe, reraised, source_of, stage_of
+from dtype_doctor.rules.base import Rule
+from dtype_doctor.trace.verdicts import classify_error
+
+
+def unexplained(op: OpCall) -> bool:
+    """A dtype or device refusal of `op` that no specific rule explains."""
+    from dtype_doctor.rules import rejected_by
+
+    if op.error is None or classify_error(op.error, op.operands) not in ("dtype", "device"):
+        return False
+    return rejected_by(op) is None
+
+
+def check(trace: Trace) -> Iterator[Finding]:
+    seen: set[tuple] = set()
+    # The recorder repairs a refused forward op below autograd, so its backward meets the
+    # original operands again and may fail too: a consequence of the repair, which PyTorch
+    # would never reach. Backward refusals count only when the forward had none.
+    forward_refused = any(op.error and op.phase == "forward" for op in trace.ops)
+    for op in trace.ops:
+        if not unexplained(op) or reraised(trace, op) or (op.phase == "backward" and forward_refused):
+            continue
+        key = (op.module, base_op(op.op), tuple((t.dtype, t.device) for t in op.operands))
+        if key in seen:
+            continue
+        seen.add(key)
+        kind = classify_error(op.error or "", op.operands)
+        data = [t for t in op.operands if not t.is_scalar]
+        shown = ", ".join(f"{describe(t)} {t.dtype if kind == 'dtype' else t.device}" for t in data[:4])
+        odd = _odd_one(op, kind)
+        yield RULE.finding(
+            f"{base_op(op.op).removeprefix('aten.')}{' in ' + op.module_type if op.module_type else ''} refused its operands' "
+            f"{'dtypes' if kind == 'dtype' else 'devices'} ({shown})",
+            module=op.module,
+            module_type=op.module_type,
+            op=op.op,
+            stage=stage_of(trace, odd, what="dtype" if kind == "dtype" else "device") if odd is not None else "model-code",
+            tensors=tuple(data[:4]),
+            source=source_of(trace, odd) if odd is not None else None,
+            pytorch_error=op.error,
+        )
+    failure = trace.failure
+    # A Python-level check (an RNN's input-vs-weight test) raises outside any op.
+    if failure is not None and failure.kind in ("dtype", "device") and not any(op.error == failure.message for op in trace.ops):
+        yield RULE.finding(
+            f"{failure.module_type or 'the model'} refused its inputs' {failure.kind}s before running a kernel: {failure.message}",
+            module=failure.module,
+            module_type=failure.module_type,
+            op=failure.op,
+            pytorch_error=failure.message,
+        )
+
+
+def _odd_one(op: OpCall, kind: str):  # noqa: ANN202 - a TensorMeta or None
+    """The operand whose dtype (device) differs from the others', the likely culprit."""
+    what = "dtype" if kind == "dtype" else "device"
+    data = [t for t in op.operands if not t.is_scalar]
+    values = [getattr(t, what) for t in data]
+    for t in data:
+        if values.count(getattr(t, what)) == 1 and len(data) > 1:
+            return t
+    return data[-1] if data else None
+
+
+RULE = Rule(
+    code="DD100",
+    name="kernel-rejected-operands",
+    severity="error",
+    summary="An op's kernel refused the dtypes or devices of its operands (scatter/index_add sources, lerp weights, grid_sample grids, out= tensors, RNN states …) where no more specific rule applies.",
+    why=(
+        "Most PyTorch kernels require their tensor operands to share one dtype and one device. PyTorch stops at "
+        "the first refusal; dtype-doctor records each one, steps over it and reports it with PyTorch's message, "
+        "so no error is dropped even where no specific rule explains the op."
+    ),
+    example=(
+        "out = torch.zeros(4, dtype=torch.float16)\n"
+        "out.scatter_add_(0, index, src)          # src float32\n"
+        "RuntimeError: scatter(): Expected self.dtype to be equal to src.dtype"
+    ),
+    fix="Cast the odd operand to the dtype (or move it to the device) of the others where it is produced.",
+    fix_safety="no automatic fix beyond the general strategies (cast-inputs, to-device).",
+    check=check,
+    device_note="On a real trace the kernel of this machine decides; a simulated trace asks the real CPU kernel (see DD107 for CUDA differences).",
+)

@@ -1,0 +1,79 @@
+"""DD107: a kernel that has no implementation for an operand's dtype on the target device."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from dtype_doctor.records import INTEGER, Finding, FixSuggestion, OpCall, Trace
+from dtype_doctor.rules._common import SAFE, base_op, describe, is_half, reraised, source_of, stage_of
+from dtype_doctor.rules.base import Rule
+from dtype_doctor.trace.verdicts import data_operands, unsupported_dtype
+
+
+def refused_dtype(op: OpCall) -> str | None:
+    """The dtype `op`'s kernel refused outright, if that is why it was refused."""
+    return unsupported_dtype(op.error, op.operands) if op.error is not None else None
+
+
+def check(trace: Trace) -> Iterator[Finding]:
+    seen: set[tuple] = set()
+    for op in trace.ops:
+        dtype = refused_dtype(op)
+        if dtype is None or reraised(trace, op):
+            continue
+        key = (op.module, base_op(op.op), dtype)
+        if key in seen:
+            continue
+        seen.add(key)
+        offenders = [t for t in data_operands(op.operands) if t.dtype == dtype] or list(op.operands[:1])
+        off = offenders[0] if offenders else None
+        name = base_op(op.op).removeprefix("aten.")
+        where = f" in {op.module_type}" if op.module_type else ""
+        yield RULE.finding(
+            f"{name}{where} has no {trace.device} kernel for {dtype}"
+            + (f" ({describe(off)})" if off is not None else ""),
+            module=op.module,
+            module_type=op.module_type,
+            op=op.op,
+            stage=stage_of(trace, off) if off is not None else "model-code",
+            tensors=tuple(offenders[:3]),
+            source=source_of(trace, off) if off is not None else None,
+            fixes=(_fix(dtype),),
+            pytorch_error=op.error,
+        )
+
+
+def _fix(dtype: str) -> FixSuggestion:
+    if dtype in INTEGER or dtype == "bool":
+        return FixSuggestion("cast-inputs", SAFE, f"cast the {dtype} tensor to a floating dtype (.float()) before this op")
+    if is_half(dtype):
+        return FixSuggestion(
+            "autocast", SAFE, f"keep the weights in float32 and run under torch.autocast, which runs this op in a dtype it implements"
+        )
+    return FixSuggestion("cast-inputs", SAFE, f"cast the {dtype} tensor to float32 before this op")
+
+
+RULE = Rule(
+    code="DD107",
+    name="dtype-unsupported-on-device",
+    severity="error",
+    summary="An op whose kernel on the target device does not implement an operand's dtype (integer gelu, half kernels missing on CPU, bf16 on a GPU before compute capability 8.0).",
+    why=(
+        "PyTorch registers each kernel for a list of dtypes per device. An op given a dtype outside that list "
+        "raises (\"not implemented for 'Int'\"); the lists differ between CPU and CUDA, between torch versions "
+        "and, for bfloat16, between GPU generations, so a pipeline that runs on one machine can fail on another."
+    ),
+    example=(
+        "x = torch.arange(6).view(2, 3)          # int64\n"
+        "torch.nn.functional.gelu(x)\n"
+        "NotImplementedError: \"GeluKernelImpl\" not implemented for 'Long'"
+    ),
+    fix="Give the op a dtype its kernel implements: cast integer activations to float, or keep the weights in float32 and use autocast.",
+    fix_safety="cast-inputs and autocast are safe.",
+    check=check,
+    rejects=lambda op: refused_dtype(op) is not None,
+    device_note=(
+        "On a real trace the kernel of this machine decides. A simulated CUDA trace uses the per-device dtype "
+        "lists of PyTorch's own op database (shipped with dtype-doctor) and the target GPU's compute capability."
+    ),
+)

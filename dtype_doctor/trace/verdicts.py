@@ -1,0 +1,69 @@
+"""What a kernel's refusal says: is it about dtypes, devices, or neither; which dtype it lacks.
+
+Pure functions of PyTorch's message and the recorded operands (no torch import), shared by
+the recorder (which repairs dtype and device refusals) and the rules (which explain them).
+"""
+
+from __future__ import annotations
+
+import re
+
+from dtype_doctor.records import TensorMeta
+
+_DEVICE_ERROR = re.compile(r"device|cuda|meta!", re.I)
+_DTYPE_ERROR = re.compile(
+    r"dtype|scalar type|Half|Float|Double|BFloat16|Long|Int\b|Byte|type \(|can't be cast|same type"
+    r"|not implemented for|\bbool\b|floating.point|integral|complex tensor"
+    r"|BoolTensor|LongTensor|should be type|converted to type",
+    re.I,
+)
+# PyTorch's C++ scalar type names → ours.
+_SCALAR_NAMES = {
+    "Half": "float16", "BFloat16": "bfloat16", "Float": "float32", "Double": "float64",
+    "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool",
+    "ComplexFloat": "complex64", "ComplexDouble": "complex128",
+}
+_NOT_IMPLEMENTED = re.compile(r"not implemented for '(\w+)'")
+# Refusals of one dtype that do not name it.
+_ONE_DTYPE = re.compile(
+    r"could not infer output dtype|on a bool tensor|floating point or complex|only supports? floating"
+    r"|must be (either )?a floating|not supported for (integer|bool)|integral|Expected a floating",
+    re.I,
+)
+
+
+def classify_error(message: str, operands: tuple[TensorMeta, ...]) -> str:
+    """'dtype', 'device' or 'other' for a failure with this message on these operands."""
+    devices = {t.device for t in operands if not t.is_scalar}
+    if len(devices) > 1 and _DEVICE_ERROR.search(message):
+        return "device"
+    if _DTYPE_ERROR.search(message):
+        return "dtype"
+    if _DEVICE_ERROR.search(message):
+        return "device"
+    # Some kernels (oneDNN's convolution_backward, for one) fail on mixed dtypes without
+    # saying so; the operands say it.
+    if len({t.dtype for t in operands if t.is_floating and not t.is_scalar}) > 1:
+        return "dtype"
+    return "other"
+
+
+def data_operands(operands: tuple[TensorMeta, ...]) -> tuple[TensorMeta, ...]:
+    """The operands whose dtype the kernel computes in: not indices, masks, targets or scalars."""
+    return tuple(t for t in operands if not t.is_scalar and t.role not in ("index", "mask", "target"))
+
+
+def unsupported_dtype(message: str, operands: tuple[TensorMeta, ...]) -> str | None:
+    """The dtype a kernel refused outright (no kernel for it), or None for a mismatch.
+
+    "\"gelu\" not implemented for 'Long'" names it; other refusals of one dtype ("mean():
+    could not infer output dtype … Got: Long", "Negation … on a bool tensor") are read from
+    the operands when every data operand has that one dtype.
+    """
+    m = _NOT_IMPLEMENTED.search(message)
+    if m:
+        return _SCALAR_NAMES.get(m.group(1), m.group(1))
+    if not _ONE_DTYPE.search(message):
+        return None
+    dtypes = {t.dtype for t in data_operands(operands)}
+    return dtypes.pop() if len(dtypes) == 1 else None

@@ -1,0 +1,220 @@
+"""Cases drawn from PyTorch's own op database, for the oracle tests and the full sweep.
+
+A case is one call of an OpInfo op: a valid float32 sample with one tensor argument cast
+to another dtype ("perturbed"), the sample as it is ("clean"), or one of the op's own
+error inputs about dtypes ("error-input"). The real call on this CPU is the oracle; the
+doctor's verdict comes from tracing the same call wrapped in a module.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable, Iterator
+
+import torch
+
+# Ops whose samples are slow, need complex or sparse support, hold non-tensor state, or
+# whose result depends on more than dtypes (random sampling, allocation-only ops).
+_SKIP_PREFIXES = ("sparse.", "fft.", "_refs", "signal.", "to_sparse", "nn.functional.dropout")
+_SKIP = {
+    "bernoulli", "normal", "multinomial", "rand_like", "randn_like", "randint_like", "randint",
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "uniform",
+    "cauchy", "exponential", "geometric", "log_normal", "nn.functional.rrelu", "item",
+    "tolist", "cuda", "cpu", "to", "nonzero_static", "torch._scaled_mm", "nn.functional.feature_alpha_dropout",
+    "resize_", "resize_as_", "equal", "allclose", "isclose",
+}
+# An error input is about dtypes when PyTorch's expected message names one.
+_DTYPE_WORDS = re.compile(
+    r"dtype|scalar type|not implemented for|Half|\bFloat|Double|BFloat16|\bLong|\bInt\b|Bool|to type|type int", re.I
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    op: str  # the OpInfo name with its variant
+    family: str  # for the sweep's figures
+    kind: str  # perturbed | clean | error-input
+    call: Callable[..., Any]
+    args: tuple
+    kwargs: dict
+    what: str  # the perturbation, e.g. "args[0] float32→float16"
+
+    def fresh(self) -> tuple[tuple, dict]:
+        """Copies of the arguments (in-place ops must not see each other's writes)."""
+        return _map(self.args, _clone), _map(self.kwargs, _clone)
+
+    def __str__(self) -> str:
+        return f"{self.op} [{self.kind}] {self.what}"
+
+
+@lru_cache(maxsize=1)
+def ops() -> tuple[Any, ...]:
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return tuple(
+        o for o in op_db
+        if o.name not in _SKIP and not o.name.startswith(_SKIP_PREFIXES)
+        and torch.float32 in o.supported_dtypes("cpu")
+    )
+
+
+def family(name: str) -> str:
+    for prefix in ("nn.functional.", "linalg.", "special."):
+        if name.startswith(prefix):
+            return prefix.rstrip(".")
+    return "torch"
+
+
+def _targets(dtype: torch.dtype) -> tuple[torch.dtype, ...]:
+    if dtype.is_floating_point:
+        return tuple(d for d in (torch.float16, torch.bfloat16, torch.float64, torch.int32) if d != dtype)
+    if dtype == torch.bool:
+        return (torch.float32, torch.int64)
+    if dtype.is_complex:
+        return ()
+    return (torch.int32 if dtype == torch.int64 else torch.int64, torch.float32)
+
+
+def cases(*, samples_per_op: int = 2, kinds: tuple[str, ...] = ("perturbed", "clean", "error-input")) -> Iterator[Case]:
+    for o in ops():
+        yield from op_cases(o, samples_per_op=samples_per_op, kinds=kinds)
+
+
+def op_cases(o: Any, *, samples_per_op: int = 2, kinds: tuple[str, ...] = ("perturbed", "clean", "error-input")) -> Iterator[Case]:
+    name = o.name + (f".{o.variant_test_name}" if o.variant_test_name else "")
+    fam = family(o.name)
+    try:
+        samples = []
+        for s in o.sample_inputs("cpu", torch.float32):
+            samples.append(s)
+            if len(samples) >= samples_per_op:
+                break
+    except Exception:  # noqa: BLE001 - a sample generator that fails on this build is skipped
+        return
+    for s in samples:
+        args = (s.input, *s.args)
+        if "clean" in kinds:
+            yield Case(name, fam, "clean", o.op, args, dict(s.kwargs), "as sampled")
+        if "perturbed" in kinds:
+            for path, t in _tensor_paths(args, s.kwargs):
+                for d in _targets(t.dtype):
+                    a, k = _replace(args, s.kwargs, path, t.to(d))
+                    yield Case(name, fam, "perturbed", o.op, a, k, f"{path} {_n(t.dtype)}→{_n(d)}")
+    if "error-input" in kinds and o.error_inputs_func is not None:
+        try:
+            errors = list(o.error_inputs("cpu"))
+        except Exception:  # noqa: BLE001
+            return
+        for e in errors:
+            if e.error_type not in (RuntimeError, TypeError) or not _DTYPE_WORDS.search(str(e.error_regex)):
+                continue
+            s = e.sample_input
+            yield Case(name, fam, "error-input", o.op, (s.input, *s.args), dict(s.kwargs), str(e.error_regex)[:60])
+
+
+def sampled(n_ops: int, per_op: int = 2, seed: int = 0) -> list[Case]:
+    """A reproducible sample (the CI subset): `per_op` cases from each of `n_ops` random ops."""
+    rng = random.Random(seed)
+    chosen = rng.sample(list(ops()), n_ops)
+    out: list[Case] = []
+    for o in chosen:
+        found = list(op_cases(o, samples_per_op=1))
+        out.extend(rng.sample(found, min(per_op, len(found))))
+    return out
+
+
+# ------------------------------------------------------------------ running a case
+
+
+def real_error(case: Case) -> BaseException | None:
+    args, kwargs = case.fresh()
+    try:
+        case.call(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the outcome is what we record
+        return exc
+    return None
+
+
+class OpModule(torch.nn.Module):
+    """Calls one op with its tensors passed in as named inputs, so the doctor traces them."""
+
+    def __init__(self, call: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+        super().__init__()
+        self.call = call
+        self.slots: list[str] = []
+        self.template = _map((args, kwargs), self._slot)
+
+    def _slot(self, t: torch.Tensor) -> Any:
+        self.slots.append(f"t{len(self.slots)}")
+        return _Slot(self.slots[-1])
+
+    def forward(self, **tensors: torch.Tensor) -> Any:
+        args, kwargs = _map(self.template, lambda s: tensors[s.name], kind=_Slot)
+        return self.call(*args, **kwargs)
+
+    def inputs(self, args: tuple, kwargs: dict) -> dict[str, torch.Tensor]:
+        found: list[torch.Tensor] = []
+        _map((args, kwargs), lambda t: found.append(t) or t)
+        return dict(zip(self.slots, found))
+
+
+def doctor_report(case: Case, *, simulate: bool = False, device: str | None = None) -> Any:
+    import dtype_doctor
+
+    args, kwargs = case.fresh()
+    module = OpModule(case.call, args, kwargs)
+    return dtype_doctor.diagnose(module, module.inputs(args, kwargs), simulate=simulate, device=device)
+
+
+def errors_in(report: Any) -> list[Any]:
+    return [f for f in report.findings if f.severity == "error"]
+
+
+# ------------------------------------------------------------------ helpers
+
+
+@dataclass(frozen=True)
+class _Slot:
+    name: str
+
+
+def _n(d: torch.dtype) -> str:
+    return str(d).removeprefix("torch.")
+
+
+def _clone(t: torch.Tensor) -> torch.Tensor:
+    return t.clone()
+
+
+def _map(obj: Any, f: Callable[[Any], Any], kind: type = torch.Tensor) -> Any:
+    if isinstance(obj, kind):
+        return f(obj)
+    if isinstance(obj, tuple):
+        return tuple(_map(x, f, kind) for x in obj)
+    if isinstance(obj, list):
+        return [_map(x, f, kind) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _map(v, f, kind) for k, v in obj.items()}
+    return obj
+
+
+def _tensor_paths(args: tuple, kwargs: dict) -> Iterator[tuple[str, torch.Tensor]]:
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor) and a.numel() > 0:
+            yield f"args[{i}]", a
+    for k, v in kwargs.items():
+        if isinstance(v, torch.Tensor) and v.numel() > 0:
+            yield f"kwargs[{k}]", v
+
+
+def _replace(args: tuple, kwargs: dict, path: str, new: torch.Tensor) -> tuple[tuple, dict]:
+    args, kwargs = list(args), dict(kwargs)
+    key = path[path.index("[") + 1 : -1]
+    if path.startswith("args"):
+        args[int(key)] = new
+    else:
+        kwargs[key] = new
+    return tuple(args), kwargs

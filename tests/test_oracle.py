@@ -1,0 +1,127 @@
+"""PyTorch is the oracle: every error a real forward raises is an error-level finding.
+
+Two halves: the examples the oracle issue named, each shown failing in plain PyTorch first;
+then a reproducible sample of PyTorch's own op database (valid samples with one argument
+cast to another dtype, the ops' dtype error inputs, clean samples), where the normal-mode
+verdict must equal the real call's outcome in both directions. The full sweep is
+benchmarks/oracle_sweep.py.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import dtype_doctor
+import opdb_cases as oc
+
+
+class Call(nn.Module):
+    def __init__(self, fn) -> None:  # noqa: ANN001
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, **kw: torch.Tensor):  # noqa: ANN201
+        return self.fn(**kw)
+
+
+def _errors(report) -> list[str]:  # noqa: ANN001
+    return [f.code for f in report.findings if f.severity == "error"]
+
+
+# Each: the call, its inputs, and the code that must explain the refusal.
+NAMED = {
+    "put with a source of another dtype": (
+        lambda x, i, s: torch.put(x, i, s), dict(x=torch.zeros(4).half(), i=torch.tensor([0, 1]), s=torch.ones(2)), "DD100"),
+    "scatter_add with a source of another dtype": (
+        lambda x, i, s: x.scatter_add(0, i, s), dict(x=torch.zeros(4).half(), i=torch.tensor([0, 1]), s=torch.ones(2)), "DD100"),
+    "index_add with a source of another dtype": (
+        lambda x, i, s: x.index_add(0, i, s), dict(x=torch.zeros(4), i=torch.tensor([0, 1]), s=torch.ones(2).double()), "DD100"),
+    "index_copy with a source of another dtype": (
+        lambda x, i, s: x.index_copy(0, i, s), dict(x=torch.zeros(4), i=torch.tensor([0, 1]), s=torch.ones(2).half()), "DD100"),
+    "masked_scatter with a source of another dtype": (
+        lambda x, m, s: x.masked_scatter(m, s), dict(x=torch.zeros(4), m=torch.tensor([True, False, True, False]), s=torch.ones(4).double()), "DD100"),
+    "lerp with an end of another dtype": (
+        lambda a, b: torch.lerp(a, b, 0.5), dict(a=torch.zeros(4).bfloat16(), b=torch.ones(4)), "DD100"),
+    "grid_sample with an fp32 grid and fp16 input": (
+        lambda x, g: F.grid_sample(x, g, align_corners=False), dict(x=torch.rand(1, 1, 4, 4).half(), g=torch.rand(1, 2, 2, 2)), "DD100"),
+    "nll_loss with an fp32 class weight and fp16 input": (
+        lambda x, t, w: F.nll_loss(x, t, weight=w), dict(x=torch.rand(3, 4).half(), t=torch.tensor([0, 1, 2]), w=torch.ones(4)), "DD100"),
+    "out= of the wrong dtype": (
+        lambda x, i, out: torch.gather(x, 0, i, out=out), dict(x=torch.rand(3), i=torch.tensor([0, 1]), out=torch.empty(2, dtype=torch.float64)), "DD100"),
+    "binary_cross_entropy with a float64 target": (
+        lambda p, t: F.binary_cross_entropy(p, t), dict(p=torch.rand(4), t=torch.rand(4).double()), "DD104"),
+    "gelu on integers": (lambda x: F.gelu(x), dict(x=torch.arange(4)), "DD107"),
+    "neg on bool": (lambda x: -x, dict(x=torch.tensor([True, False])), "DD107"),
+    "mean of integers": (lambda x: x.mean(), dict(x=torch.arange(4)), "DD107"),
+}
+
+
+@pytest.mark.parametrize("name", NAMED)
+def test_a_refusal_pytorch_raises_is_an_error_finding(name: str) -> None:
+    fn, inputs, code = NAMED[name]
+    with pytest.raises((RuntimeError, NotImplementedError, TypeError)):
+        fn(**{k: v.clone() for k, v in inputs.items()})  # what PyTorch does
+    report = dtype_doctor.diagnose(Call(fn), inputs)
+    assert code in _errors(report), report.findings
+    found = next(f for f in report.findings if f.code == code)
+    assert found.pytorch_error, "PyTorch's message travels with the finding"
+    assert "DD001" not in _errors(report)
+
+
+def test_an_rnn_refusing_its_input_dtype_before_any_kernel_gets_a_code() -> None:
+    rnn = nn.LSTM(4, 3, batch_first=True)
+    x = torch.rand(2, 5, 4).half()
+    with pytest.raises(ValueError):
+        rnn(x)  # nn.RNNBase checks the input dtype in Python
+    report = dtype_doctor.diagnose(rnn, {"input": x})
+    assert _errors(report) == ["DD100"]
+
+
+def test_an_lstm_given_a_half_hidden_state() -> None:
+    rnn = nn.LSTM(4, 3, batch_first=True)
+    x, h = torch.rand(2, 5, 4), (torch.zeros(1, 2, 3).half(), torch.zeros(1, 2, 3).half())
+    with pytest.raises(RuntimeError):
+        rnn(x, h)
+    report = dtype_doctor.diagnose(Call(lambda x, h, c: rnn(x, (h, c))), {"x": x, "h": h[0], "c": h[1]})
+    assert "DD100" in _errors(report)
+
+
+def test_one_refusal_is_one_finding_at_the_op_that_refused() -> None:
+    """F.cross_entropy around nll_loss_forward: the error passes through both records."""
+    logits, labels = torch.rand(3, 4), torch.tensor([0, 1, 2], dtype=torch.int32)
+    with pytest.raises(RuntimeError):
+        F.cross_entropy(logits, labels)
+    report = dtype_doctor.diagnose(Call(lambda x, y: F.cross_entropy(x, y)), {"x": logits, "y": labels})
+    assert _errors(report) == ["DD104"]
+
+
+def test_a_pattern_the_kernel_accepts_is_not_an_error() -> None:
+    """addr promotes mixed dtypes; a rule's pattern must not overrule the kernel."""
+    a, b, c = torch.rand(3, 3), torch.rand(3).half(), torch.rand(3)
+    torch.addr(a, b, c)  # accepted
+    report = dtype_doctor.diagnose(Call(lambda a, b, c: torch.addr(a, b, c)), {"a": a, "b": b, "c": c})
+    assert _errors(report) == []
+
+
+# ------------------------------------------------------------------ op_db sample
+
+CASES = oc.sampled(90, per_op=2, seed=9)
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_normal_mode_agrees_with_the_real_call(case: oc.Case) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        real = oc.real_error(case)
+        errors = oc.errors_in(oc.doctor_report(case))
+    if real is None:
+        assert not errors, f"false alarm: {[f.message for f in errors]}"
+    else:
+        assert errors, f"dropped: {type(real).__name__}: {real}"
+        if case.kind != "clean":
+            assert [f.code for f in errors] != ["DD001"], "a dtype refusal reported as a failed trace"
