@@ -250,6 +250,31 @@ class FixSuggestion:
 
 
 @dataclass(frozen=True, slots=True)
+class Remedy:
+    """A fix a rule knows, as data: which strategy, applied to what, giving which dtype/device.
+
+    `target` is a model input's name (cast-inputs, to-device), a module's dotted name or
+    "model" (half-model, keep-fp32), "forward" (autocast) or "trainable" (fp32-trainable).
+    `stage`/`source` say where in the pipeline the value should be changed, when known.
+    """
+
+    strategy: str
+    target: str
+    to: str  # a dtype or a device
+    stage: str | None = None
+    source: SourceLoc | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "strategy": self.strategy,
+            "target": self.target,
+            "to": self.to,
+            "stage": self.stage,
+            "source": self.source.to_dict() if self.source else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Finding:
     code: str
     name: str
@@ -264,6 +289,8 @@ class Finding:
     fixes: tuple[FixSuggestion, ...] = ()
     # PyTorch's own words when the op really raised; extra to SPEC's finding keys.
     pytorch_error: str | None = None
+    # The fixes as data: what the fix strategies apply (extra to SPEC's finding keys).
+    remedies: tuple[Remedy, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -281,6 +308,8 @@ class Finding:
         }
         if self.pytorch_error:
             d["pytorch_error"] = self.pytorch_error
+        if self.remedies:
+            d["remedies"] = [r.to_dict() for r in self.remedies]
         return d
 
 

@@ -14,9 +14,8 @@ from typing import Any, ClassVar
 import torch
 
 from dtype_doctor.fix.outcome import Change, Step
-from dtype_doctor.records import HALF, Finding, Report, SourceLoc, TraceRequest
-from dtype_doctor.rules._common import CLASS_LOSS, base_op, input_name
-from dtype_doctor.trace.recorder import dtype_name
+from dtype_doctor.records import HALF, Finding, Remedy, Report, TraceRequest
+from dtype_doctor.trace.recorder import device_name, dtype_name
 
 FP16_MAX = 65504.0
 
@@ -56,7 +55,6 @@ class Context:
 class Strategy(ABC):
     name: ClassVar[str]
     applicability: ClassVar[str]  # safe | unsafe
-    addresses: ClassVar[frozenset[str]]  # rule codes it can resolve
 
     def run(self, pipeline: Pipeline, report: Report, ctx: Context) -> tuple[Pipeline, Step]:
         if self.applicability == "unsafe" and not ctx.unsafe:
@@ -72,7 +70,11 @@ class Strategy(ABC):
         return new, Step(self.name, "applied", "; ".join(describe(c) for c in changes), changes)
 
     def relevant(self, report: Report, ctx: Context) -> list[Finding]:
-        return [f for f in report.at_or_above(ctx.fail_on) if f.code in self.addresses]
+        """The findings at or above --fail-on whose rule offers this strategy as a remedy."""
+        return [f for f in report.at_or_above(ctx.fail_on) if any(r.strategy == self.name for r in f.remedies)]
+
+    def remedies(self, report: Report, ctx: Context) -> list[Remedy]:
+        return [r for f in self.relevant(report, ctx) for r in f.remedies if r.strategy == self.name]
 
     @abstractmethod
     def plan(self, pipeline: Pipeline, report: Report, ctx: Context) -> tuple[Change, ...]: ...
@@ -92,38 +94,26 @@ def describe(c: Change) -> str:
     return verb.get(c.kind, f"{c.kind} {c.target} → {c.to}")
 
 
-def _lineage_stage(report: Report, name: str) -> tuple[str | None, SourceLoc | None]:
-    from dtype_doctor.rules._common import source_of, stage_of
-
-    t = report.trace.input(name) if report.trace else None
-    if t is None:
-        return None, None
-    return stage_of(report.trace, t), source_of(report.trace, t)
-
-
 class CastInputs(Strategy):
-    """Cast floating inputs to their consumer's dtype, ids and class labels to int64."""
+    """Cast model inputs to the dtype the rules say their consumer needs."""
 
     name = "cast-inputs"
     applicability = "safe"
-    addresses = frozenset({"DD101", "DD103", "DD104", "DD105", "DD106", "DD108"})
 
     def plan(self, pipeline: Pipeline, report: Report, ctx: Context) -> tuple[Change, ...]:
-        wanted: dict[str, str] = {}
-        model_dtype = report.target.model_dtype or "float32"
-        for f in self.relevant(report, ctx):
-            for name, dtype in _wanted_casts(f, model_dtype):
-                if name in pipeline.inputs and isinstance(pipeline.inputs[name], torch.Tensor):
-                    wanted.setdefault(name, dtype)
+        wanted: dict[str, Remedy] = {}
+        for r in self.remedies(report, ctx):
+            if isinstance(pipeline.inputs.get(r.target), torch.Tensor):
+                wanted.setdefault(r.target, r)
         changes = []
-        for name, dtype in wanted.items():
+        for name, r in wanted.items():
             current = dtype_name(pipeline.inputs[name].dtype)
-            if current == dtype:
-                continue
-            stage, source = _lineage_stage(report, name)
-            changes.append(Change("cast-input", name, dtype, current, stage, source))
+            if current != r.to:
+                changes.append(Change("cast-input", name, r.to, current, r.stage, r.source))
         if not changes:
-            raise Skip("no model input carries the offending dtype (it comes from model code or weights)")
+            made = sorted({r.target for r in self.remedies(report, ctx) if r.target not in pipeline.inputs})
+            where = f": made in model code by {', '.join(made)}" if made else " (it comes from model code or weights)"
+            raise Skip("no model input carries the offending dtype" + where)
         return tuple(changes)
 
     def apply(self, pipeline: Pipeline, changes: tuple[Change, ...]) -> Pipeline:
@@ -133,50 +123,16 @@ class CastInputs(Strategy):
         return pipeline.with_(inputs=inputs)
 
 
-def _wanted_casts(f: Finding, model_dtype: str) -> list[tuple[str, str]]:
-    """(input name, dtype it should have) for the inputs a finding blames."""
-    out: list[tuple[str, str]] = []
-    inputs = [(input_name(t), t) for t in f.tensors]
-    inputs = [(n, t) for n, t in inputs if n is not None]
-    if f.code == "DD101":
-        # The consumer's dtype: a weight's, else an operand the model made (an index_put
-        # destination, an activation), else the model's.
-        weights = [t for t in f.tensors if t.role in ("weight", "bias", "buffer")]
-        made = [t for t in f.tensors if input_name(t) is None and t.is_floating]
-        expected = (weights or made)[0].dtype if (weights or made) else model_dtype
-        out += [(n, expected) for n, t in inputs if t.role not in ("weight", "bias", "buffer") and t.dtype != expected]
-    elif f.code == "DD103":
-        out += [(n, "int64") for n, t in inputs if t.role == "index"]
-    elif f.code == "DD104":
-        pred = next((t for t in f.tensors if t.role == "input" and t.is_floating), None)
-        for n, t in inputs:
-            if t.role == "target":
-                is_class = f.op is not None and base_op(f.op) in CLASS_LOSS
-                out.append((n, "int64" if is_class else (pred.dtype if pred else model_dtype)))
-    elif f.code == "DD105":
-        out += [(n, model_dtype if model_dtype != "float64" else "float32") for n, t in inputs if t.dtype == "float64"]
-    elif f.code == "DD106":
-        masks = [(n, t) for n, t in inputs if t.role == "mask"]
-        query = next((t for t in f.tensors if t.role != "mask"), None)
-        out += [(n, "bool" if not t.is_floating else (query.dtype if query else model_dtype)) for n, t in masks]
-    elif f.code == "DD108" and len(f.tensors) == 2:
-        src, dst = f.tensors
-        if (n := input_name(src)) is not None:
-            out.append((n, dst.dtype))
-    return out
-
-
 class Autocast(Strategy):
     """Trace under torch.autocast with the half dtype the mismatch involves; weights stay."""
 
     name = "autocast"
     applicability = "safe"
-    addresses = frozenset({"DD101"})
 
     def plan(self, pipeline: Pipeline, report: Report, ctx: Context) -> tuple[Change, ...]:
         if pipeline.autocast:
             raise Skip(f"the forward already runs under autocast ({pipeline.autocast})")
-        halves = [t.dtype for f in self.relevant(report, ctx) for t in f.tensors if t.dtype in HALF]
+        halves = [r.to for r in self.remedies(report, ctx) if r.to in HALF]
         if not halves:
             raise Skip("no half-precision operand in the mismatches: autocast would not change them")
         return (Change("autocast", "forward", max(set(halves), key=halves.count), None),)
@@ -190,16 +146,17 @@ class HalfModel(Strategy):
 
     name = "half-model"
     applicability = "unsafe"
-    addresses = frozenset({"DD101", "DD102", "DD109"})
 
     def plan(self, pipeline: Pipeline, report: Report, ctx: Context) -> tuple[Change, ...]:
-        relevant = self.relevant(report, ctx)
-        if not relevant:
+        remedies = self.remedies(report, ctx)
+        if not remedies:
             raise Skip("no finding that converting the model would resolve")
-        halves = [t.dtype for f in relevant for t in f.tensors if t.dtype in HALF]
+        halves = [r.to for r in remedies if r.to in HALF]
         main = report.target.model_dtype
         target = max(set(halves), key=halves.count) if halves else (main if main in HALF else "float16")
-        if target == main and not any(f.code in ("DD102", "DD109") for f in relevant):
+        # A remedy naming a module says that module is off; one naming the model alone says
+        # the dtype is, and converting to the dtype it already has changes nothing.
+        if target == main and all(r.target == "model" for r in remedies):
             raise Skip(f"the model is already {main}: converting it again changes nothing")
         if target == "float16" and ctx.overflow and not ctx.force:
             worst = max(ctx.overflow.items(), key=lambda kv: kv[1])
@@ -235,22 +192,16 @@ class ToDevice(Strategy):
 
     name = "to-device"
     applicability = "safe"
-    addresses = frozenset({"DD201"})
 
     def plan(self, pipeline: Pipeline, report: Report, ctx: Context) -> tuple[Change, ...]:
-        home = _model_device(report)
-        changes, code_made = [], []
-        for f in self.relevant(report, ctx):
-            for t in f.tensors:
-                if t.device == home:
-                    continue
-                name = input_name(t)
-                if name is not None and name in pipeline.inputs:
-                    stage, source = _lineage_stage(report, name)
-                    changes.append(Change("move-input", name, home, t.device, stage, source))
-                else:
-                    code_made.append(f"{f.module or 'the model'} ({t.origin or 'created in forward'})")
+        remedies = self.remedies(report, ctx)
+        changes = [
+            Change("move-input", r.target, r.to, device_name(pipeline.inputs[r.target].device), r.stage, r.source)
+            for r in remedies
+            if isinstance(pipeline.inputs.get(r.target), torch.Tensor)
+        ]
         if not changes:
+            code_made = sorted({r.target for r in remedies if r.target not in pipeline.inputs})
             reason = "the stray tensor is created in model code: " + ", ".join(code_made) if code_made else "no input is on another device"
             raise Skip(reason + "; it needs device= where it is created")
         return tuple({c.target: c for c in changes}.values())
@@ -260,11 +211,6 @@ class ToDevice(Strategy):
         for c in changes:
             inputs[c.target] = _move(inputs[c.target], c.to, simulated=pipeline.simulate)
         return pipeline.with_(inputs=inputs)
-
-
-def _model_device(report: Report) -> str:
-    devices = [p.device for p in report.trace.model.parameters] if report.trace else []
-    return max(set(devices), key=devices.count) if devices else report.target.device
 
 
 def _move(t: torch.Tensor, device: str, *, simulated: bool) -> torch.Tensor:
@@ -284,7 +230,6 @@ class Fp32Trainable(Strategy):
 
     name = "fp32-trainable"
     applicability = "safe"
-    addresses = frozenset({"DD110", "DD401"})
 
     def plan(self, pipeline: Pipeline, report: Report, ctx: Context) -> tuple[Change, ...]:
         if not self.relevant(report, ctx):

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Callable, Iterable
 
-from dtype_doctor.records import HALF, FixSuggestion, OpCall, SourceLoc, TensorMeta, Trace
+from dtype_doctor.records import HALF, FixSuggestion, OpCall, Remedy, SourceLoc, TensorMeta, Trace
 
 MATMUL = frozenset(
     {
@@ -191,6 +192,40 @@ def fix_half_model(dtype: str) -> FixSuggestion:
 
 def fix_to_device(device: str) -> FixSuggestion:
     return FixSuggestion("to-device", SAFE, f"move the tensor to {device}, the model's device")
+
+
+def cast_remedies(trace: Trace, tensors: Iterable[TensorMeta], to: Callable[[TensorMeta], str] | str) -> list[Remedy]:
+    """cast-inputs remedies for those of `tensors` not already in their dtype: a model input by
+    its name; a tensor made in forward by its origin ("created:OP@MODULE"), cast where it is made."""
+    out = []
+    for t in tensors:
+        dtype = to if isinstance(to, str) else to(t)
+        name = input_name(t) or (t.origin if t.origin and t.origin.startswith("created:") else None)
+        if name is not None and t.dtype != dtype:
+            out.append(Remedy("cast-inputs", name, dtype, stage_of(trace, t), source_of(trace, t)))
+    return out
+
+
+def device_remedies(trace: Trace, tensors: Iterable[TensorMeta], device: str) -> list[Remedy]:
+    """to-device remedies for those of `tensors` elsewhere than `device`: a model input by its
+    name; a tensor made in forward by its origin ("created:OP@MODULE"), which needs device= there."""
+    return [
+        Remedy("to-device", input_name(t) or t.origin or t.name or t.role, device, stage_of(trace, t, what="device"), source_of(trace, t))
+        for t in tensors
+        if t.device != device
+    ]
+
+
+def autocast_remedy(dtype: str) -> Remedy:
+    return Remedy("autocast", "forward", dtype)
+
+
+def half_model_remedy(dtype: str, target: str = "model") -> Remedy:
+    """Convert the model to `dtype`; `target` names the module that is off, "model" when none is."""
+    return Remedy("half-model", target or "model", dtype, "model-loading")
+
+
+FP32_TRAINABLE = Remedy("fp32-trainable", "trainable", "float32", "model-loading")
 
 
 def is_half(dtype: str) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from dtype_doctor.records import Finding, FixSuggestion, OpCall, SourceLoc, TensorMeta, Trace
+from dtype_doctor.records import Finding, FixSuggestion, OpCall, Remedy, SourceLoc, TensorMeta, Trace
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ class Rule:
         fixes: Iterable[FixSuggestion] = (),
         severity: str | None = None,
         pytorch_error: str | None = None,
+        remedies: Iterable[Remedy] = (),
     ) -> Finding:
         return Finding(
             code=self.code,
@@ -54,4 +55,5 @@ class Rule:
             source=source,
             fixes=tuple(fixes),
             pytorch_error=pytorch_error,
+            remedies=tuple(remedies),
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import FLOATING, Finding, StateTensor, TensorMeta, Trace, main_dtype_of, numel
-from dtype_doctor.rules._common import fix_half_model, is_half, keep_fp32, main_dtype
+from dtype_doctor.rules._common import fix_half_model, half_model_remedy, is_half, keep_fp32, main_dtype
 from dtype_doctor.rules.base import Rule
 
 
@@ -40,6 +40,7 @@ def check(trace: Trace) -> Iterator[Finding]:
             stage="model-loading",
             tensors=tensors,
             fixes=fixes,
+            remedies=[half_model_remedy(base, modules[0])] if is_half(base) else [],
         )
 
 

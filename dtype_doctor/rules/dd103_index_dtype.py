@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import Finding, FixSuggestion, OpCall, TensorMeta, Trace
-from dtype_doctor.rules._common import base_op, describe, refused, source_of, stage_of
+from dtype_doctor.operands import required_dtype
+from dtype_doctor.rules._common import base_op, cast_remedies, describe, refused, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 
 # What each op accepts for its index operand (PyTorch 2.x, CPU and CUDA alike).
@@ -49,6 +50,7 @@ def check(trace: Trace) -> Iterator[Finding]:
                 source=source_of(trace, t),
                 fixes=(FixSuggestion("cast-inputs", "safe", "cast the index tensor to int64 (.long())"),),
                 pytorch_error=op.error,
+                remedies=cast_remedies(trace, (t,), required_dtype("index", t.dtype, anchor=None)),
             )
 
 

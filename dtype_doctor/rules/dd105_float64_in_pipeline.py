@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import Finding, Trace
-from dtype_doctor.rules._common import LOSSES, base_op, fix_cast_inputs, main_dtype, source_of, stage_of
+from dtype_doctor.rules._common import LOSSES, base_op, cast_remedies, fix_cast_inputs, main_dtype, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 
 
@@ -23,6 +23,7 @@ def check(trace: Trace) -> Iterator[Finding]:
                 stage=stage_of(trace, t),
                 source=source_of(trace, t),
                 fixes=(fix_cast_inputs(target),),
+                remedies=cast_remedies(trace, (t,), target),
             )
     for op in trace.ops:
         if op.phase != "forward" or base_op(op.op) not in LOSSES:
@@ -40,6 +41,7 @@ def check(trace: Trace) -> Iterator[Finding]:
                     tensors=(t,),
                     source=source_of(trace, t),
                     fixes=(fix_cast_inputs(target),),
+                    remedies=cast_remedies(trace, (t,), target),
                 )
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import Finding, FixSuggestion, OpCall, Trace
-from dtype_doctor.rules._common import ATTENTION, base_op, describe, kernel_dtype, refused, source_of, stage_of
+from dtype_doctor.operands import required_dtype
+from dtype_doctor.rules._common import ATTENTION, base_op, cast_remedies, describe, kernel_dtype, refused, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 
 
@@ -57,6 +58,7 @@ def check(trace: Trace) -> Iterator[Finding]:
             source=source_of(trace, mask),
             fixes=(FixSuggestion("cast-inputs", "safe", f"pass a bool mask, or an additive mask in {query.dtype}"),),
             pytorch_error=op.error,
+            remedies=cast_remedies(trace, (mask,), required_dtype("mask", mask.dtype, anchor=None, query=query.dtype)),
         )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import Finding, Trace
-from dtype_doctor.rules._common import base_op, fix_cast_inputs, input_name, source_of, stage_of
+from dtype_doctor.rules._common import base_op, cast_remedies, fix_cast_inputs, input_name, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 
 CASTS = frozenset({"aten._to_copy", "aten.to", "aten._to_dtype"})
@@ -33,6 +33,7 @@ def check(trace: Trace) -> Iterator[Finding]:
             tensors=(src, out),
             source=source_of(trace, src),
             fixes=(fix_cast_inputs(out.dtype),),
+            remedies=cast_remedies(trace, (src,), out.dtype),
         )
 
 

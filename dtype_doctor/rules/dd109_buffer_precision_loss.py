@@ -6,7 +6,7 @@ import re
 from typing import Iterator
 
 from dtype_doctor.records import Finding, FixSuggestion, TensorMeta, Trace
-from dtype_doctor.rules._common import is_half
+from dtype_doctor.rules._common import half_model_remedy, is_half
 from dtype_doctor.rules.base import Rule
 
 # Buffers computed at init in fp32 whose half copy loses positions: frequencies and caches.
@@ -35,6 +35,7 @@ def check(trace: Trace) -> Iterator[Finding]:
                 "half-model", "unsafe", "load with from_pretrained(..., dtype=...) instead of .to(dtype) afterwards, which keeps these buffers fp32"
             ),
         ),
+        remedies=(half_model_remedy(bad[0].dtype, module),),
     )
 
 

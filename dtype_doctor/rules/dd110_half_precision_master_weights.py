@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import Finding, FixSuggestion, TensorMeta, Trace
+from dtype_doctor.rules._common import FP32_TRAINABLE
 from dtype_doctor.rules.base import Rule
 
 
@@ -30,6 +31,7 @@ def check(trace: Trace) -> Iterator[Finding]:
         fixes=(
             FixSuggestion("fp32-trainable", "safe", "keep trainable parameters in float32 and train under autocast"),
         ),
+        remedies=(FP32_TRAINABLE,),
     )
 
 

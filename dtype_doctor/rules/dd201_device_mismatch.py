@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import Finding, Trace
-from dtype_doctor.rules._common import base_op, describe, fix_to_device, refused, source_of, stage_of
+from dtype_doctor.rules._common import base_op, describe, device_remedies, fix_to_device, refused, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 
 
@@ -48,6 +48,7 @@ def check(trace: Trace) -> Iterator[Finding]:
             source=source_of(trace, stray),
             fixes=(fix_to_device(home),),
             pytorch_error=op.error,
+            remedies=device_remedies(trace, operands, home),
         )
 
 

@@ -12,6 +12,9 @@ from typing import Any, Iterator
 
 import torch
 
+from dtype_doctor.operands import anchor_candidates, required_dtype
+from dtype_doctor.trace.recorder import dtype_name
+
 
 def repair(
     op_name: str,
@@ -26,7 +29,8 @@ def repair(
         for device in _candidate_devices(tensors):
             yield _rebuild(args, kwargs, lambda t: t.to(device) if t.dim() > 0 or t.device != device else t)
         return
-    # dtype
+    # dtype: each attempt casts operands to operands.required_dtype, the rules' own answer.
+    class_target = "nll_loss" in op_name
     to_long = {
         id(t)
         for t, r in operands
@@ -37,31 +41,26 @@ def repair(
     masks = [t for t, r in operands if r == "mask"]
     floats = [t for t in tensors if t.is_floating_point() and roles.get(id(t)) not in ("mask", "index", "target")]
     if masks:
-        q = floats[0] if floats else None
+        q = dtype_name(floats[0].dtype) if floats else None
 
         def fix_mask(t: torch.Tensor) -> torch.Tensor:
-            if roles.get(id(t)) != "mask":
-                return t.to(q.dtype) if (q is not None and t.is_floating_point() and t.dtype != q.dtype) else t
-            if t.is_floating_point():
-                return t.to(q.dtype) if q is not None else t
-            return t.bool()
+            role = roles.get(id(t))
+            if role != "mask" and not (q is not None and t.is_floating_point()):
+                return t
+            return _to(t, required_dtype(role, dtype_name(t.dtype), anchor=q, query=q))
 
         yield _rebuild(args, kwargs, fix_mask)
         yield _rebuild(args, kwargs, lambda t: t.bool() if roles.get(id(t)) == "mask" else t)
     targets = [t for t, r in operands if r == "target" and t.is_floating_point()]
-    for anchor in _anchor_dtypes(operands):
+    for anchor in anchor_candidates((dtype_name(t.dtype), r, False) for t, r in operands)[:3]:
 
-        def cast(t: torch.Tensor, anchor: torch.dtype = anchor) -> torch.Tensor:
+        def cast(t: torch.Tensor, anchor: str = anchor) -> torch.Tensor:
             role = roles.get(id(t))
             if role in ("index", "mask"):
                 return t
-            if role == "target" and not t.is_floating_point():
-                # class-index losses want int64; value losses (BCE, MSE) the prediction's dtype
-                return t.long() if "nll_loss" in op_name else t.to(anchor)
-            if t.is_floating_point():
-                return t.to(anchor) if t.dtype != anchor else t
-            # an integer activation where the op needs the weights' floating dtype
-            return t.to(anchor) if t.dtype != torch.bool and t.dim() > 0 else t
+            if role != "target" and not t.is_floating_point() and (t.dtype == torch.bool or t.dim() == 0):
+                return t  # a flag or a scalar, not an integer activation
+            return _to(t, required_dtype(role, dtype_name(t.dtype), anchor=anchor, class_target=class_target))
 
         yield _rebuild(args, kwargs, cast)
     if targets:
@@ -76,16 +75,8 @@ def _as_float32(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype == torch.float32 or t.is_complex() else t.float()
 
 
-def _anchor_dtypes(operands: list[tuple[torch.Tensor, str | None]]) -> list[torch.dtype]:
-    """Dtypes to unify floating operands to: the weight's first, then the first operand's."""
-    out: list[torch.dtype] = []
-    for t, role in operands:
-        if role in ("weight", "bias") and t.is_floating_point() and t.dtype not in out:
-            out.append(t.dtype)
-    for t, _ in operands:
-        if t.is_floating_point() and t.dtype not in out:
-            out.append(t.dtype)
-    return out[:3]
+def _to(t: torch.Tensor, dtype: str) -> torch.Tensor:
+    return t if dtype_name(t.dtype) == dtype else t.to(getattr(torch, dtype))
 
 
 def _candidate_devices(tensors: list[torch.Tensor]) -> list[torch.device]:
