@@ -7,8 +7,9 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from dtype_doctor.errors import InputError, UsageError, first_line
 from dtype_doctor.load.batch.describe import describe_value, feature_dtype, feature_repr
@@ -108,71 +109,74 @@ def run(state: BatchState, ctx: BatchContext) -> BatchState:
     return state
 
 
-def _raised(pre: PreprocessFn, err: BaseException) -> InputError:
-    return InputError(f"preprocess function {pre.label} raised {type(err).__name__}: {first_line(err)}")
+class _UserCall:
+    """Calls the user's function and remembers what it raised, so that a failure inside
+    ``datasets`` is reported as the function's own error when the function caused it."""
+
+    def __init__(self, pre: PreprocessFn, fn_kwargs: dict[str, Any]) -> None:
+        self.pre, self.fn_kwargs = pre, fn_kwargs
+        self.raised: list[BaseException] = []
+
+    def __call__(self, example: Any) -> Any:
+        try:
+            return self.pre.fn(example, **self.fn_kwargs)
+        except Exception as e:
+            self.raised.append(e)
+            raise
+
+    @contextmanager
+    def blamed(self, failed: str, hint: str) -> Iterator[None]:
+        old = sys.dont_write_bytecode
+        sys.dont_write_bytecode = True  # a function importing its neighbours writes no __pycache__
+        try:
+            yield
+        except Exception as e:
+            if self.raised:
+                err = self.raised[0]
+                raise InputError(
+                    f"preprocess function {self.pre.label} raised {type(err).__name__}: {first_line(err)}"
+                ) from None
+            raise InputError(f"{failed}: {type(e).__name__}: {first_line(e)}; {hint}") from None
+        finally:
+            sys.dont_write_bytecode = old
 
 
 def _map(ds: Any, pre: PreprocessFn, fn_kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """Dataset.map(FUNC); returns (new dataset, the first row's output of FUNC by key)."""
     seen: dict[str, Any] = {}
-    raised: list[BaseException] = []
+    call = _UserCall(pre, fn_kwargs)
 
-    def wrapper(example: Any, **kw: Any) -> Any:
-        try:
-            out = pre.fn(example, **kw)
-        except Exception as e:
-            raised.append(e)
-            raise
+    def wrapper(example: Any) -> Any:
+        out = call(example)
         if isinstance(out, dict) and not seen:
             for k, v in out.items():
                 first = pre.batched and (isinstance(v, (list, tuple)) and v or hasattr(v, "shape") and len(v.shape))
                 seen[k] = v[0] if first else v
         return out
 
-    try:
-        return quiet_map(ds, wrapper, batched=pre.batched, fn_kwargs=fn_kwargs, tag="preprocess"), seen
-    except Exception as e:
-        if raised:
-            raise _raised(pre, raised[0]) from None
-        raise InputError(
-            f"datasets.map could not store what {pre.label} returned: {type(e).__name__}: {first_line(e)}; "
-            "return a dict of columns (lists, arrays or tensors)"
-        ) from None
+    with call.blamed(f"datasets.map could not store what {pre.label} returned",
+                     "return a dict of columns (lists, arrays or tensors)"):
+        return quiet_map(ds, wrapper, batched=pre.batched, tag="preprocess"), seen
 
 
 def _transform(ds: Any, pre: PreprocessFn, fn_kwargs: dict[str, Any]) -> tuple[dict[str, Any], ...]:
     """Dataset.with_transform(FUNC), every row read as a DataLoader would (__getitems__)."""
-    raised: list[BaseException] = []
+    call = _UserCall(pre, fn_kwargs)
 
     def wrapper(batch: Any) -> Any:
-        try:
-            if pre.batched:
-                return pre.fn(batch, **fn_kwargs)
-            # a per-example function: call it row by row, as a torch Dataset's __getitem__ would
-            size = len(next(iter(batch.values()))) if batch else 0
-            outs = [pre.fn({k: v[i] for k, v in batch.items()}, **fn_kwargs) for i in range(size)]
-        except Exception as e:
-            raised.append(e)
-            raise
+        if pre.batched:
+            return call(batch)
+        # a per-example function: call it row by row, as a torch Dataset's __getitem__ would
+        size = len(next(iter(batch.values()))) if batch else 0
+        outs = [call({k: v[i] for k, v in batch.items()}) for i in range(size)]
         if not outs or not all(isinstance(o, dict) for o in outs):
             return {}
         return {k: [o.get(k) for o in outs] for k in outs[0]}
 
     tds = ds.with_transform(wrapper)
     idx = list(range(len(ds)))
-    old = sys.dont_write_bytecode
-    sys.dont_write_bytecode = True
-    try:
+    with call.blamed(f"with_transform({pre.label}) gave rows datasets cannot split", "return a dict of per-row lists"):
         rows = tds.__getitems__(idx) if hasattr(tds, "__getitems__") else [tds[i] for i in idx]
-    except Exception as e:
-        if raised:
-            raise _raised(pre, raised[0]) from None
-        raise InputError(
-            f"with_transform({pre.label}) gave rows datasets cannot split: {type(e).__name__}: {first_line(e)}; "
-            "return a dict of per-row lists"
-        ) from None
-    finally:
-        sys.dont_write_bytecode = old
     if not rows or not isinstance(rows[0], dict):
         raise InputError(f"preprocess function {pre.label} returned no columns; return a dict of per-row lists")
     return tuple(dict(r) for r in rows)
