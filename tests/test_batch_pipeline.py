@@ -142,6 +142,52 @@ def test_whisper_gets_the_30_second_features_its_encoder_requires(whisper_dir: P
         loaded.model(input_features=short["input_features"])
 
 
+ASR_VOCAB = ["<pad>", "<unk>", "<|startoftranscript|>", "<|endoftext|>", "low", "high", "tone"]
+
+
+@pytest.fixture(scope="module")
+def whisper_asr_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    torch.manual_seed(0)
+    d = tmp_path_factory.mktemp("whisper-asr")
+    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(ASR_VOCAB)}, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tk, unk_token="<unk>", pad_token="<pad>", bos_token="<|startoftranscript|>",
+        eos_token="<|endoftext|>")
+    config = transformers.WhisperConfig(
+        d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+        encoder_ffn_dim=32, decoder_ffn_dim=32, num_mel_bins=80, vocab_size=len(ASR_VOCAB), max_target_positions=32,
+        decoder_start_token_id=2, pad_token_id=0, bos_token_id=2, eos_token_id=3,
+    )
+    transformers.WhisperForConditionalGeneration(config).save_pretrained(d)
+    transformers.WhisperProcessor(feature_extractor=transformers.WhisperFeatureExtractor(feature_size=80),
+                                  tokenizer=tok).save_pretrained(d)
+    return d
+
+
+def test_whisper_speech_to_text_labels_are_the_transcripts(whisper_asr_dir: Path, tmp_path: Path) -> None:
+    from datasets import Dataset
+
+    audio = fixture_rows("audio").dataset
+    Dataset.from_dict({"audio": audio["audio"], "sampling_rate": audio["sampling_rate"],
+                       "text": ["low tone", "high"]}).save_to_disk(str(tmp_path / "asr"))
+    loaded, rows = load_model(str(whisper_asr_dir)), load_rows(str(tmp_path / "asr"), n=2)
+    b = build_batch(loaded, rows)
+    sample = rows.dataset[:]
+    fe, tok = loaded.feature_extractor, loaded.tokenizer
+    features = fe([np.asarray(a) for a in sample["audio"]], sampling_rate=sample["sampling_rate"][0],
+                  return_tensors="pt")["input_features"]
+    ids = tok(sample["text"]).input_ids
+    width = max(map(len, ids))
+    labels = torch.tensor([i + [-100] * (width - len(i)) for i in ids])  # padding never scored
+    assert_same_batch(dict(b.inputs), {"input_features": features, "labels": labels})
+    assert b.collator == "DataCollatorSpeechSeq2SeqWithPadding"
+    assert b.lineage["labels"][0].detail == "column 'text': string"
+    assert torch.isfinite(loaded.model(**b.inputs).loss)
+
+
 # --------------------------------------------------------------------------- text + images
 
 

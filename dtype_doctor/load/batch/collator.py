@@ -2,11 +2,13 @@
 model's processing class — ``DataCollatorWithPadding`` for a tokenizer or a sequence feature
 extractor (``run_audio_classification.py`` passes the feature extractor), the LM / seq2seq
 collators for causal-LM and encoder-decoder text, else ``default_data_collator``; or, with
-``--collator none``, the rows stacked as ``dataset[:n]`` hands them to a script."""
+``--collator none``, the rows stacked as ``dataset[:n]`` hands them to a script. Speech-to-text
+rows get the collator ``run_speech_recognition_seq2seq.py`` defines (not in the library)."""
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from dtype_doctor.errors import InputError, first_line
@@ -27,6 +29,27 @@ def _stack_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+@dataclass(frozen=True)
+class SpeechSeq2SeqCollator:
+    """``DataCollatorSpeechSeq2SeqWithPadding`` of ``run_speech_recognition_seq2seq.py``: the
+    feature extractor pads the inputs, the tokenizer pads the labels (-100 where padded), and a
+    leading decoder start token is dropped because the model prepends it again."""
+
+    feature_extractor: Any
+    tokenizer: Any
+    decoder_start_token_id: int | None
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        name = self.feature_extractor.model_input_names[0]
+        batch = dict(self.feature_extractor.pad([{name: f[name]} for f in features], return_tensors="pt"))
+        padded = self.tokenizer.pad([{"input_ids": f["labels"]} for f in features], return_tensors="pt")
+        labels = padded["input_ids"].masked_fill(padded["attention_mask"].ne(1), -100)
+        if self.decoder_start_token_id is not None and bool((labels[:, 0] == self.decoder_start_token_id).all()):
+            labels = labels[:, 1:]
+        batch["labels"] = labels
+        return batch
+
+
 def _choose(state: BatchState, ctx: BatchContext, lm_labels: bool) -> tuple[BatchState, Callable[..., Any], str]:
     import transformers
     from transformers.feature_extraction_sequence_utils import SequenceFeatureExtractor
@@ -43,7 +66,11 @@ def _choose(state: BatchState, ctx: BatchContext, lm_labels: bool) -> tuple[Batc
             # the seq2seq examples' collator: pads labels (with -100) as well as the inputs
             return state, transformers.DataCollatorForSeq2Seq(tokenizer), "DataCollatorForSeq2Seq"
         return state, transformers.DataCollatorWithPadding(tokenizer), "DataCollatorWithPadding"
-    if isinstance(fe, SequenceFeatureExtractor) and any(k in keys for k in AUDIO_INPUTS):
+    audio = isinstance(fe, SequenceFeatureExtractor) and any(k in keys for k in AUDIO_INPUTS)
+    if audio and ctx.encoder_decoder and tokenizer is not None and "labels" in keys:
+        start = getattr(ctx.loaded.config, "decoder_start_token_id", None)
+        return state, SpeechSeq2SeqCollator(fe, tokenizer, start), "DataCollatorSpeechSeq2SeqWithPadding"
+    if audio:
         return state, transformers.DataCollatorWithPadding(fe), "DataCollatorWithPadding"
     return state, transformers.default_data_collator, "default_data_collator"
 
