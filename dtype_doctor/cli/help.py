@@ -10,7 +10,7 @@ from typer.core import TyperCommand
 _REQUIRED = re.compile(r"\{([A-Z][A-Z0-9_.]*)\}")
 # An argument's help line: `  MODEL <str>   Model directory ...`; the type label says nothing
 # a metavar does not, so it is blanked (same width, so the help column stays aligned).
-_ARGUMENT_TYPE = re.compile(r"^(  [A-Z][A-Z0-9_.]*)( <\w+>)", re.M)
+_ARGUMENT_TYPE = re.compile(r"^(  [A-Z][A-Z0-9_.]*)( <[\w\[\]]+>)", re.M)
 
 
 class Command(TyperCommand):

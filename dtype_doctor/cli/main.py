@@ -15,6 +15,9 @@ from dtype_doctor.cli.fix import EXAMPLES as FIX_EXAMPLES
 from dtype_doctor.cli.fix import fix_command
 from dtype_doctor.cli.help import Command
 from dtype_doctor.cli.rules import rule_command, rules_command
+from dtype_doctor.cli.run import EXAMPLES as RUN_EXAMPLES
+from dtype_doctor.cli.run import SETTINGS as RUN_SETTINGS
+from dtype_doctor.cli.run import run_command
 from dtype_doctor.cli.scan import EXAMPLES as SCAN_EXAMPLES
 from dtype_doctor.cli.scan import scan_command
 
@@ -28,6 +31,7 @@ app = typer.Typer(
 )
 app.command("scan", epilog=SCAN_EXAMPLES, cls=Command)(scan_command)
 app.command("fix", epilog=FIX_EXAMPLES, cls=Command)(fix_command)
+app.command("run", epilog=RUN_EXAMPLES, cls=Command, context_settings=RUN_SETTINGS)(run_command)
 app.command("rule", cls=Command)(rule_command)
 app.command("rules", cls=Command)(rules_command)
 

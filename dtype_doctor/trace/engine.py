@@ -413,21 +413,35 @@ class watch:
         assert self._rec is not None and self._stack is not None
         self._stack.close()
         self._rec.detach()
-        rec = self._rec
-        trace = Trace(
-            ops=tuple(rec.ops),
-            modules=tuple(rec.modules),
-            model=self._info,
-            inputs=tuple(rec.boundary_inputs),
-            device=device_name(next(self.model.parameters()).device) if any(True for _ in self.model.parameters()) else "cpu",
-            autocast=next((op.autocast for op in rec.ops if op.autocast), None),
-            train=any(op.phase == "backward" for op in rec.ops),
-            failure=_failure(rec, exc) if exc is not None else None,
-        )
+        trace = live_trace(self._rec, self._info, _failure(self._rec, exc) if exc is not None else None)
         self.report = report_from_trace(trace, self.model, self.request)
         if exc is not None:
             _explain(exc, self.report)
         return False  # the user's exception still propagates
+
+
+def live_trace(
+    rec: Recorder,
+    info: ModelInfo,
+    failure: TraceFailure | None,
+    *,
+    lineage: Lineage | None = None,
+    sources: Mapping[str, SourceLoc] | None = None,
+) -> Trace:
+    """The Trace of what a recorder saw the user's own code run (watch(), `dtype-doctor run`)."""
+    params = list(rec.model.parameters())
+    return Trace(
+        ops=tuple(rec.ops),
+        modules=tuple(rec.modules),
+        model=info,
+        inputs=tuple(rec.boundary_inputs),
+        lineage=dict(lineage or {}),
+        device=device_name(params[0].device) if params else "cpu",
+        autocast=next((op.autocast for op in rec.ops if op.autocast), None),
+        train=any(op.phase == "backward" for op in rec.ops),
+        failure=failure,
+        sources=dict(sources or {}),
+    )
 
 
 def _explain(exc: BaseException, report: Report) -> None:

@@ -1,0 +1,147 @@
+"""`dtype-doctor run -- python SCRIPT`: the seed recipes (tests/scripts/) run unmodified, in-process.
+
+PyTorch is the oracle: each script is also run under plain python, and where the doctor reports
+an error the plain run dies of it (class and dtypes asserted, never one backend's wording).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dtype_doctor.cli.main import run
+from helpers_errors import last_error, names_dtypes
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+FIX = ROOT / "fixtures"
+
+
+@dataclass(frozen=True)
+class Seed:
+    script: str
+    args: tuple[str, ...]  # "{tmp}" is the test's copy of the data
+    codes: tuple[str, ...]  # error-level findings, in report order
+    error: tuple[str, tuple[str, ...]] | None  # what the plain run dies of: class, dtypes named
+    first_step: str  # the script's own output of its first step
+
+
+SEEDS = [
+    Seed("seed_map_autocast.py", (str(FIX / "models/resnet-tiny"), "{tmp}/data"), ("DD101",),
+         ("RuntimeError", ("float32", "float16")), "step 0 logits"),
+    Seed("seed_half_audit.py", (str(FIX / "models/bert-tiny"), str(FIX / "data/text-cls")), (), None,
+         "audit: 0 parameters not float16"),
+    Seed("seed_pil_transforms.py", (str(FIX / "models/resnet-tiny"), str(FIX / "data/images")), ("DD101",),
+         ("RuntimeError", ("float16", "float32")), "predicted"),
+    Seed("seed_amp_loop.py", ("2",), ("DD104",), ("RuntimeError", ("int32",)), "epoch 0 step 0"),
+]
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    # A copy of the data: dataset.map writes cache files beside it.
+    shutil.copytree(FIX / "demo/data", tmp_path / "data")
+    for f in SCRIPTS.glob("*.py"):
+        shutil.copy(f, tmp_path / f.name)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return tmp_path
+
+
+def _args(seed: Seed, tmp: Path) -> list[str]:
+    return [a.replace("{tmp}", str(tmp)) for a in seed.args]
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        run(argv)
+    captured = capsys.readouterr()
+    return exit_info.value.code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=[s.script for s in SEEDS])
+def test_seed_script_under_run(seed: Seed, workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    code, out, err = _run(["run", "--format", "json", "--", "python", seed.script, *_args(seed, workdir)], capsys)
+    report = json.loads(out)  # stdout is the report alone: the script's prints went to stderr
+    errors = [f["code"] for f in report["findings"] if f["severity"] == "error"]
+    assert errors == list(seed.codes), report["findings"]
+    assert code == (1 if seed.codes else 0), err
+    assert report["target"]["model"] == seed.script
+    # The script ran its first step, and was stopped before the second.
+    assert seed.first_step in err
+    assert err.count(seed.first_step.split(" step")[0]) == 1 or seed.script == "seed_half_audit.py"
+
+
+@pytest.mark.parametrize("seed", [s for s in SEEDS if s.error], ids=[s.script for s in SEEDS if s.error])
+def test_plain_python_dies_of_what_run_reports(seed: Seed, workdir: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, seed.script, *_args(seed, workdir)],
+        cwd=workdir, capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert done.returncode != 0
+    error, message = last_error(done.stderr)
+    assert error == seed.error[0] and names_dtypes(message, *seed.error[1]), done.stderr[-2000:]
+
+
+def test_steps_and_keep_running(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    code, out, err = _run(["run", "--steps", "2", "-f", "json", "--", "python", "seed_amp_loop.py", "2"], capsys)
+    assert code == 1 and "epoch 0 step 1" in err and "epoch 0 step 2" not in err
+    assert [f["code"] for f in json.loads(out)["findings"]] == ["DD104"]
+    # --keep-running: the report as soon as the steps are traced, then the whole run, unwatched;
+    # the unwatched step 2 dies of the real error.
+    code, out, err = _run(["run", "--keep-running", "-f", "json", "--", "python", "seed_amp_loop.py", "2"], capsys)
+    assert code == 1 and json.loads(out)["summary"]["error"] == 1
+    assert "epoch 0 step 0" in err and "epoch 0 step 1" not in err
+    assert "raised RuntimeError at seed_amp_loop.py:" in err
+
+
+TINY = """\
+import os, sys
+import torch
+print("argv", sys.argv, "name", __name__, "cwd", os.getcwd())
+model = torch.nn.Linear(4, 2)
+if __name__ == "__main__":
+    model(torch.randn(3, 4, dtype=torch.float64 if "double" in sys.argv else torch.float32))
+    sys.exit(int(sys.argv[-1]))
+"""
+
+
+def test_argv_main_cwd_and_exit_code_as_python_gives_them(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    (workdir / "pkg").mkdir()
+    (workdir / "pkg" / "__init__.py").write_text("")
+    (workdir / "pkg" / "tiny.py").write_text(TINY)
+    (workdir / "tiny.py").write_text(TINY)
+    argv_before = list(sys.argv)
+    code, out, err = _run(["run", "--keep-running", "--", "python", "tiny.py", "a", "3"], capsys)
+    assert f"argv ['tiny.py', 'a', '3'] name __main__ cwd {workdir}" in err
+    assert code == 3  # clean at --fail-on: the script's own exit code
+    assert sys.argv == argv_before
+    code, out, err = _run(["run", "-f", "json", "--", "python", "-m", "pkg.tiny", "double", "0"], capsys)
+    assert f"argv ['{workdir / 'pkg' / 'tiny.py'}', 'double', '0'] name __main__" in err
+    assert code == 1 and "DD105" in [f["code"] for f in json.loads(out)["findings"]]
+
+
+@pytest.mark.parametrize(
+    ("script", "argv", "says"),
+    [
+        ("print('no model here')\n", [], "without calling a model"),
+        ("raise FileNotFoundError('data.csv')\n", [], "raised FileNotFoundError before calling a model at s.py:1"),
+        (None, ["missing.py"], "no such file"),
+        (None, ["-m", "no_such_module_here"], "no module named"),
+        (None, [], "nothing to run"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(script: str | None, argv: list[str], says: str, workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    if script is not None:
+        (workdir / "s.py").write_text(script)
+        argv = ["s.py"]
+    code, out, err = _run(["run", "--", *(["python", *argv] if argv else [])], capsys)
+    assert code == 2 and out == ""
+    assert says in err and "Traceback" not in err
