@@ -403,11 +403,36 @@ class Report:
     def summary(self) -> dict[str, int]:
         return summarize(self.findings, self.trace)
 
+    def blamed(self) -> dict[str, dict[str, tuple[str, ...]]]:
+        """input → lineage stage → codes of the findings whose remedy says the input went wrong there."""
+        out: dict[str, dict[str, tuple[str, ...]]] = {}
+        for f in self.findings:
+            for r in f.remedies:
+                if r.stage and r.target in self.lineage:
+                    codes = out.setdefault(r.target, {}).get(r.stage, ())
+                    if f.code not in codes:
+                        out[r.target][r.stage] = (*codes, f.code)
+        return out
+
     def at_or_above(self, severity: str) -> tuple[Finding, ...]:
         if severity == "never":
             return ()
         rank = SEVERITY_RANK[severity]
         return tuple(f for f in self.findings if SEVERITY_RANK[f.severity] >= rank)
+
+    def _lineage_dict(self) -> dict[str, list[dict[str, Any]]]:
+        """SPEC's lineage; a step a finding blames carries `blamed_by` (its codes)."""
+        blamed = self.blamed()
+        out = {}
+        for name, steps in self.lineage.items():
+            rows = []
+            for s in steps:
+                row = s.to_dict()
+                if codes := blamed.get(name, {}).get(s.stage):
+                    row["blamed_by"] = list(codes)
+                rows.append(row)
+            out[name] = rows
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         from dtype_doctor import __version__
@@ -418,7 +443,7 @@ class Report:
             "target": self.target.to_dict(),
             "environment": dict(self.environment),
             "findings": [f.to_dict() for f in self.findings],
-            "lineage": {k: [s.to_dict() for s in v] for k, v in self.lineage.items()},
+            "lineage": self._lineage_dict(),
             "summary": self.summary,
         }
         if self.trace and self.trace.failure:

@@ -32,6 +32,7 @@ FAILURE_TITLE = "trace stopped"
 FAILURE_NOTE = "ops after this point were not traced; fix it and re-run to see what follows."
 CHANGED_ARROW = "→"
 CHANGED_MARK = "▸"
+BLAMED_MARK = "✗"
 FIX_NOT_VERIFIED = "the fix did not make the re-run trace clean"
 
 FAIL_ON = ("error", "warning", "info", "never")
@@ -192,6 +193,7 @@ class LineageRow:
     step: LineageStep
     previous_dtype: str | None  # set only where this stage changed the dtype
     previous_device: str | None  # set only where this stage changed the device
+    blamed_by: tuple[str, ...] = ()  # codes of the findings that say the input went wrong here
 
     @property
     def dtype_changed(self) -> bool:
@@ -216,20 +218,23 @@ class LineageRow:
 
     def detail_text(self) -> str:
         src = source_label(self.step.source)
-        if src and self.step.detail:
-            return f"{self.step.detail} ({src})"
-        return self.step.detail or src or ""
+        text = f"{self.step.detail} ({src})" if src and self.step.detail else (self.step.detail or src or "")
+        if self.blamed_by:
+            blame = f"{BLAMED_MARK} {', '.join(self.blamed_by)}: went wrong here"
+            text = f"{blame}; {text}" if text else blame
+        return text
 
 
-def lineage_rows(steps: Iterable[LineageStep]) -> list[LineageRow]:
-    """Each stage with what it changed, compared with the last stage that knew the value."""
+def lineage_rows(steps: Iterable[LineageStep], blamed: Mapping[str, tuple[str, ...]] | None = None) -> list[LineageRow]:
+    """Each stage with what it changed, compared with the last stage that knew the value, and
+    the codes that blame it (`blamed`: stage → codes, from Report.blamed())."""
     rows = []
     last_dtype: str | None = None
     last_device: str | None = None
     for step in steps:
         prev_dtype = last_dtype if step.dtype and last_dtype and step.dtype != last_dtype else None
         prev_device = last_device if step.device and last_device and step.device != last_device else None
-        rows.append(LineageRow(step, prev_dtype, prev_device))
+        rows.append(LineageRow(step, prev_dtype, prev_device, (blamed or {}).get(step.stage, ())))
         last_dtype = step.dtype or last_dtype
         last_device = step.device or last_device
     return rows

@@ -122,7 +122,7 @@ def report_renderable(report: Report) -> RenderableType:
     if report.findings:
         sections.append(findings_table(report.findings))
     if report.lineage:
-        sections.append(lineage_view(report.lineage))
+        sections.append(lineage_view(report.lineage, report.blamed()))
     tree = dtype_tree(report.trace.model) if report.trace else None
     if tree is not None:
         sections.append(module_tree(tree))
@@ -226,10 +226,13 @@ def findings_table(findings: tuple[Finding, ...]) -> Table:
 LINEAGE_DETAIL_MIN = 48
 
 
-def lineage_view(lineage: Mapping[str, Any]) -> RenderableType:
+def lineage_view(lineage: Mapping[str, Any], blamed: Mapping[str, Mapping[str, tuple[str, ...]]] | None = None) -> RenderableType:
     """Per input, one line per stage: `stage  dtype@device[shape]  detail`, the stage that
-    changed the dtype or device marked and highlighted."""
-    return _LineageView({name: [_lineage_cells(row) for row in lineage_rows(steps)] for name, steps in lineage.items()})
+    changed the dtype or device marked and highlighted, the stage a finding blames named."""
+    blamed = blamed or {}
+    return _LineageView(
+        {name: [_lineage_cells(row) for row in lineage_rows(steps, blamed.get(name))] for name, steps in lineage.items()}
+    )
 
 
 class _LineageView:
@@ -275,7 +278,7 @@ def _lineage_cells(row: LineageRow) -> list[Text]:
         Text(CHANGED_MARK if changed else " ", style="bold yellow"),
         Text(step.stage, style="bold" if changed else ""),
         meta,
-        Text(row.detail_text(), style="" if changed else "dim"),
+        Text(row.detail_text(), style="bold red" if row.blamed_by else "" if changed else "dim"),
     ]
 
 

@@ -70,10 +70,11 @@ def render(report: Report, options: RenderOptions) -> str:
 
     if report.lineage:
         out += ["### Lineage", ""]
+        blamed = report.blamed()
         for name, steps in report.lineage.items():
             out += [f"#### {_code(name)}", ""]
             rows = []
-            for row in lineage_rows(steps):
+            for row in lineage_rows(steps, blamed.get(name)):
                 dtype = f"**{_text(row.dtype_text())}**" if row.dtype_changed else _text(row.dtype_text())
                 device = f"**{_text(row.device_text())}**" if row.device_changed else _text(row.device_text())
                 rows.append((row.step.stage, dtype, device, shape_label(row.step.shape), _text(row.detail_text())))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable, Iterable
 
-from dtype_doctor.records import HALF, FixSuggestion, OpCall, Remedy, SourceLoc, TensorMeta, Trace
+from dtype_doctor.records import FLOATING, HALF, INTEGER, FixSuggestion, OpCall, Remedy, SourceLoc, TensorMeta, Trace
 
 MATMUL = frozenset(
     {
@@ -112,8 +112,14 @@ def input_name(t: TensorMeta) -> str | None:
     return None
 
 
-def stage_of(trace: Trace, t: TensorMeta, *, what: str = "dtype") -> str:
-    """The pipeline stage where `t`'s dtype (or device) was decided."""
+def stage_of(trace: Trace, t: TensorMeta, *, what: str = "dtype", rejected: Callable[[str], bool] | None = None) -> str:
+    """The pipeline stage where `t`'s dtype (or device) went wrong: the first stage at which it
+    became one its consumer rejects (`rejected`; by default: anything but its final value).
+
+    Later stages that only change the width (float64 → float32) are shown in the lineage,
+    not blamed: float input_ids made in preprocess and narrowed by the formatter are
+    preprocess's; uint8 pixels made float32 by the processor are the processor's.
+    """
     origin = t.origin or ""
     if origin.startswith(("param:", "buffer:")):
         return "model-loading"
@@ -127,17 +133,23 @@ def stage_of(trace: Trace, t: TensorMeta, *, what: str = "dtype") -> str:
         return "model-code"  # the model changed it after the boundary
     if not steps:
         return "collator"  # API use: the caller built the batch
-    stage = None
-    previous = object()
-    for step in steps:
-        value = getattr(step, what)
-        if value is not None and value != previous:
-            stage = step.stage
-        if value is not None:
-            previous = value
+    values = [(step.stage, getattr(step, what)) for step in steps if getattr(step, what) is not None]
+    wrong = rejected or (lambda v: v == final)
+    i = len(values) - 1
+    while i > 0 and wrong(values[i - 1][1]) and _same_kind(values[i - 1][1], values[i][1], what):
+        i -= 1
+    stage = values[i][0] if values else None
     if stage in (None, "model-boundary"):
         return "transfer" if what == "device" else "collator"
     return stage
+
+
+def _same_kind(a: str, b: str, what: str) -> bool:
+    """Floating to floating (or integer to integer) is a change of width; a device is a kind of its own."""
+    if what != "dtype":
+        return a == b
+    kind = lambda d: "floating" if d in FLOATING else "integer" if d in INTEGER else d  # noqa: E731
+    return kind(a) == kind(b)
 
 
 def source_of(trace: Trace, t: TensorMeta) -> SourceLoc | None:
@@ -194,15 +206,23 @@ def fix_to_device(device: str) -> FixSuggestion:
     return FixSuggestion("to-device", SAFE, f"move the tensor to {device}, the model's device")
 
 
-def cast_remedies(trace: Trace, tensors: Iterable[TensorMeta], to: Callable[[TensorMeta], str] | str) -> list[Remedy]:
+def cast_remedies(
+    trace: Trace,
+    tensors: Iterable[TensorMeta],
+    to: Callable[[TensorMeta], str] | str,
+    rejected: Callable[[str], bool] | None = None,
+) -> list[Remedy]:
     """cast-inputs remedies for those of `tensors` not already in their dtype: a model input by
-    its name; a tensor made in forward by its origin ("created:OP@MODULE"), cast where it is made."""
+    its name; a tensor made in forward by its origin ("created:OP@MODULE"), cast where it is made.
+    The remedy's stage is where the dtype went wrong (`rejected` as for stage_of; by default
+    any dtype but the one wanted)."""
     out = []
     for t in tensors:
         dtype = to if isinstance(to, str) else to(t)
         name = input_name(t) or (t.origin if t.origin and t.origin.startswith("created:") else None)
         if name is not None and t.dtype != dtype:
-            out.append(Remedy("cast-inputs", name, dtype, stage_of(trace, t), source_of(trace, t)))
+            wrong = rejected or (lambda d, dtype=dtype: d != dtype)
+            out.append(Remedy("cast-inputs", name, dtype, stage_of(trace, t, rejected=wrong), source_of(trace, t)))
     return out
 
 

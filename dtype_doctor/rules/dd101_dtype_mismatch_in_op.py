@@ -98,7 +98,7 @@ def _finding(trace: Trace, op: OpCall, bad: tuple[TensorMeta, ...], main: str | 
         # The consumer's dtype: an operand the model made (an index_put destination, an activation).
         expected = anchor_dtype(((t.dtype, t.role, input_name(t) is not None) for t in bad), inputs_too=False) or main or ref.dtype
         remedies += cast_remedies(trace, bad, lambda t: required_dtype(t.role, t.dtype, anchor=expected))
-    stage = stage_of(trace, off)
+    stage = stage_of(trace, off, rejected=lambda d: d != expected)
     return RULE.finding(
         message,
         module=op.module,

@@ -40,17 +40,18 @@ def check(trace: Trace) -> Iterator[Finding]:
             if key in seen:
                 continue
             seen.add(key)
+            wrong = lambda d: d not in accepted  # noqa: E731 - where the ids first became unusable
             yield RULE.finding(
                 f"{op.module_type or base_op(op.op)} got {t.dtype} indices ({describe(t)}); it accepts {' or '.join(sorted(accepted))}",
                 module=op.module,
                 module_type=op.module_type,
                 op=op.op,
-                stage=stage_of(trace, t),
+                stage=stage_of(trace, t, rejected=wrong),
                 tensors=(t,),
                 source=source_of(trace, t),
                 fixes=(FixSuggestion("cast-inputs", "safe", "cast the index tensor to int64 (.long())"),),
                 pytorch_error=op.error,
-                remedies=cast_remedies(trace, (t,), required_dtype("index", t.dtype, anchor=None)),
+                remedies=cast_remedies(trace, (t,), required_dtype("index", t.dtype, anchor=None), wrong),
             )
 
 

@@ -72,18 +72,19 @@ def check(trace: Trace) -> Iterator[Finding]:
         if key in seen:
             continue
         seen.add(key)
+        required = required_target_dtype(op, target)
         yield RULE.finding(
             message.replace("target is", f"target {describe(target)} is", 1) if target.name else message,
             severity=severity,
             module=op.module,
             module_type=op.module_type,
             op=op.op,
-            stage=stage_of(trace, target),
+            stage=stage_of(trace, target, rejected=lambda d: d != required),
             tensors=op.operands[:2],
             source=source_of(trace, target),
             fixes=(fix,),
             pytorch_error=op.error,
-            remedies=cast_remedies(trace, (target,), required_target_dtype(op, target)),
+            remedies=cast_remedies(trace, (target,), required),
         )
 
 

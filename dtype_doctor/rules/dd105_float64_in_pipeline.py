@@ -9,6 +9,10 @@ from dtype_doctor.rules._common import LOSSES, base_op, cast_remedies, fix_cast_
 from dtype_doctor.rules.base import Rule
 
 
+def is_float64(dtype: str) -> bool:
+    return dtype == "float64"
+
+
 def check(trace: Trace) -> Iterator[Finding]:
     target = main_dtype(trace) or "float32"
     if target == "float64":
@@ -20,10 +24,10 @@ def check(trace: Trace) -> Iterator[Finding]:
             yield RULE.finding(
                 f"model input {t.name} is float64; the model computes in {target}",
                 tensors=(t,),
-                stage=stage_of(trace, t),
+                stage=stage_of(trace, t, rejected=is_float64),
                 source=source_of(trace, t),
                 fixes=(fix_cast_inputs(target),),
-                remedies=cast_remedies(trace, (t,), target),
+                remedies=cast_remedies(trace, (t,), target, is_float64),
             )
     for op in trace.ops:
         if op.phase != "forward" or base_op(op.op) not in LOSSES:
@@ -37,11 +41,11 @@ def check(trace: Trace) -> Iterator[Finding]:
                     module=op.module,
                     module_type=op.module_type,
                     op=op.op,
-                    stage=stage_of(trace, t),
+                    stage=stage_of(trace, t, rejected=is_float64),
                     tensors=(t,),
                     source=source_of(trace, t),
                     fixes=(fix_cast_inputs(target),),
-                    remedies=cast_remedies(trace, (t,), target),
+                    remedies=cast_remedies(trace, (t,), target, is_float64),
                 )
 
 

@@ -53,12 +53,12 @@ def check(trace: Trace) -> Iterator[Finding]:
             module=op.module,
             module_type=op.module_type,
             op=op.op,
-            stage=stage_of(trace, mask),
+            stage=stage_of(trace, mask, rejected=lambda d: d not in ("bool", query.dtype)),
             tensors=(query, mask),
             source=source_of(trace, mask),
             fixes=(FixSuggestion("cast-inputs", "safe", f"pass a bool mask, or an additive mask in {query.dtype}"),),
             pytorch_error=op.error,
-            remedies=cast_remedies(trace, (mask,), required_dtype("mask", mask.dtype, anchor=None, query=query.dtype)),
+            remedies=cast_remedies(trace, (mask,), required_dtype("mask", mask.dtype, anchor=None, query=query.dtype), lambda d: d not in ("bool", query.dtype)),
         )
 
 
