@@ -145,3 +145,36 @@ def test_bad_input_is_one_line_and_exit_2(script: str | None, argv: list[str], s
     code, out, err = _run(["run", "--", *(["python", *argv] if argv else [])], capsys)
     assert code == 2 and out == ""
     assert says in err and "Traceback" not in err
+
+
+def _line(script: str, text: str) -> int:
+    lines = (SCRIPTS / script).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def test_lineage_points_at_the_users_own_lines(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    # The transform's fp16 cast reaches the model: the finding points at that line.
+    code, out, _ = _run(["run", "-f", "json", "--", "python", "seed_pil_transforms.py", str(FIX / "models/resnet-tiny"),
+                         str(FIX / "data/images")], capsys)
+    report = json.loads(out)
+    (finding,) = report["findings"]
+    assert finding["stage"] == "preprocess"
+    assert finding["source"] == {"file": "seed_pil_transforms.py", "line": _line("seed_pil_transforms.py", "image_tensor.to(torch.float16)")}
+    chain = report["lineage"]["pixel_values"]
+    assert [(s["stage"], s["dtype"]) for s in chain] == [("preprocess", "float32"), ("preprocess", "float16"), ("model-boundary", "float16")]
+    assert chain[0]["source"]["line"] == _line("seed_pil_transforms.py", "torch.from_numpy")
+
+    # dataset.map's fp16 cast is undone by datasets' torch formatter: the chain says so, in the
+    # user's lines (the processor call, the cast in the map function, the loop that reads the rows).
+    code, out, _ = _run(["run", "-f", "json", "--", "python", "seed_map_autocast.py", str(FIX / "models/resnet-tiny"),
+                         str(workdir / "data")], capsys)
+    report = json.loads(out)
+    (finding,) = report["findings"]
+    assert finding["stage"] == "formatter"
+    chain = report["lineage"]["pixel_values"]
+    assert [(s["stage"], s["dtype"]) for s in chain] == [
+        ("processor", "float32"), ("preprocess", "float16"), ("formatter", "float32"), ("model-boundary", "float32")]
+    lines = [s["source"]["line"] if s["source"] else None for s in chain]
+    script = "seed_map_autocast.py"
+    assert lines == [_line(script, "processor(batch"), _line(script, "pixel_values.to(torch.float16)"), _line(script, "for step, batch"), None]
+    assert finding["source"] == {"file": script, "line": _line(script, "for step, batch")}

@@ -19,6 +19,7 @@ import torch
 
 from dtype_doctor.records import Report, Subject, TraceFailure, TraceRequest
 from dtype_doctor.run.launch import StopScript
+from dtype_doctor.run.lineage import LineageBook, LineageMode, boundary_lineage, patch_datasets, sources_of
 from dtype_doctor.trace.engine import _failure, live_trace, model_info, report_from_trace
 from dtype_doctor.trace.recorder import Recorder
 
@@ -52,6 +53,11 @@ class RunSession:
         self._pid = os.getpid()
         self._original_call: Any = None
         self._original_next: Any = None
+        self._lineage_mode: LineageMode | None = None
+        self._unpatch_datasets: Callable[[], None] = lambda: None
+        # Lineage is the pipeline's: inside the model the recorder sees everything.
+        self.book = LineageBook(is_paused=lambda: self._depth > 0)
+        self._lineage: dict[str, tuple] = {}
 
     # ------------------------------------------------------------------ arming
 
@@ -65,6 +71,9 @@ class RunSession:
         self._original_call = original
         torch.nn.Module.__call__ = __call__  # type: ignore[method-assign]
         self._patch_loader()
+        self._lineage_mode = LineageMode(self.book)
+        self._lineage_mode.__enter__()
+        self._unpatch_datasets = patch_datasets(self.book)
         return self
 
     def _patch_loader(self) -> None:
@@ -94,6 +103,10 @@ class RunSession:
         return False
 
     def _disarm(self) -> None:
+        if self._lineage_mode is not None:
+            self._lineage_mode.__exit__(None, None, None)
+            self._lineage_mode = None
+            self._unpatch_datasets()
         if self._original_next is not None:
             from torch.utils.data.dataloader import _BaseDataLoaderIter
 
@@ -109,9 +122,11 @@ class RunSession:
         top_level = self._depth == 0 and threading.get_ident() == self._thread and os.getpid() == self._pid
         if top_level and self.report is None:
             if self.model is None and _has_parameters(module):
-                self._start(module)
+                self._start(module, args, kwargs)
             elif module is self.model:
                 self.steps += 1
+                if self.steps <= self.max_steps:
+                    self._lineage = boundary_lineage(self.book, module, args, kwargs)
                 if self.steps > self.max_steps:
                     self.finish(None)
                     if not self.keep_running:
@@ -139,11 +154,12 @@ class RunSession:
             self._depth -= 1
             self._rec._suspended -= 1
 
-    def _start(self, model: torch.nn.Module) -> None:
+    def _start(self, model: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         self.model = model
         self.steps = 1
         self._info = model_info(model)
         self._rec = Recorder(model, recover=True)
+        self._lineage = boundary_lineage(self.book, model, args, kwargs)
         self._rec.attach()  # before the call: the root's own pre-hook tags the forward's inputs
         self._modes = contextlib.ExitStack()
         self._modes.enter_context(self._rec.function_mode())
@@ -175,7 +191,7 @@ class RunSession:
 
     def _report(self, failure: TraceFailure | None) -> Report:
         assert self._rec is not None and self.model is not None
-        trace = live_trace(self._rec, self._info, failure)
+        trace = live_trace(self._rec, self._info, failure, lineage=self._lineage, sources=sources_of(self._lineage))
         request = TraceRequest(select=self.select, ignore=self.ignore, subject=Subject(model=self.label))
         return report_from_trace(trace, self.model, request)
 

@@ -1,0 +1,334 @@
+"""Where each tensor the script feeds its model came from, in the user's own lines.
+
+While the script runs (before and between traced steps), a TorchFunctionMode watches every
+torch call. A tensor made or changed at a call site in the user's files (a `.to(torch.float16)`,
+a `.cuda()`, a `torch.tensor(labels, dtype=torch.int32)`) gets a LineageStep with that file
+and line; any other op passes its first operand's chain on to its output (indexing, stack,
+collate), so the chain survives the DataLoader. Datasets stores `map` results in Arrow,
+which makes new tensors: the chain of each column the user's map / transform function
+returned is kept by name and joined back on when `Dataset.__getitem__` hands the column out.
+Nothing here ever raises into the user's script.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable, Iterator
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils.weak import WeakIdKeyDictionary
+
+from dtype_doctor.records import LineageStep, SourceLoc
+from dtype_doctor.run.user_code import display_path, is_user_file
+from dtype_doctor.trace.recorder import device_name, dtype_name
+
+Chain = tuple[LineageStep, ...]
+MAX_STEPS = 12
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+# Library call sites that make a batch tensor out of Python / numpy values: the stage they stand for.
+_LIBRARY_STAGES = (
+    (os.sep + "transformers" + os.sep, "processor"),
+    (os.sep + "datasets" + os.sep, "formatter"),
+    (os.sep + "torch" + os.sep + "utils" + os.sep + "data" + os.sep, "collator"),
+)
+_CREATORS = frozenset({torch.tensor, torch.as_tensor, torch.from_numpy, torch.stack, torch.cat})
+
+
+class LineageBook:
+    """Tensor → the chain of steps that made it; column name → the chain a map function gave it."""
+
+    def __init__(self, is_paused: Callable[[], bool]) -> None:
+        self.chains: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self.columns: dict[str, Chain] = {}
+        self.is_paused = is_paused
+
+    def chain(self, t: torch.Tensor) -> Chain:
+        return self.chains.get(t, ())
+
+    # ---------------------------------------------------------------- ops
+
+    def observe(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        outs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, torch.Tensor)]
+        if not outs:
+            return
+        first = next(_tensors(args, kwargs), None)
+        inherited = self.chain(first) if first is not None else ()
+        site = _call_site()
+        step = None
+        if site is not None and is_user_file(site[0]):
+            step = self._user_step(func, first, outs[0], site, inherited)
+        elif not inherited and func in _CREATORS and site is not None:
+            step = _library_step(func, outs[0], site)
+        chain = inherited + (step,) if step is not None else inherited
+        if not chain:
+            return
+        for o in outs:
+            if o is not first:  # in-place ops return their operand: keep what it was
+                self.chains[o] = chain[-MAX_STEPS:]
+
+    def _user_step(self, func: Any, first: torch.Tensor | None, out: torch.Tensor, site: tuple[str, int], inherited: Chain) -> LineageStep | None:
+        name = _func_name(func)
+        if first is None:
+            what, stage = f"created by {name}", _caller_stage()
+        elif device_name(out.device) != device_name(first.device):
+            what, stage = f"moved to {device_name(out.device)} by {name}", "transfer"
+        elif out.dtype != first.dtype:
+            what, stage = f"cast to {dtype_name(out.dtype)} by {name}", _caller_stage()
+        elif not inherited:
+            what, stage = f"first seen at {name}", _caller_stage()
+        else:
+            return None
+        return LineageStep(stage, dtype_name(out.dtype), device_name(out.device), tuple(out.shape), what, SourceLoc(display_path(site[0]), site[1]))
+
+    # ------------------------------------------------------------- columns
+
+    def remember_columns(self, result: Any) -> None:
+        """A map / transform function returned `result`: keep each tensor column's chain by name."""
+        from collections.abc import Mapping
+
+        if not isinstance(result, Mapping):  # a dict, or datasets' LazyBatch
+            return
+        for key, value in result.items():
+            t = next(_tensors((value,), {}), None)
+            if t is not None and self.chain(t):
+                self.columns[str(key)] = self.chain(t)
+
+    def join_columns(self, rows: Any) -> None:
+        """Dataset.__getitem__ handed out `rows`: tensors the formatter made take their column's chain."""
+        for row in rows if isinstance(rows, list) else [rows]:
+            if not isinstance(row, dict):
+                continue
+            for key, value in row.items():
+                column = self.columns.get(str(key))
+                if column is None:
+                    continue
+                for t in _tensors((value,), {}):
+                    if self.chain(t)[: len(column)] == column:
+                        continue  # a transform's own tensor, its chain already complete
+                    user = _nearest_user_frame()
+                    step = LineageStep(
+                        "formatter", dtype_name(t.dtype), device_name(t.device), tuple(t.shape),
+                        f"datasets returns column {key!r} as {dtype_name(t.dtype)}",
+                        SourceLoc(display_path(user[0]), user[1]) if user else None,
+                    )
+                    self.chains[t] = (column + (step,) if column[-1].dtype != step.dtype else column)[-MAX_STEPS:]
+
+    def wrap_function(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        book = self
+
+        def remembering(*args: Any, **kwargs: Any) -> Any:
+            result = fn(*args, **kwargs)
+            try:
+                book.remember_columns(result)
+            except Exception:  # noqa: BLE001 - lineage must never break the script
+                pass
+            return result
+
+        remembering.__wrapped__ = fn  # type: ignore[attr-defined]
+        return remembering
+
+
+class LineageMode(TorchFunctionMode):
+    def __init__(self, book: LineageBook) -> None:
+        super().__init__()
+        self.book = book
+        self._from_numpy: Any = None
+
+    def __enter__(self) -> "LineageMode":
+        # torch.from_numpy is not overridable: the mode never sees it, so it is wrapped instead.
+        original = self._from_numpy = torch.from_numpy
+        mode = self
+
+        def from_numpy(array: Any) -> torch.Tensor:
+            out = original(array)
+            if not mode.book.is_paused():
+                try:
+                    mode.book.observe(original, (), {}, out)
+                except Exception:  # noqa: BLE001 - lineage must never break the script
+                    pass
+            return out
+
+        torch.from_numpy = from_numpy
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._from_numpy is not None:
+            torch.from_numpy = self._from_numpy
+            self._from_numpy = None
+        super().__exit__(*exc)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if not self.book.is_paused() and not _is_property(func):
+            try:
+                self.book.observe(func, args, kwargs, out)
+            except Exception:  # noqa: BLE001 - lineage must never break the script
+                pass
+        return out
+
+
+def _is_property(func: Any) -> bool:
+    # Tensor.shape / .dtype / .device reads come through the mode too; they make no tensor.
+    return getattr(func, "__name__", "") == "__get__"
+
+
+def _tensors(args: tuple, kwargs: dict) -> Iterator[torch.Tensor]:
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from (x for x in a if isinstance(x, torch.Tensor))
+
+
+def _func_name(func: Any) -> str:
+    name = getattr(func, "__name__", str(func))
+    qual = getattr(func, "__qualname__", "")
+    if qual.startswith(("TensorBase.", "Tensor.")) or name in ("to", "half", "float", "cuda", "cpu", "double", "bfloat16", "long", "int", "type"):
+        return f".{name}()"
+    return f"torch.{name}"
+
+
+def _call_site() -> tuple[str, int] | None:
+    """The first frame outside torch and this module: where the user (or a library) called torch."""
+    frame = sys._getframe(2)
+    here = __file__
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_TORCH_DIR) and filename != here:
+            return filename, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def _caller_stage() -> str:
+    """A user function run by datasets (map, transform) is preprocessing, by a DataLoader a collator."""
+    frame = sys._getframe(3)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if os.sep + "datasets" + os.sep in filename:
+            return "preprocess"
+        if os.sep + os.path.join("torch", "utils", "data") + os.sep in filename:
+            return "collator"
+        frame = frame.f_back
+    return "preprocess"
+
+
+def _library_step(func: Any, out: torch.Tensor, site: tuple[str, int]) -> LineageStep | None:
+    stage = next((s for marker, s in _LIBRARY_STAGES if marker in site[0]), None)
+    if stage is None:
+        return None
+    user = _nearest_user_frame()
+    return LineageStep(
+        stage, dtype_name(out.dtype), device_name(out.device), tuple(out.shape),
+        f"{_func_name(func)} in {_package(site[0])}", SourceLoc(display_path(user[0]), user[1]) if user else None,
+    )
+
+
+def _nearest_user_frame() -> tuple[str, int] | None:
+    frame = sys._getframe(1)
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            return frame.f_code.co_filename, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def _package(filename: str) -> str:
+    for marker, _ in _LIBRARY_STAGES:
+        if marker in filename:
+            return marker.strip(os.sep).replace(os.sep, ".")
+    return os.path.basename(filename)
+
+
+# ------------------------------------------------------------------ the model boundary
+
+
+def boundary_lineage(book: LineageBook, model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, Chain]:
+    """Each tensor input of `model(*args, **kwargs)` by parameter name → its chain, ending at the boundary."""
+    import inspect
+
+    named: dict[str, Any] = dict(kwargs)
+    if args:
+        try:
+            named.update(inspect.signature(model.forward).bind_partial(*args).arguments)
+        except TypeError:
+            named.update({f"arg{i}": a for i, a in enumerate(args)})
+    lineage: dict[str, Chain] = {}
+    for name, value in named.items():
+        if isinstance(value, torch.Tensor) and book.chain(value):
+            boundary = LineageStep("model-boundary", dtype_name(value.dtype), device_name(value.device), tuple(value.shape))
+            lineage[name] = book.chain(value) + (boundary,)
+    return lineage
+
+
+def sources_of(lineage: dict[str, Chain]) -> dict[str, SourceLoc]:
+    """Input name → the user line that gave the input its dtype (else the last user line it passed)."""
+    sources: dict[str, SourceLoc] = {}
+    for name, chain in lineage.items():
+        final = chain[-1].dtype
+        deciding = None
+        previous = None
+        for step in chain:
+            if step.dtype != previous and step.dtype == final:
+                deciding = step
+            previous = step.dtype
+        if deciding is not None and deciding.source is not None:
+            sources[name] = deciding.source
+        elif (last := next((s for s in reversed(chain) if s.source is not None), None)) is not None:
+            sources[name] = last.source
+    return sources
+
+
+# ------------------------------------------------------------------ datasets
+
+
+def patch_datasets(book: LineageBook) -> Callable[[], None]:
+    """Remember what the user's map / transform functions return; join it back as rows come out.
+
+    Returns the function that undoes the patch."""
+    try:
+        from datasets import arrow_dataset
+    except ImportError:  # pragma: no cover - datasets is a dependency, but the script may not need it
+        return lambda: None
+    cls = arrow_dataset.Dataset
+    saved = {name: cls.__dict__[name] for name in ("map", "set_transform", "with_transform", "__getitem__", "__getitems__") if name in cls.__dict__}
+
+    def map(self: Any, function: Any = None, *args: Any, **kwargs: Any) -> Any:  # noqa: A001 - the method's name
+        if function is not None and (kwargs.get("num_proc") or 1) <= 1:
+            function = book.wrap_function(function)
+            kwargs["load_from_cache_file"] = False  # a cached result would not run the function
+        return saved["map"](self, function, *args, **kwargs)
+
+    def transform_setter(name: str) -> Callable[..., Any]:
+        def setter(self: Any, transform: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if transform is not None:
+                transform = book.wrap_function(transform)
+            return saved[name](self, transform, *args, **kwargs)
+
+        return setter
+
+    def getter(name: str) -> Callable[..., Any]:
+        def get(self: Any, key: Any) -> Any:
+            rows = saved[name](self, key)
+            try:
+                book.join_columns(rows)
+            except Exception:  # noqa: BLE001 - lineage must never break the script
+                pass
+            return rows
+
+        return get
+
+    patched = {"map": map, "set_transform": transform_setter("set_transform"), "with_transform": transform_setter("with_transform"),
+               "__getitem__": getter("__getitem__"), "__getitems__": getter("__getitems__")}
+    for name in saved:
+        setattr(cls, name, patched[name])
+
+    def undo() -> None:
+        for name, original in saved.items():
+            setattr(cls, name, original)
+
+    return undo
