@@ -74,7 +74,9 @@ def main() -> int:
                 c["as DD001"] += 1
         if a.no_simulate:
             continue
-        expected = real
+        expected = oc.expected_on_cuda(case, real)
+        if (expected is None) != (real is None):
+            c["CUDA differs (table)"] += 1
         try:
             report = oc.doctor_report(case, simulate=True, device="cuda")
         except Exception as exc:  # noqa: BLE001
@@ -108,8 +110,8 @@ def _codes(findings: list) -> list[str]:
 
 
 def _print(stats: dict, took: float) -> None:
-    cols = ["cases", "real errors", "dropped", "as DD001", "false alarms", "sim judged", "sim agree", "sim cannot follow", "sim crashed"]
-    print(f"{'family':<15}{'kind':<13}" + "".join(f"{c:>13}" for c in cols) + f"{'sim %':>8}")
+    cols = ["cases", "real errors", "dropped", "as DD001", "false alarms", "sim judged", "sim agree", "CUDA differs (table)", "sim cannot follow"]
+    print(f"{'family':<15}{'kind':<13}" + "".join(f"{c[:12]:>13}" for c in cols) + f"{'sim %':>8}")
     total: Counter = Counter()
     for (fam, kind), c in sorted(stats.items()):
         total.update(c)

@@ -31,6 +31,7 @@ class ScanOptions:
     autocast: str = "off"
     train: bool = False
     simulate: bool = False
+    gpu: str | None = None  # the GPU a simulated CUDA trace targets (--gpu)
     select: tuple[str, ...] | None = None
     ignore: tuple[str, ...] | None = None
     trust_remote_code: bool = False
@@ -51,6 +52,12 @@ class ScanOptions:
         if self.preprocess is not None and ":" not in self.preprocess:
             raise UsageError(f"--preprocess must be FILE.py:FUNCTION, not {self.preprocess!r}")
         resolve_device(self.device, self.simulate, check_only=True)
+        if self.gpu is not None:
+            from dtype_doctor.trace.gpus import gpu_profile
+
+            gpu_profile(self.gpu)  # a bad name is a usage error before anything loads
+            if not self.simulate:
+                raise UsageError("--gpu sets the GPU a --simulate trace targets; add --simulate (a real trace runs on the GPU it has)")
         from dtype_doctor.rules import parse_codes
 
         parse_codes(self.select)
@@ -97,6 +104,7 @@ class Prepared:
             autocast=o.autocast,
             train=o.train,
             simulate=o.simulate,
+            gpu=o.gpu,
             select=o.select,
             ignore=o.ignore,
             lineage=self.batch.lineage,

@@ -231,6 +231,7 @@ class Trace:
     train: bool = False
     failure: TraceFailure | None = None
     sources: Mapping[str, SourceLoc] = field(default_factory=dict)  # input name → user code
+    gpu: str | None = None  # the GPU profile a simulated CUDA trace targeted
 
     def input(self, name: str) -> TensorMeta | None:
         for t in self.inputs:
@@ -323,6 +324,7 @@ class Target:
     model_dtype: str | None
     autocast: str | None
     train: bool
+    gpu: str | None = None  # a simulated CUDA target's GPU profile, "a100 (compute capability 8.0)"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -334,6 +336,7 @@ class Target:
             "model_dtype": self.model_dtype,
             "autocast": self.autocast,
             "train": self.train,
+            "gpu": self.gpu,
         }
 
 
@@ -353,7 +356,8 @@ class TraceRequest:
 
     `device` None traces where the model is; `simulate` uses fake tensors; `move_inputs`
     False leaves the batch where the pipeline put it; `lineage`/`sources` say where each
-    input came from; `subject` names what is traced in the report.
+    input came from; `subject` names what is traced in the report; `gpu` is the GPU a
+    simulated CUDA trace targets (its compute capability decides bfloat16 support).
     """
 
     device: str | None = None
@@ -366,6 +370,7 @@ class TraceRequest:
     lineage: Lineage = field(default_factory=dict)
     sources: Mapping[str, SourceLoc] = field(default_factory=dict)
     subject: Subject | None = None
+    gpu: str | None = None  # a simulated CUDA target's GPU: "a100", "t4" or a capability "7.5"
 
     def __post_init__(self) -> None:
         if self.autocast == "off":

@@ -41,6 +41,7 @@ class Case:
     args: tuple
     kwargs: dict
     what: str  # the perturbation, e.g. "args[0] float32→float16"
+    aten: str = ""  # the aten op it calls (OpInfo.aten_name)
 
     def fresh(self) -> tuple[tuple, dict]:
         """Copies of the arguments (in-place ops must not see each other's writes)."""
@@ -97,12 +98,12 @@ def op_cases(o: Any, *, samples_per_op: int = 2, kinds: tuple[str, ...] = ("pert
     for s in samples:
         args = (s.input, *s.args)
         if "clean" in kinds:
-            yield Case(name, fam, "clean", o.op, args, dict(s.kwargs), "as sampled")
+            yield Case(name, fam, "clean", o.op, args, dict(s.kwargs), "as sampled", o.aten_name)
         if "perturbed" in kinds:
             for path, t in _tensor_paths(args, s.kwargs):
                 for d in _targets(t.dtype):
                     a, k = _replace(args, s.kwargs, path, t.to(d))
-                    yield Case(name, fam, "perturbed", o.op, a, k, f"{path} {_n(t.dtype)}→{_n(d)}")
+                    yield Case(name, fam, "perturbed", o.op, a, k, f"{path} {_n(t.dtype)}→{_n(d)}", o.aten_name)
     if "error-input" in kinds and o.error_inputs_func is not None:
         try:
             errors = list(o.error_inputs("cpu"))
@@ -112,7 +113,7 @@ def op_cases(o: Any, *, samples_per_op: int = 2, kinds: tuple[str, ...] = ("pert
             if e.error_type not in (RuntimeError, TypeError) or not _DTYPE_WORDS.search(str(e.error_regex)):
                 continue
             s = e.sample_input
-            yield Case(name, fam, "error-input", o.op, (s.input, *s.args), dict(s.kwargs), str(e.error_regex)[:60])
+            yield Case(name, fam, "error-input", o.op, (s.input, *s.args), dict(s.kwargs), str(e.error_regex)[:60], o.aten_name)
 
 
 def sampled(n_ops: int, per_op: int = 2, seed: int = 0) -> list[Case]:
@@ -167,6 +168,23 @@ def doctor_report(case: Case, *, simulate: bool = False, device: str | None = No
     args, kwargs = case.fresh()
     module = OpModule(case.call, args, kwargs)
     return dtype_doctor.diagnose(module, module.inputs(args, kwargs), simulate=simulate, device=device)
+
+
+def expected_on_cuda(case: Case, real: BaseException | None) -> str | None:
+    """The real CPU outcome turned into the CUDA one by the documented CPU↔CUDA table."""
+    from dtype_doctor.records import TensorMeta
+    from dtype_doctor.trace.cuda_table import on_cuda
+    from dtype_doctor.trace.verdicts import unsupported_dtype
+
+    conv = case.aten.removeprefix("nn.functional.").startswith("conv")
+    metas = tuple(
+        TensorMeta(dtype=_n(t.dtype), device="cuda:0", shape=tuple(t.shape), role="bias" if conv and path == "args[2]" else "input")
+        for path, t in _tensor_paths(case.args, case.kwargs)
+    )
+    cpu_error = None if real is None else (str(real).splitlines() or [type(real).__name__])[0]
+    unsupported = unsupported_dtype(cpu_error, metas) if cpu_error else None
+    name = case.aten.removeprefix("nn.functional.")
+    return on_cuda(name if conv else f"aten.{name}", metas, cpu_error, unsupported, None)
 
 
 def errors_in(report: Any) -> list[Any]:

@@ -250,7 +250,7 @@ def test_unknown_autocast_is_a_usage_error():
 # ------------------------------------------------------------------------ the JSON
 
 TOP = {"schema_version", "tool", "target", "environment", "findings", "lineage", "summary"}
-TARGET = {"model", "dataset", "split", "device", "simulated", "model_dtype", "autocast", "train"}
+TARGET = {"model", "dataset", "split", "device", "simulated", "model_dtype", "autocast", "train", "gpu"}
 ENVIRONMENT = {"python", "torch", "transformers", "datasets", "cuda_available"}
 FINDING = {"code", "name", "severity", "message", "module", "module_type", "op", "stage", "tensors", "source", "fixes"}
 TENSOR = {"role", "name", "dtype", "device", "shape"}

@@ -317,7 +317,7 @@ def test_json_round_trips_and_has_every_spec_key():
     assert d == json.loads(json.dumps(report.to_dict()))
     assert d["schema_version"] == 1
     assert d["tool"] == {"name": "dtype-doctor", "version": __version__}
-    assert set(d["target"]) == {"model", "dataset", "split", "device", "simulated", "model_dtype", "autocast", "train"}
+    assert set(d["target"]) == {"model", "dataset", "split", "device", "simulated", "model_dtype", "autocast", "train", "gpu"}
     assert isinstance(d["target"]["simulated"], bool) and isinstance(d["target"]["train"], bool)
     assert set(d["environment"]) >= {"python", "torch", "transformers", "datasets", "cuda_available"}
     finding_keys = {"code", "name", "severity", "message", "module", "module_type", "op", "stage", "tensors", "source", "fixes"}

@@ -13,7 +13,11 @@ from helpers_models import found, load_fixture, token_batch
 
 @pytest.fixture(scope="module")
 def classifier():
-    return load_fixture("bert-tiny")  # 3 labels: cross_entropy
+    model = load_fixture("bert-tiny")  # 3 labels: cross_entropy
+    # transformers infers problem_type on the first forward and stores it in the config (uint8
+    # labels alone would route to multi-label BCE); fixed here so test order does not matter.
+    model.config.problem_type = "single_label_classification"
+    return model
 
 
 @pytest.fixture(scope="module")

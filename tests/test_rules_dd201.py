@@ -92,12 +92,6 @@ def test_device_mismatch_on_real_tensors():
     assert hits[0].pytorch_error is not None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine: with autocast on a CPU-only torch the simulated CUDA target runs on a cpu "
-    "stand-in (simulation_device), so tensors created without device= share its device and the "
-    "mismatch is invisible",
-)
 def test_tensors_created_without_device_under_autocast():
     report = dtype_doctor.diagnose(
         Model(pass_device=False), {"x": X}, simulate=True, device="cuda", autocast="bfloat16"

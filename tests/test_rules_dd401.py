@@ -43,3 +43,14 @@ def test_only_training_with_fp16_autocast_is_judged() -> None:
     model, x = nn.Linear(4, 2).half(), torch.randn(3, 4).half()
     assert "DD401" not in codes(dtype_doctor.diagnose(model, {"input": x}, train=True))  # no AMP: no scaler
     assert "DD401" not in codes(dtype_doctor.diagnose(model, {"input": x}, autocast="float16"))  # inference
+
+
+def test_bf16_gradients_are_refused_on_a_simulated_cuda_target_only() -> None:
+    """The CPU unscale kernel implements bfloat16 (shown by scaler_step above running); the
+    CUDA one does not, so a CUDA target with bf16 trainables under fp16 AMP is an error."""
+    model, x = nn.Linear(4, 2).to(torch.bfloat16), torch.randn(3, 4)
+    scaler_step(model, x)  # runs on this CPU
+    model.zero_grad(set_to_none=True)
+    report = dtype_doctor.diagnose(model, {"input": x}, train=True, autocast="float16", simulate=True, device="cuda")
+    [f] = [f for f in report.findings if f.code == "DD401"]
+    assert "BFloat16" in f.message and f.severity == "error"

@@ -52,6 +52,7 @@ def fix_command(
     autocast: o.Autocast = "off",
     train: o.Train = False,
     simulate: o.Simulate = False,
+    gpu: o.Gpu = None,
     format: o.Format = None,
     output: o.Output = None,
     fail_on: o.FailOn = "error",

@@ -35,6 +35,7 @@ def scan_command(
     autocast: o.Autocast = "off",
     train: o.Train = False,
     simulate: o.Simulate = False,
+    gpu: o.Gpu = None,
     format: o.Format = None,
     output: o.Output = None,
     fail_on: o.FailOn = "error",

@@ -4,13 +4,26 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import Finding, Trace
+from dtype_doctor.records import Finding, OpCall, TensorMeta, Trace
 from dtype_doctor.rules._common import base_op, describe, device_remedies, fix_to_device, refused, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 
 
 # Ops whose job is to move data between devices.
 CROSS_DEVICE_OPS = frozenset({"aten.copy_", "aten.copy", "aten._to_copy", "aten.to", "aten._copy_from", "aten._copy_from_and_resize"})
+
+
+def _placed(op: OpCall) -> list[TensorMeta]:
+    """The operands whose device matters: 0-dim CPU tensors act as scalars on any device,
+    and indexing accepts CPU index tensors on any device."""
+    return [
+        t for t in op.operands
+        if not (t.is_scalar and t.device == "cpu") and not (t.role == "index" and t.device == "cpu")
+    ]
+
+
+def mixes_devices(op: OpCall) -> bool:
+    return base_op(op.op) not in CROSS_DEVICE_OPS and len({t.device for t in _placed(op)}) > 1
 
 
 def check(trace: Trace) -> Iterator[Finding]:
@@ -20,12 +33,7 @@ def check(trace: Trace) -> Iterator[Finding]:
     for op in trace.ops:
         if base_op(op.op) in CROSS_DEVICE_OPS or not refused(op):
             continue
-        # 0-dim CPU tensors act as scalars on any device; CPU index tensors are accepted by
-        # indexing on any device.
-        operands = [
-            t for t in op.operands
-            if not (t.is_scalar and t.device == "cpu") and not (t.role == "index" and t.device == "cpu")
-        ]
+        operands = _placed(op)
         devices = {t.device for t in operands}
         if len(devices) < 2:
             continue
@@ -66,5 +74,6 @@ RULE = Rule(
     fix="Move the batch to the model's device, or create tensors with device=x.device (to-device).",
     fix_safety="to-device is safe.",
     check=check,
+    rejects=mixes_devices,
     device_note="Judged for the traced device; on a CPU-only machine use --simulate --device cuda to check a CUDA target.",
 )

@@ -11,16 +11,23 @@ from dtype_doctor.rules.dd110_half_precision_master_weights import half_trainabl
 
 
 def check(trace: Trace) -> Iterator[Finding]:
-    # fp16 autocast is the configuration that needs a GradScaler; bf16 gradients it accepts.
+    # fp16 autocast is the configuration that needs a GradScaler. It refuses fp16 gradients
+    # everywhere; bf16 gradients only on CUDA, whose _amp_foreach_non_finite_check_and_unscale_
+    # kernel has no bfloat16 (the CPU kernel has).
     if not trace.train or trace.autocast != "float16":
         return
-    half = half_trainable(trace, frozenset({"float16"}))
+    refused = frozenset({"float16", "bfloat16"} if trace.device.startswith("cuda") else {"float16"})
+    half = half_trainable(trace, refused)
     if not half:
         return
     module = half[0].name.rsplit(".", 1)[0]
+    dtypes = sorted({p.dtype for p in half})
+    raised = (
+        "'Attempting to unscale FP16 gradients.'" if "float16" in dtypes
+        else "\"_amp_foreach_non_finite_check_and_unscale_cuda\" not implemented for 'BFloat16'"
+    )
     yield RULE.finding(
-        f"{len(half)} trainable parameters are float16 under float16 autocast: GradScaler.unscale_ will raise "
-        "'Attempting to unscale FP16 gradients.'",
+        f"{len(half)} trainable parameters are {' and '.join(dtypes)} under float16 autocast: GradScaler.unscale_ will raise {raised}",
         module=module,
         module_type=trace.model.module_type(module),
         stage="optimizer",
@@ -34,7 +41,7 @@ RULE = Rule(
     code="DD401",
     name="grad-scaler-half-gradients",
     severity="error",
-    summary="fp16 AMP with a GradScaler while trainable parameters (so their gradients) are fp16.",
+    summary="fp16 AMP with a GradScaler while trainable parameters (so their gradients) are fp16 — or bf16 on CUDA.",
     why=(
         "GradScaler unscales gradients in fp32 and refuses fp16 gradients. model.half() followed by the AMP "
         "recipe (autocast + GradScaler) fails at the first optimizer step, after the whole forward and backward."
@@ -48,5 +55,8 @@ RULE = Rule(
     fix="Keep the trainable parameters in float32 (fp32-trainable); autocast still runs the matmuls in fp16.",
     fix_safety="fp32-trainable is safe.",
     check=check,
-    device_note="GradScaler behaves the same on CPU (torch.amp.GradScaler('cpu')) and CUDA.",
+    device_note=(
+        "fp16 gradients are refused on CPU and CUDA alike; bf16 gradients only on CUDA (the CPU unscale kernel "
+        "implements bfloat16, the CUDA one does not)."
+    ),
 )

@@ -141,14 +141,13 @@ def simulation_device(target: torch.device, autocast: str | None) -> torch.devic
 
     A CUDA build of torch (with or without a GPU) fakes CUDA tensors faithfully. A CPU-only
     build cannot: its Python bindings (indexing, .to, .contiguous) build a CUDA device guard
-    that does not exist and abort. There the trace runs on a stand-in device and is labelled
-    with the target: `meta`, so tensors created in forward without device= still land on the
-    CPU and show up as device mismatches; or `cpu` when autocast is asked, whose op lists
-    stand in for CUDA autocast's.
+    that does not exist and abort. There the trace runs on `meta` labelled with the target,
+    so tensors created in forward without device= still land on the CPU and show up as device
+    mismatches; autocast is then CUDA's policy applied by the recorder (trace/cuda_autocast.py).
     """
     if target.type != "cuda" or torch.version.cuda is not None:
         return target
-    return torch.device("cpu" if autocast else "meta")
+    return torch.device("meta")
 
 
 def fake_like(fake_mode: Any, t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
@@ -231,7 +230,10 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
             autocast_device = stand_in.type
         state = {n: fake_like(fake_mode, t, stand_in) for n, t in [*model.named_parameters(), *model.named_buffers()]}
         def sim_device(v: torch.Tensor) -> torch.device:
-            stays = not request.move_inputs and device_name(v.device) != device_name(label)
+            # Simulation the caller did not ask for (a meta input, a fake model) moves nothing:
+            # an input left on another device is the mismatch to report.
+            keep = not request.move_inputs or not request.simulate
+            stays = keep and device_name(v.device) != device_name(label)
             return v.device if stays else stand_in
 
         inputs = {k: (fake_like(fake_mode, v, sim_device(v)) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
@@ -242,13 +244,22 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
         if request.move_inputs:
             inputs = {k: (v.to(target_device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
 
-    rec = Recorder(model, state=state, device_alias=alias, predict=_rules_predict if where.simulate else None)
+    predict = None
+    if where.simulate:
+        from dtype_doctor.trace.gpus import gpu_profile
+        from dtype_doctor.trace.probe import KernelProbe
+
+        cuda = where.label is not None and where.label.type == "cuda"
+        predict = KernelProbe(cuda=cuda, gpu=gpu_profile(request.gpu) if cuda else None, fallback=_rules_predict)
+    rec = Recorder(model, state=state, device_alias=alias, predict=predict)
     for name, v in inputs.items():
         if isinstance(v, torch.Tensor):
             rec.tag_input(name, v)
     info = model_info(model, state, alias)
-    run_device = _run_device(model, state, target_device)
+    run_device = where.run_on if where.simulate and where.run_on is not None else _run_device(model, state, target_device)
     amp_device = autocast_device or run_device.type
+    # No AutocastCUDA kernels on a CPU-only build, and CPU autocast's lists are not CUDA's.
+    emulate_cuda_amp = where.simulate and where.label is not None and where.label.type == "cuda" and run_device.type != "cuda"
     failure: TraceFailure | None = None
     with _preserved(model, train=request.train):
         rec.attach()
@@ -260,7 +271,12 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
                 stack.enter_context(rec.dispatch_mode())
                 stack.enter_context(torch.enable_grad() if request.train else torch.no_grad())
                 with contextlib.ExitStack() as amp:
-                    if autocast:
+                    if autocast and emulate_cuda_amp:
+                        from dtype_doctor.trace.cuda_autocast import CudaAutocast
+
+                        rec.amp = CudaAutocast(AUTOCAST_DTYPES[autocast])
+                        amp.callback(setattr, rec, "amp", None)
+                    elif autocast:
                         amp.enter_context(torch.autocast(amp_device, dtype=AUTOCAST_DTYPES[autocast]))
                     if state is not None:
                         out = torch.func.functional_call(model, state, (), inputs, strict=False)
@@ -286,6 +302,7 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
         train=request.train,
         failure=failure,
         sources=dict(request.sources),
+        gpu=str(predict.gpu) if predict is not None and predict.gpu is not None else None,
     )
 
 
@@ -300,7 +317,7 @@ def _failure(rec: Recorder, exc: BaseException) -> TraceFailure:
     from dtype_doctor.trace.recorder import _first_line
 
     message = _first_line(exc)
-    if type(exc).__name__ in _SIMULATION_LIMITS:
+    if type(exc).__name__ in _SIMULATION_LIMITS or (rec.predict is not None and _NO_META_KERNEL in message):
         module, module_type = _raising_module(rec, exc)
         return TraceFailure("simulation", f"fake tensors cannot follow this step ({type(exc).__name__}: {message})", module, module_type, None)
     last = next((op for op in reversed(rec.ops) if op.error and not op.recovered), None)
@@ -311,6 +328,7 @@ def _failure(rec: Recorder, exc: BaseException) -> TraceFailure:
 
 
 # Fake tensors have no values: these are steps a simulated trace cannot take.
+_NO_META_KERNEL = "with Meta tensors"  # an op PyTorch gives no shape function (geqrf, histogram)
 _SIMULATION_LIMITS = ("DataDependentOutputException", "DynamicOutputShapeException", "UnsupportedOperatorException")
 
 
@@ -338,6 +356,7 @@ def _target(trace: Trace, model: torch.nn.Module, subject: Subject | None) -> Ta
         model_dtype=trace.model.main_dtype,
         autocast=trace.autocast,
         train=trace.train,
+        gpu=trace.gpu,
     )
 
 
@@ -364,7 +383,8 @@ def diagnose(model: torch.nn.Module, inputs: Mapping[str, Any], request: TraceRe
     model's state (the model itself is not moved); `simulate=True` traces with fake tensors
     on `device` (default: the model's device, or cuda:0 for a model without data), reading
     no tensor data; `move_inputs=False` leaves the inputs on their own devices instead of
-    moving them to `device` with the model; `autocast`, `train`, `select`, `ignore` as the CLI.
+    moving them to `device` with the model; `gpu` ("t4", "a100", "8.0") is the GPU a simulated
+    CUDA trace targets; `autocast`, `train`, `select`, `ignore` as the CLI.
     """
     request = as_request(request, options)
     return report_from_trace(trace_model(model, inputs, request), model, request)

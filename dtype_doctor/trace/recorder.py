@@ -82,12 +82,14 @@ class Recorder:
         state: dict[str, torch.Tensor] | None = None,
         recover: bool = True,
         device_alias: dict[str, str] | None = None,
-        predict: Callable[[OpCall], str | None] | None = None,
+        predict: Callable[[Any, tuple, dict, OpCall], str | None] | None = None,
     ) -> None:
         self.model = model
         # Simulated traces run fake kernels, which accept mixed dtypes: `predict` says where a
-        # real device would raise (the engine passes the rules' judgement).
+        # real device would raise (the engine passes a KernelProbe, trace/probe.py).
         self.predict = predict
+        # A simulated CUDA autocast on a CPU-only build: CUDA's casts, applied per function.
+        self.amp: Any = None
         self.device_alias = device_alias or {}
         self.recover = recover
         self.ops: list[OpCall] = []
@@ -192,7 +194,7 @@ class Recorder:
         error: str | None = None
         recovered = False
         predicted = (
-            self.predict(OpCall(0, op_name, module, module_type, operands, autocast=autocast, level=level))
+            self.predict(func, args, kwargs, OpCall(0, op_name, module, module_type, operands, autocast=autocast, level=level))
             if self.predict is not None
             else None
         )
@@ -200,7 +202,7 @@ class Recorder:
         if predicted is not None:
             # Fake kernels would run this op; a real device would not. Repair as after a real error.
             error = predicted
-            out = self._run_repaired(op_name, operand_tensors, args, kwargs, "dtype", run)
+            out = self._run_repaired(op_name, operand_tensors, args, kwargs, classify_error(predicted, operands), run)
             recovered = out is not _FAILED
         if out is _FAILED:
             try:
@@ -291,7 +293,7 @@ class Recorder:
     def _pre_hook(self, mod: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         name = self._module_names.get(id(mod), "?")
         self.stack.append((name, type(mod).__name__))
-        self.autocast_stack.append(_autocast_state())
+        self.autocast_stack.append(_dtype_name(self.amp.dtype) if self.amp is not None else _autocast_state())
         if mod is self.model:
             self._in_root += 1
             if self._in_root == 1:
@@ -356,6 +358,12 @@ class _FunctionRecorder(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
+        if self.rec.amp is not None and not self.rec._suspended:
+            self.rec._suspended += 1  # autocast's casts are not the model's ops
+            try:
+                args, kwargs = self.rec.amp.cast(func, args, kwargs)
+            finally:
+                self.rec._suspended -= 1
         watched = _FUNCTIONS_TO_WATCH.get(func)
         if watched is None:
             return func(*args, **kwargs)
@@ -383,6 +391,10 @@ class _FunctionSchema:
 @dataclass(frozen=True, slots=True)
 class _Arg:
     name: str
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return dtype_name(dtype)
 
 
 def _autocast_state() -> str | None:

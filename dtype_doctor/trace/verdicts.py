@@ -12,7 +12,7 @@ from dtype_doctor.records import TensorMeta
 
 _DEVICE_ERROR = re.compile(r"device|cuda|meta!", re.I)
 _DTYPE_ERROR = re.compile(
-    r"dtype|scalar type|Half|Float|Double|BFloat16|Long|Int\b|Byte|type \(|can't be cast|same type"
+    r"dtype|scalar type|\b(Half|Float|Double|BFloat16|Long|Int|Byte|Bool)(Tensor)?\b|type \(|can't be cast|same type"
     r"|not implemented for|\bbool\b|floating.point|integral|complex tensor"
     r"|BoolTensor|LongTensor|should be type|converted to type",
     re.I,
@@ -23,7 +23,8 @@ _SCALAR_NAMES = {
     "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool",
     "ComplexFloat": "complex64", "ComplexDouble": "complex128",
 }
-_NOT_IMPLEMENTED = re.compile(r"not implemented for '(\w+)'")
+# PyTorch's wording, and the CPU↔CUDA table's (trace/cuda_table.py).
+_NOT_IMPLEMENTED = re.compile(r"not implemented for '(\w+)'|no CUDA kernel for (\w+)")
 # Refusals of one dtype that do not name it.
 _ONE_DTYPE = re.compile(
     r"could not infer output dtype|on a bool tensor|floating point or complex|only supports? floating"
@@ -62,7 +63,8 @@ def unsupported_dtype(message: str, operands: tuple[TensorMeta, ...]) -> str | N
     """
     m = _NOT_IMPLEMENTED.search(message)
     if m:
-        return _SCALAR_NAMES.get(m.group(1), m.group(1))
+        name = m.group(1) or m.group(2)
+        return _SCALAR_NAMES.get(name, name)
     if not _ONE_DTYPE.search(message):
         return None
     dtypes = {t.dtype for t in data_operands(operands)}

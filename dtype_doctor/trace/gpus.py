@@ -1,0 +1,39 @@
+"""GPU profiles for simulation: `--gpu t4|v100|a10|l4|a100|h100` or a compute capability."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dtype_doctor.errors import UsageError
+
+# NVIDIA's published compute capabilities.
+CAPABILITIES = {"t4": (7, 5), "v100": (7, 0), "a10": (8, 6), "l4": (8, 9), "a100": (8, 0), "h100": (9, 0), "h200": (9, 0)}
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProfile:
+    name: str  # "a100", or "sm_8.0" for a bare capability
+    capability: tuple[int, int]
+
+    @property
+    def bf16(self) -> bool:
+        """Native bfloat16 (tensor cores, cuBLAS/cuDNN bf16 kernels) starts with Ampere, 8.0;
+        torch.cuda.is_bf16_supported(including_emulation=False) says the same."""
+        return self.capability >= (8, 0)
+
+    def __str__(self) -> str:
+        return f"{self.name} (compute capability {self.capability[0]}.{self.capability[1]})"
+
+
+def gpu_profile(spec: str | None) -> GpuProfile | None:
+    """'a100' → GpuProfile('a100', (8, 0)); '7.5' → GpuProfile('sm_7.5', (7, 5)); None → None."""
+    if spec is None:
+        return None
+    key = spec.strip().lower()
+    if key in CAPABILITIES:
+        return GpuProfile(key, CAPABILITIES[key])
+    try:
+        major, minor = (int(x) for x in key.removeprefix("sm_").split("."))
+    except ValueError:
+        raise UsageError(f"--gpu must be one of {', '.join(CAPABILITIES)} or a compute capability such as 8.0, not {spec!r}") from None
+    return GpuProfile(f"sm_{major}.{minor}", (major, minor))

@@ -1,0 +1,145 @@
+"""Simulated verdicts from real kernels: run each new op signature once on small CPU tensors.
+
+Fake tensors carry dtypes but run no kernels, so they accept what real kernels refuse
+(`sub` with bool, integer `gelu`, mixed-dtype `scatter`). For every distinct signature in a
+simulated trace — the op, each operand's dtype, rank and role, and the non-tensor arguments
+that select a kernel — the probe runs the op once for real on CPU tensors of the same dtypes
+(the recorded shapes when small, else shrunk consistently: equal sizes stay equal, index
+values stay in range), and the CPU↔CUDA table turns the CPU verdict into the target's.
+A probe that cannot run (a shape the shrinking broke, a value-dependent kernel) decides
+nothing; the rules' own judgement stands in for it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+from dtype_doctor.errors import first_line
+from dtype_doctor.records import OpCall
+from dtype_doctor.trace.gpus import GpuProfile
+from dtype_doctor.trace.verdicts import classify_error, unsupported_dtype
+
+_UNDECIDED = object()
+_SMALL = 1 << 16  # elements: tensors up to this size are probed at their recorded shape
+_FLOATING_FILL = 0.5  # in the domain of log, sqrt, acos …; integers are 0, a valid index
+
+
+class KernelProbe:
+    """`probe(func, args, kwargs, op)` → PyTorch's refusal for the target device, or None."""
+
+    def __init__(self, *, cuda: bool, gpu: GpuProfile | None = None, fallback: Callable[[OpCall], str | None] | None = None) -> None:
+        self.cuda = cuda
+        self.gpu = gpu
+        self.fallback = fallback
+        self.cache: dict[tuple, Any] = {}
+        self.counts: Counter = Counter()  # probes run, cache hits, undecided
+
+    def __call__(self, func: Any, args: tuple, kwargs: dict, op: OpCall) -> str | None:
+        if not isinstance(func, torch._ops.OpOverload) or _metadata_only(func):
+            return self.fallback(op) if self.fallback and not isinstance(func, torch._ops.OpOverload) else None
+        key = _signature(func, args, kwargs)
+        verdict = self.cache.get(key, _UNDECIDED)
+        if verdict is _UNDECIDED and key not in self.cache:
+            self.counts["probes"] += 1
+            verdict = self._run(func, args, kwargs)
+            self.cache[key] = verdict
+        else:
+            self.counts["cached"] += 1
+        if verdict is _UNDECIDED:
+            self.counts["undecided"] += 1
+            return self.fallback(op) if self.fallback else None
+        if not self.cuda:
+            return verdict
+        from dtype_doctor.trace.cuda_table import on_cuda
+
+        unsupported = unsupported_dtype(verdict, op.operands) if verdict else None
+        return on_cuda(op.op, op.operands, verdict, unsupported, self.gpu)
+
+    def _run(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        tensors = [t for t in _flat(args, kwargs) if isinstance(t, torch.Tensor)]
+        shrink = _shrinker(tensors) if sum(t.numel() for t in tensors) > _SMALL else None
+        with _disable_current_modes(), torch.no_grad():
+            try:
+                real_args, real_kwargs = _materialise((args, kwargs), shrink)
+            except Exception:  # noqa: BLE001 - a shape we cannot rebuild decides nothing
+                return _UNDECIDED
+            try:
+                func(*real_args, **real_kwargs)
+            except Exception as exc:  # noqa: BLE001 - the verdict is what the kernel says
+                message = first_line(exc, 500)
+                if classify_error(message, ()) == "dtype" or isinstance(exc, NotImplementedError):
+                    return message
+                return _UNDECIDED
+        return None
+
+
+def _metadata_only(func: Any) -> bool:
+    """Views, copies and factories never refuse a dtype."""
+    if getattr(func, "is_view", False):
+        return True
+    name = func.__name__.split(".")[0]
+    return name in _AGNOSTIC
+
+
+_AGNOSTIC = frozenset(
+    {"_to_copy", "copy_", "clone", "detach", "alias", "lift_fresh", "lift_fresh_copy", "empty", "empty_like",
+     "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
+     "full_like", "arange", "scalar_tensor", "_local_scalar_dense", "contiguous", "sym_size", "sym_stride",
+     "sym_numel", "sym_storage_offset", "_unsafe_view", "set_", "resize_", "new_zeros", "new_ones", "new_full"}
+)
+
+
+def _signature(func: Any, args: tuple, kwargs: dict) -> tuple:
+    def one(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return ("T", x.dtype, x.dim(), x.dim() == 0)
+        if isinstance(x, (list, tuple)):
+            return tuple(one(v) for v in x)
+        if isinstance(x, (bool, str, torch.dtype, type(None), torch.layout, torch.memory_format)):
+            return x
+        return type(x).__name__  # sizes and dims select no kernel dtype
+
+    return (func, one(args), tuple(sorted((k, one(v)) for k, v in kwargs.items())))
+
+
+def _flat(*objs: Any) -> list[Any]:
+    out: list[Any] = []
+    for o in objs:
+        if isinstance(o, (list, tuple)):
+            out.extend(_flat(*o))
+        elif isinstance(o, dict):
+            out.extend(_flat(*o.values()))
+        else:
+            out.append(o)
+    return out
+
+
+def _shrinker(tensors: list[torch.Tensor]) -> dict[int, int]:
+    """Each distinct size over 8 → a distinct small size, so equal sizes stay equal."""
+    sizes = sorted({int(s) for t in tensors for s in t.shape if int(s) > 8})
+    return {s: 9 + i for i, s in enumerate(sizes)}
+
+
+def _materialise(obj: Any, shrink: dict[int, int] | None) -> Any:
+    if isinstance(obj, torch.Tensor):
+        shape = tuple(shrink.get(int(s), int(s)) for s in obj.shape) if shrink else tuple(int(s) for s in obj.shape)
+        if obj.is_floating_point() or obj.is_complex():
+            t = torch.full(shape, _FLOATING_FILL, dtype=obj.dtype)
+        else:
+            t = torch.zeros(shape, dtype=obj.dtype)
+        return t
+    if isinstance(obj, int) and not isinstance(obj, bool) and shrink:
+        return shrink.get(obj, obj)
+    if isinstance(obj, tuple):
+        return tuple(_materialise(x, shrink) for x in obj)
+    if isinstance(obj, list):
+        return [_materialise(x, shrink) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _materialise(v, shrink) for k, v in obj.items()}
+    if isinstance(obj, torch.device):
+        return torch.device("cpu")
+    return obj
