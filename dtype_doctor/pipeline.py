@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from dtype_doctor.errors import UsageError
+from dtype_doctor.load.batch.state import DATASET_FORMATS, PREPROCESS_MODES
 from dtype_doctor.records import Report, Subject, TraceRequest
 
 DEVICES_HELP = "auto|cpu|cuda|cuda:N"
@@ -45,10 +46,10 @@ class ScanOptions:
             raise UsageError(f"unknown --dtype {self.dtype!r}; choose one of: {', '.join(MODEL_DTYPES)}")
         if self.autocast not in AUTOCAST:
             raise UsageError(f"unknown --autocast {self.autocast!r}; choose one of: {', '.join(AUTOCAST)}")
-        if self.preprocess_mode not in ("map", "transform"):
-            raise UsageError(f"unknown --preprocess-mode {self.preprocess_mode!r}; choose map or transform")
-        if self.dataset_format not in ("torch", "numpy", "python"):
-            raise UsageError(f"unknown --dataset-format {self.dataset_format!r}; choose torch, numpy or python")
+        if self.preprocess_mode not in PREPROCESS_MODES:
+            raise UsageError(f"unknown --preprocess-mode {self.preprocess_mode!r}; choose {_either(PREPROCESS_MODES)}")
+        if self.dataset_format not in DATASET_FORMATS:
+            raise UsageError(f"unknown --dataset-format {self.dataset_format!r}; choose {_either(DATASET_FORMATS)}")
         if self.preprocess is not None and ":" not in self.preprocess:
             raise UsageError(f"--preprocess must be FILE.py:FUNCTION, not {self.preprocess!r}")
         resolve_device(self.device, self.simulate, check_only=True)
@@ -62,6 +63,10 @@ class ScanOptions:
 
         parse_codes(self.select)
         parse_codes(self.ignore)
+
+
+def _either(names: tuple[str, ...]) -> str:
+    return f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 def resolve_device(device: str, simulate: bool, *, check_only: bool = False) -> str:
