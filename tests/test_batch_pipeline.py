@@ -31,6 +31,21 @@ def fixture_rows(name: str, n: int = 2):  # type: ignore[no-untyped-def]
     return load_rows(str(FIXTURES / "data" / name), n=n)
 
 
+def word_tokenizer(vocab: list[str], **special: str) -> transformers.PreTrainedTokenizerBase:
+    """A whitespace word-level tokenizer over `vocab`; `special` names its special tokens."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token=special["unk_token"]))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tk, **special)
+
+
+def per_row(columns: dict) -> list[dict]:  # type: ignore[type-arg]
+    """Columns → one dict a row, as a DataLoader hands rows to the collator."""
+    n = len(next(iter(columns.values())))
+    return [{k: v[i] for k, v in columns.items()} for i in range(n)]
+
+
 def assert_same_batch(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
     assert set(got) == set(expected)
     for key, want in expected.items():
@@ -53,8 +68,7 @@ def test_text_classification_is_the_task_guide_batch() -> None:
     tok = loaded.tokenizer
     data = rows.dataset[:]
     enc = tok(data["text"], truncation=True)
-    features = [{"input_ids": i, "attention_mask": m, "token_type_ids": t, "label": lab}
-                for i, m, t, lab in zip(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"], data["label"])]
+    features = per_row({**enc, "label": data["label"]})
     expected = dict(transformers.DataCollatorWithPadding(tok)(features))
     assert_same_batch(dict(b.inputs), expected)
     assert torch.isfinite(loaded.model(**b.inputs).loss)
@@ -68,8 +82,7 @@ def test_seq2seq_is_the_summarization_script_batch() -> None:
     # run_summarization.py with its defaults: no padding in map, labels = text_target ids
     enc = tok(data["source"], truncation=True)
     labels = tok(text_target=data["target"], truncation=True)["input_ids"]
-    features = [{"input_ids": i, "attention_mask": m, "labels": lab}
-                for i, m, lab in zip(enc["input_ids"], enc["attention_mask"], labels)]
+    features = per_row({**enc, "labels": labels})
     expected = dict(transformers.DataCollatorForSeq2Seq(tok)(features))
     assert_same_batch(dict(b.inputs), expected)
     assert torch.isfinite(loaded.model(**b.inputs).loss)
@@ -84,8 +97,7 @@ def test_images_are_the_image_processor_default_call(model: str, data: str) -> N
     b = build_batch(loaded, rows)
     sample = rows.dataset[:]
     pixels = loaded.image_processor([im.convert("RGB") for im in sample["image"]], return_tensors="pt")
-    expected = dict(transformers.default_data_collator(
-        [{"pixel_values": p, "label": lab} for p, lab in zip(pixels["pixel_values"], sample["label"])]))
+    expected = dict(transformers.default_data_collator(per_row({**pixels, "label": sample["label"]})))
     assert_same_batch(dict(b.inputs), expected)
     assert loaded.model(**b.inputs).logits.shape[0] == 2
 
@@ -101,7 +113,7 @@ def test_wav2vec2_is_the_audio_classification_script_batch() -> None:
     # run_audio_classification.py: feature_extractor(arrays, sampling_rate=…) with no padding,
     # and Trainer's default collator for a feature extractor pads each batch
     out = fe([np.asarray(a) for a in sample["audio"]], sampling_rate=sample["sampling_rate"][0])
-    features = [{"input_values": v, "label": lab} for v, lab in zip(out["input_values"], sample["label"])]
+    features = per_row({**out, "label": sample["label"]})
     expected = dict(transformers.DataCollatorWithPadding(fe)(features))
     assert_same_batch(dict(b.inputs), expected)
     assert b.collator == "DataCollatorWithPadding"
@@ -130,7 +142,7 @@ def test_whisper_gets_the_30_second_features_its_encoder_requires(whisper_dir: P
     # run_speech_recognition_seq2seq.py: feature_extractor(array, sampling_rate=…), its default
     # padding="max_length" = 30 s
     out = fe(arrays, sampling_rate=sample["sampling_rate"][0])
-    features = [{"input_features": v, "label": lab} for v, lab in zip(out["input_features"], sample["label"])]
+    features = per_row({**out, "label": sample["label"]})
     expected = dict(transformers.DataCollatorWithPadding(fe)(features))
     assert_same_batch(dict(b.inputs), expected)
     assert b.inputs["input_features"].shape == (2, 80, 3000)
@@ -147,15 +159,10 @@ ASR_VOCAB = ["<pad>", "<unk>", "<|startoftranscript|>", "<|endoftext|>", "low", 
 
 @pytest.fixture(scope="module")
 def whisper_asr_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
     torch.manual_seed(0)
     d = tmp_path_factory.mktemp("whisper-asr")
-    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(ASR_VOCAB)}, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tk, unk_token="<unk>", pad_token="<pad>", bos_token="<|startoftranscript|>",
-        eos_token="<|endoftext|>")
+    tok = word_tokenizer(ASR_VOCAB, unk_token="<unk>", pad_token="<pad>", bos_token="<|startoftranscript|>",
+                         eos_token="<|endoftext|>")
     config = transformers.WhisperConfig(
         d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
         encoder_ffn_dim=32, decoder_ffn_dim=32, num_mel_bins=80, vocab_size=len(ASR_VOCAB), max_target_positions=32,
@@ -196,14 +203,9 @@ CLIP_VOCAB = ["[PAD]", "[UNK]", "<s>", "</s>", "a", "photo", "of", "circle", "sq
 
 @pytest.fixture(scope="module")
 def clip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
     torch.manual_seed(0)
     d = tmp_path_factory.mktemp("clip")
-    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(CLIP_VOCAB)}, unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]", bos_token="<s>", eos_token="</s>")
+    tok = word_tokenizer(CLIP_VOCAB, unk_token="[UNK]", pad_token="[PAD]", bos_token="<s>", eos_token="</s>")
     ip = transformers.CLIPImageProcessor(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16})
     config = transformers.CLIPConfig(
         text_config={"vocab_size": len(CLIP_VOCAB), "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
@@ -231,8 +233,7 @@ def test_clip_gets_its_processor_default_call(clip_dir: Path, tmp_path: Path) ->
     b = build_batch(loaded, rows)
     sample = rows.dataset[:]
     out = loaded.processor(text=sample["caption"], images=[im.convert("RGB") for im in sample["image"]])
-    features = [{"input_ids": i, "attention_mask": m, "pixel_values": p}
-                for i, m, p in zip(out["input_ids"], out["attention_mask"], out["pixel_values"])]
+    features = per_row(dict(out))
     expected = dict(transformers.DataCollatorWithPadding(loaded.tokenizer)(features))
     assert_same_batch(dict(b.inputs), expected)
     assert [s.stage for s in b.lineage["pixel_values"]][:2] == ["dataset", "processor"]
