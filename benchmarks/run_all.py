@@ -23,6 +23,7 @@ SCRIPTS = {
     "diagnose": ("bench_diagnose.py", "diagnose() / plain forward, MiniLM 32x128", "≤ 1.15×"),
     "scan": ("bench_scan.py", "dtype-doctor scan / user script, end to end", "≤ 1.3×"),
     "rows": ("bench_rows.py", "scan 3,000,000-row / 1,000-row parquet", "≤ 1.1×"),
+    "run": ("bench_run.py", "dtype-doctor run / python, one training step", "≤ 1.5×"),
     "help": ("bench_help.py", "dtype-doctor --help wall time; torch not imported", "≤ 0.3 s; no"),
 }
 

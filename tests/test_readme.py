@@ -117,7 +117,8 @@ def test_the_python_examples_run_as_written(clone: Path) -> None:
     for code in blocks:
         done = subprocess.run([str(clone / ".venv/bin/python"), "-c", code], cwd=clone, env=_env(), capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
-        assert "DD101" in done.stdout  # the watch() example reached w.report
+        if "watch(model)" in code:
+            assert "DD101" in done.stdout  # the watch() example reached w.report
 
 
 def test_the_inline_commands_run_as_written(clone: Path) -> None:
