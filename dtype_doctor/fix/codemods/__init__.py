@@ -1,0 +1,43 @@
+"""Source patches: the fix strategies of SPEC.md as LibCST codemods on the user's own code.
+
+One class per transformation, each with a one-line DESCRIPTION, constructed with its
+parameters and applied with ``apply(source, filename) -> EditResult``. A codemod never
+raises and never guesses: when its target is missing, or found more than once where one
+is meant, it returns ``skipped`` with the reason; an internal error is ``failed``. Only
+the nodes a codemod rewrites change, so every other byte of the file (formatting,
+comments, blank lines) comes back exactly as it was and the diff stays minimal.
+
+The modules are split by what they edit:
+    casts       the user's preprocessing function: RetargetCast, CastLabelsToLong, CastReturnedValue
+    model       a script's model load and conversions: SetLoadDtype, RemoveModelConversion,
+                ReplaceModelConversion
+    forward     a script's forward call site: WrapForwardInAutocast, MoveBatchToDevice,
+                CastBatch, LabelsToLong
+    fix_module  no user code to patch: NewFixModule (a new ``dtype_doctor_fix.py``)
+    base, context  the contract (EditResult, Codemod, run_codemods) and the LibCST editing context
+
+No torch import here: the codemods read source text only.
+"""
+
+from dtype_doctor.fix.codemods.base import Codemod, EditResult, normalize_dtype, run_codemods
+from dtype_doctor.fix.codemods.casts import CastLabelsToLong, RetargetCast
+from dtype_doctor.fix.codemods.fix_module import NewFixModule
+from dtype_doctor.fix.codemods.forward import CastBatch, LabelsToLong, MoveBatchToDevice, WrapForwardInAutocast
+from dtype_doctor.fix.codemods.model import RemoveModelConversion, ReplaceModelConversion, SetLoadDtype
+
+__all__ = [
+    "EditResult",
+    "Codemod",
+    "RetargetCast",
+    "CastLabelsToLong",
+    "SetLoadDtype",
+    "RemoveModelConversion",
+    "ReplaceModelConversion",
+    "WrapForwardInAutocast",
+    "MoveBatchToDevice",
+    "CastBatch",
+    "LabelsToLong",
+    "NewFixModule",
+    "run_codemods",
+    "normalize_dtype",
+]

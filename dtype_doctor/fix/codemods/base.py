@@ -1,0 +1,156 @@
+"""The codemod contract: EditResult, Codemod (never raises: applied, skipped with why, or failed),
+run_codemods, and the dtype vocabulary every codemod shares. No torch import.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import libcst as cst
+
+
+Status = Literal["applied", "skipped", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class EditResult:
+    """What one codemod did to one file. ``new_source`` is set only when applied."""
+
+    status: Status
+    codemod: str
+    detail: str
+    new_source: str | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def applied(self) -> bool:
+        return self.status == "applied"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "codemod": self.codemod,
+            "status": self.status,
+            "detail": self.detail,
+            "warnings": list(self.warnings),
+        }
+
+
+def run_codemods(source: str, filename: str, codemods: Iterable[Codemod]) -> tuple[str, tuple[EditResult, ...]]:
+    """Apply codemods in order, each to the previous one's output; return the final text."""
+    results = []
+    current = source
+    for codemod in codemods:
+        result = codemod.apply(current, filename)
+        results.append(result)
+        if result.applied and result.new_source is not None:
+            current = result.new_source
+    return current, tuple(results)
+
+
+# ---------------------------------------------------------------------------------------
+# dtype vocabulary
+
+_TORCH_DTYPES = {
+    "float16": "float16", "half": "float16",
+    "float32": "float32", "float": "float32",
+    "float64": "float64", "double": "float64",
+    "bfloat16": "bfloat16",
+    "int64": "int64", "long": "int64",
+    "int32": "int32", "int": "int32",
+    "int16": "int16", "short": "int16",
+    "int8": "int8", "uint8": "uint8", "bool": "bool",
+}  # fmt: skip
+_NUMPY_DTYPES = {
+    "float16": "float16", "half": "float16",
+    "float32": "float32", "single": "float32",
+    "float64": "float64", "double": "float64",
+    "int64": "int64", "int32": "int32", "intc": "int32",
+    "int16": "int16", "int8": "int8", "uint8": "uint8",
+}  # fmt: skip
+_STRING_DTYPES = {"float16", "float32", "float64", "bfloat16", "int64", "int32", "int16", "int8", "uint8"}
+_EXTRA_ALIASES = {"fp16": "float16", "fp32": "float32", "fp64": "float64", "bf16": "bfloat16"}
+# Tensor methods that cast, and the method that casts to each dtype.
+_METHOD_DTYPES = {
+    "half": "float16", "float": "float32", "double": "float64", "bfloat16": "bfloat16",
+    "long": "int64", "int": "int32", "short": "int16", "char": "int8", "byte": "uint8",
+}  # fmt: skip
+_DTYPE_METHODS = {v: k for k, v in _METHOD_DTYPES.items()}
+_FLOATING = frozenset({"float16", "bfloat16", "float32", "float64"})
+_HALF = frozenset({"float16", "bfloat16"})
+_INTEGER = frozenset({"int8", "int16", "int32", "int64", "uint8"})
+_CAST_METHODS = ("to", "type", "astype")
+
+
+def normalize_dtype(name: str) -> str:
+    """``"torch.half"`` / ``"fp16"`` / ``"float16"`` → ``"float16"``; raises ValueError when unknown."""
+    key = name.strip()
+    for prefix in ("torch.", "np.", "numpy."):
+        if key.startswith(prefix):
+            key = key[len(prefix) :]
+    canon = _TORCH_DTYPES.get(key) or _EXTRA_ALIASES.get(key)
+    if canon is None:
+        raise ValueError(f"unknown dtype {name!r}")
+    return canon
+
+
+def _family(dtype: str) -> str:
+    return "floating" if dtype in _FLOATING else "integer" if dtype in _INTEGER else dtype
+
+
+# ---------------------------------------------------------------------------------------
+# Codemod base
+
+
+class _Skip(Exception):
+    """Raised inside a codemod to end it with status "skipped" and this reason."""
+
+
+class Codemod(ABC):
+    """One source transformation. Subclasses set DESCRIPTION and implement ``_apply``."""
+
+    DESCRIPTION: ClassVar[str] = ""
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def apply(self, source: str, filename: str) -> EditResult:
+        warnings: list[str] = []
+        try:
+            new_source, detail = self._apply(source, filename, warnings)
+        except _Skip as skip:
+            return EditResult("skipped", self.name, str(skip), None, tuple(warnings))
+        except cst.ParserSyntaxError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else "syntax error"
+            return EditResult("failed", self.name, f"cannot parse {filename}: {first}", None, tuple(warnings))
+        except Exception as exc:  # a codemod bug must not take the fix command down
+            return EditResult(
+                "failed", self.name, f"{self.name} failed on {filename}: {type(exc).__name__}: {exc}", None, tuple(warnings)
+            )
+        if new_source == source:
+            return EditResult("skipped", self.name, f"nothing to change in {filename}", None, tuple(warnings))
+        problem = _compile_problem(source, new_source, filename)
+        if problem:
+            return EditResult("failed", self.name, problem, None, tuple(warnings))
+        return EditResult("applied", self.name, detail, new_source, tuple(warnings))
+
+    @abstractmethod
+    def _apply(self, source: str, filename: str, warnings: list[str]) -> tuple[str, str]:
+        """Return (new source, detail) or raise _Skip(reason)."""
+
+
+def _compile_problem(before: str, after: str, filename: str) -> str | None:
+    try:
+        compile(before, filename, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return None  # the original does not compile here either; nothing to compare against
+    try:
+        compile(after, filename, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        return f"the rewritten {filename} would not compile ({exc}); left unchanged"
+    return None
+
+
