@@ -215,16 +215,22 @@ def fix(
         from dtype_doctor.fix import patches
 
         root = patches.default_root(script_path, p.options.preprocess.rpartition(":")[0] if p.options.preprocess else None)
+        code = patches.UserCode(
+            preprocess=p.options.preprocess,
+            preprocess_mode=p.options.preprocess_mode,
+            dataset_format=p.options.dataset_format,
+            script=script_path,
+        )
+        device_type = p.device.split(":")[0]
         plan = patches.plan_patch(
             result.applied,
-            preprocess=p.options.preprocess,
-            script=script_path,
-            device_type=p.device.split(":")[0],
+            code=code,
+            device_type=device_type,
             model_dtype=result.before.target.model_dtype,
             findings=[f"{f.code} {f.module or '<model>'}: {f.message}" for f in result.before.findings],
             root=root,
         )
-        patch = patches.write(plan, patch_path, root=root, force=force)
+        patch = patches.write(plan, patch_path, root=root, force=force, device_type=device_type)
     elif patch_path is not None:
         return result.report(None, patch_skipped="the fix was not verified, so it is not written")
     return result.report(patch)

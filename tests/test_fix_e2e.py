@@ -169,7 +169,7 @@ def test_without_user_code_the_patch_adds_a_fix_module(repo: Path, capsys: pytes
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def test_fail_on_never_exits_zero_and_an_empty_patch_is_not_written(repo: Path, capsys: pytest.CaptureFixture) -> None:
+def test_a_script_the_codemods_cannot_edit_falls_back_to_the_fix_module(repo: Path, capsys: pytest.CaptureFixture) -> None:
     (repo / "noforward.py").write_text("print('this script never calls the model')\n")
     with pytest.raises(SystemExit) as exit_info:
         run(["fix", str(FIX / "demo/model"), str(FIX / "demo/data"), "--script", "noforward.py",
@@ -177,6 +177,7 @@ def test_fail_on_never_exits_zero_and_an_empty_patch_is_not_written(repo: Path, 
     captured = capsys.readouterr()
     assert exit_info.value.code == 0
     fix = json.loads(captured.out)["fix"]
-    assert fix["verified"] is True and fix["patch"] is None
-    assert "CastBatch" in fix["patch_skipped"] and "no patch written" in captured.err
-    assert not (repo / "fix.patch").exists()
+    assert fix["verified"] is True and fix["patch"]["files"] == ["dtype_doctor_fix.py"]
+    tried = [(e["codemod"], e["status"]) for e in fix["patch"]["edits"]]
+    assert tried == [("CastBatch", "skipped"), ("NewFixModule", "applied")]
+    subprocess.run(["git", "apply", "--check", "fix.patch"], cwd=repo, check=True)

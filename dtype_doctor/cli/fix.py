@@ -88,6 +88,8 @@ def fix_command(
     assert outcome is not None
     if write_patch and not (outcome.patch and outcome.patch.path):
         print(f"dtype-doctor: no patch written: {outcome.patch_skipped or outcome.detail}", file=sys.stderr)
+        if outcome.patch_skipped:
+            raise typer.Exit(1)  # a patch was asked for and the fix could not be written as one
     if fail_on == "never":
         raise typer.Exit(0)
     raise typer.Exit(0 if outcome.verified else 1)

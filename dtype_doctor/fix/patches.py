@@ -1,8 +1,14 @@
 """Turn the changes a verified fix applied into a unified diff against the user's code.
 
-Where the change goes: the --preprocess file when the lineage says the bad dtype was made
-there; the --script pipeline otherwise; and when neither is given, a new small module with
-a documented apply_fix(). A codemod that cannot find its target is reported as skipped.
+Each change gets an ordered chain of codemods, and the first that applies wins:
+  1. rewrite the cast at the lineage's source location in the --preprocess function, in
+     any dtype family (float → int included);
+  2. cast the value where that function returns it;
+  3. the --script pipeline, right before the forward;
+  4. the documented fix module (a new dtype_doctor_fix.py).
+A preprocess edit is offered only where it survives to the model: datasets' torch formatter
+turns every stored float into float32 and every int into int64, so a half or int32 cast
+made inside a `Dataset.map` function is undone before the batch is built.
 """
 
 from __future__ import annotations
@@ -12,94 +18,117 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from dtype_doctor.fix import codemods as cm
-from dtype_doctor.fix.patch import make_patch, read_source, repo_root
 from dtype_doctor.fix.outcome import Change, CodemodOutcome, PatchOutcome, Step
+from dtype_doctor.fix.patch import make_patch, read_source, repo_root
 
 LABEL_KEYS = ("labels", "label", "label_ids")
+# What datasets' torch formatter makes of a stored column: the dtypes that survive it.
+FORMATTER_KEEPS = frozenset({"float32", "int64", "bool"})
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One codemod on one file, tried in turn for a change."""
+
+    file: Path
+    codemod: cm.Codemod
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The ordered attempts for one change, ending in the fix module when no user code takes it."""
+
+    change: Change
+    strategy: str
+    attempts: tuple[Attempt, ...]
 
 
 @dataclass(frozen=True)
 class PatchPlan:
-    """The codemods to run, per file."""
+    chains: tuple[Chain, ...]
+    findings: tuple[str, ...] = ()
+    module_file: Path | None = None  # where the fix module goes
 
-    per_file: dict[Path, list[cm.Codemod]]
-    notes: tuple[str, ...] = ()
+
+@dataclass(frozen=True)
+class UserCode:
+    """The user's code a patch may edit, and how the batch reaches the model."""
+
+    preprocess: str | None = None  # FILE.py:FUNC
+    preprocess_mode: str = "map"
+    dataset_format: str = "torch"
+    script: Path | None = None
+
+    @property
+    def preprocess_file(self) -> Path | None:
+        return Path(self.preprocess.rpartition(":")[0]).resolve() if self.preprocess else None
+
+    @property
+    def preprocess_function(self) -> str | None:
+        return self.preprocess.rpartition(":")[2] if self.preprocess else None
+
+    def survives_preprocess(self, dtype: str) -> bool:
+        """Whether a dtype set in the preprocess function reaches the model as it is."""
+        return self.preprocess_mode != "map" or self.dataset_format != "torch" or dtype in FORMATTER_KEEPS
 
 
 def plan_patch(
     steps: Iterable[Step],
     *,
-    preprocess: str | None,
-    script: Path | None,
+    code: UserCode,
     device_type: str,
     model_dtype: str | None,
     findings: Iterable[str] = (),
     root: Path,
 ) -> PatchPlan:
-    pre_file, pre_func = _split_preprocess(preprocess)
-    per_file: dict[Path, list[cm.Codemod]] = {}
-    fallback: list[tuple[str, dict[str, Any]]] = []
-    notes: list[str] = []
-
-    def add(path: Path, mod: cm.Codemod) -> None:
-        per_file.setdefault(path, []).append(mod)
-
+    chains = []
     for step in steps:
         if step.status != "applied":
             continue
         for c in step.changes:
-            if c.kind == "cast-input" and pre_file and _made_in(c, pre_file):
-                if c.to == "int64":
-                    add(pre_file, cm.CastLabelsToLong(pre_func, lines=[c.source.line] if c.source else None))
-                else:
-                    add(pre_file, cm.RetargetCast(pre_func, c.to, from_dtype=c.before))
-            elif script is not None:
-                for mod in _script_codemods(c, device_type, model_dtype):
-                    add(script, mod)
-            else:
-                fallback.append(_module_params(step.strategy, c, device_type))
-    if fallback:
-        strategy, params = fallback[0]
-        for other, _ in fallback[1:]:
-            if other != strategy:
-                notes.append(f"{other}: one fix module per patch; apply it by hand or pass --script")
-        keys = sorted({k for s, p in fallback if s == strategy for k in p.get("keys", ())})
-        if keys:
-            params["keys"] = keys
-        params["findings"] = list(findings)
-        add(root / cm.NewFixModule.FILENAME, cm.NewFixModule(strategy, params))
-    return PatchPlan(per_file, tuple(notes))
+            attempts = [*_preprocess_attempts(c, code), *_script_attempts(c, code.script, device_type, model_dtype)]
+            chains.append(Chain(c, step.strategy, tuple(attempts)))
+    return PatchPlan(tuple(chains), tuple(findings), root / cm.NewFixModule.FILENAME)
 
 
-def _split_preprocess(preprocess: str | None) -> tuple[Path | None, str | None]:
-    if not preprocess:
-        return None, None
-    file, _, func = preprocess.rpartition(":")
-    return Path(file).resolve(), func
+def _preprocess_attempts(c: Change, code: UserCode) -> list[Attempt]:
+    file, func = code.preprocess_file, code.preprocess_function
+    if c.kind != "cast-input" or file is None or func is None or not code.survives_preprocess(c.to):
+        return []
+    at_source = c.source is not None and Path(c.source.file).resolve() == file
+    attempts = []
+    if at_source:
+        attempts.append(Attempt(file, cm.RetargetCast(func, c.to, key=c.target, lines=[c.source.line])))
+    attempts.append(Attempt(file, cm.RetargetCast(func, c.to, key=c.target)))
+    # A cast the key analysis cannot tie to the output: the one cast of the right family.
+    attempts.append(Attempt(file, cm.RetargetCast(func, c.to, from_dtype=c.before)))
+    attempts.append(Attempt(file, cm.CastReturnedValue(func, c.target, c.to)))
+    return attempts
 
 
-def _made_in(c: Change, pre_file: Path) -> bool:
-    if c.stage == "preprocess":
-        return True
-    return c.source is not None and Path(c.source.file).resolve() == pre_file
-
-
-def _script_codemods(c: Change, device_type: str, model_dtype: str | None) -> list[cm.Codemod]:
+def _script_attempts(c: Change, script: Path | None, device_type: str, model_dtype: str | None) -> list[Attempt]:
+    if script is None:
+        return []
     if c.kind == "cast-input":
         if c.target in LABEL_KEYS:
-            return [cm.LabelsToLong(key=c.target)] if c.to == "int64" else [cm.CastBatch(keys=(c.target,), dtype=c.to)]
-        # Casting to the model's own dtype reads best (and survives a later dtype change).
-        return [cm.CastBatch(keys=(c.target,), dtype=None if c.to == model_dtype else c.to)]
-    if c.kind == "convert-model":
-        return [cm.SetLoadDtype(c.to), cm.RemoveModelConversion()]
-    if c.kind == "autocast":
-        return [cm.WrapForwardInAutocast(device_type=device_type, dtype=c.to)]
-    if c.kind == "move-input":
-        return [cm.MoveBatchToDevice()]
-    if c.kind == "trainable-fp32":
+            mods = [cm.LabelsToLong(key=c.target)] if c.to == "int64" else [cm.CastBatch(keys=(c.target,), dtype=c.to)]
+        else:
+            # Casting to the model's own dtype reads best (and survives a later dtype change).
+            mods = [cm.CastBatch(keys=(c.target,), dtype=None if c.to == model_dtype else c.to)]
+    elif c.kind == "convert-model":
+        mods = [cm.SetLoadDtype(c.to), cm.RemoveModelConversion()]
+    elif c.kind == "autocast":
+        mods = [cm.WrapForwardInAutocast(device_type=device_type, dtype=c.to)]
+    elif c.kind == "move-input":
+        mods = [cm.MoveBatchToDevice()]
+    elif c.kind == "trainable-fp32":
         # The script converted the whole (trainable) model to half: keep it as loaded.
-        return [cm.RemoveModelConversion(from_dtype="float16"), cm.RemoveModelConversion(from_dtype="bfloat16")]
-    return []
+        mods = [cm.RemoveModelConversion(from_dtype="float16"), cm.RemoveModelConversion(from_dtype="bfloat16")]
+    else:
+        mods = []
+    if not mods:
+        return []
+    return [Attempt(script, mods[0] if len(mods) == 1 else cm.AllOf(mods))]
 
 
 def _module_params(strategy: str, c: Change, device_type: str) -> tuple[str, dict[str, Any]]:
@@ -114,21 +143,57 @@ def _module_params(strategy: str, c: Change, device_type: str) -> tuple[str, dic
     return strategy, {}
 
 
-def write(plan: PatchPlan, path: Path, *, root: Path, force: bool) -> PatchOutcome:
-    """Run the codemods and write PATH (and nothing else); or say why nothing could be written."""
-    edits, outcomes = [], []
-    for file, mods in plan.per_file.items():
-        before = read_source(file) if file.exists() else ""
-        after, results = cm.run_codemods(before, file.name, mods)
-        outcomes += [CodemodOutcome(str(file), r.codemod, r.status, r.detail) for r in results]
-        if after != before:
-            edits.append((file, before, after))
+def write(plan: PatchPlan, path: Path, *, root: Path, force: bool, device_type: str = "cpu") -> PatchOutcome:
+    """Try each change's chain, write PATH (and nothing else), or say why nothing could be written."""
+    texts: dict[Path, str] = {}
+    originals: dict[Path, str] = {}
+    outcomes: list[CodemodOutcome] = []
+    leftover: list[Chain] = []
+
+    def current(file: Path) -> str:
+        if file not in texts:
+            originals[file] = texts[file] = read_source(file) if file.exists() else ""
+        return texts[file]
+
+    for chain in plan.chains:
+        for attempt in chain.attempts:
+            result = attempt.codemod.apply(current(attempt.file), attempt.file.name)
+            outcomes.append(CodemodOutcome(str(attempt.file), result.codemod, result.status, result.detail))
+            if result.applied and result.new_source is not None:
+                texts[attempt.file] = result.new_source
+                break
+        else:
+            leftover.append(chain)
+    notes: list[str] = []
+    if leftover and plan.module_file is not None:
+        module, notes = _fix_module(leftover, plan.findings, device_type)
+        result = module.apply(current(plan.module_file), plan.module_file.name)
+        outcomes.append(CodemodOutcome(str(plan.module_file), result.codemod, result.status, result.detail))
+        if result.applied and result.new_source is not None:
+            texts[plan.module_file] = result.new_source
+    edits = [(f, originals[f], texts[f]) for f in texts if texts[f] != originals[f]]
     if not edits:
         # Nothing to write: say why instead of leaving an empty patch git apply rejects.
-        reasons = "; ".join(f"{o.codemod}: {o.detail}" for o in outcomes) or "no edit planned"
-        return PatchOutcome(None, (), tuple(outcomes), plan.notes, skipped=reasons)
+        reasons = "; ".join(f"{o.codemod}: {o.detail}" for o in outcomes if o.status != "applied") or "no edit planned"
+        return PatchOutcome(None, (), tuple(outcomes), tuple(notes), skipped=reasons)
     patch = make_patch(path, edits, root=root, force=force)
-    return PatchOutcome(str(patch.path), tuple(patch.files), tuple(outcomes), plan.notes)
+    return PatchOutcome(str(patch.path), tuple(patch.files), tuple(outcomes), tuple(notes))
+
+
+def _fix_module(chains: list[Chain], findings: tuple[str, ...], device_type: str) -> tuple[cm.NewFixModule, list[str]]:
+    """One fix module for the changes no user code took (one strategy per module)."""
+    params = [_module_params(ch.strategy, ch.change, device_type) for ch in chains]
+    strategy, first = params[0]
+    notes = [f"{other}: one fix module per patch; apply it by hand or pass --script" for other, _ in params[1:] if other != strategy]
+    merged = dict(first)
+    keys = sorted({k for s, p in params if s == strategy for k in p.get("keys", ())})
+    if keys:
+        merged["keys"] = keys
+    index_keys = sorted({k for s, p in params if s == strategy for k in p.get("index_keys", ())})
+    if index_keys:
+        merged["index_keys"] = index_keys
+    merged["findings"] = list(findings)
+    return cm.NewFixModule(strategy, merged), notes
 
 
 def default_root(*paths: str | Path | None) -> Path:

@@ -19,8 +19,8 @@ The modules are split by what they edit:
 No torch import here: the codemods read source text only.
 """
 
-from dtype_doctor.fix.codemods.base import Codemod, EditResult, normalize_dtype, run_codemods
-from dtype_doctor.fix.codemods.casts import CastLabelsToLong, RetargetCast
+from dtype_doctor.fix.codemods.base import AllOf, Codemod, EditResult, normalize_dtype, run_codemods
+from dtype_doctor.fix.codemods.casts import CastLabelsToLong, CastReturnedValue, RetargetCast
 from dtype_doctor.fix.codemods.fix_module import NewFixModule
 from dtype_doctor.fix.codemods.forward import CastBatch, LabelsToLong, MoveBatchToDevice, WrapForwardInAutocast
 from dtype_doctor.fix.codemods.model import RemoveModelConversion, ReplaceModelConversion, SetLoadDtype
@@ -30,6 +30,8 @@ __all__ = [
     "Codemod",
     "RetargetCast",
     "CastLabelsToLong",
+    "CastReturnedValue",
+    "AllOf",
     "SetLoadDtype",
     "RemoveModelConversion",
     "ReplaceModelConversion",

@@ -154,3 +154,24 @@ def _compile_problem(before: str, after: str, filename: str) -> str | None:
     return None
 
 
+class AllOf(Codemod):
+    """Several codemods on one file as one step (e.g. set dtype= at load, drop the later
+    .half()): applied when any of them applied, each working on the previous one's output."""
+
+    def __init__(self, codemods: Iterable[Codemod]):
+        self.codemods = tuple(codemods)
+
+    @property
+    def name(self) -> str:
+        return "+".join(c.name for c in self.codemods)
+
+    def apply(self, source: str, filename: str) -> EditResult:
+        text, results = run_codemods(source, filename, self.codemods)
+        applied = [r for r in results if r.applied]
+        warnings = tuple(w for r in results for w in r.warnings)
+        if not applied:
+            return EditResult("skipped", self.name, "; ".join(f"{r.codemod}: {r.detail}" for r in results), None, warnings)
+        return EditResult("applied", self.name, "; ".join(r.detail for r in applied), text, warnings)
+
+    def _apply(self, source: str, filename: str, warnings: list[str]) -> tuple[str, str]:
+        raise NotImplementedError  # apply() is overridden

@@ -5,7 +5,7 @@ when the function casts nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
@@ -149,10 +149,13 @@ class RetargetCast(_CSTCodemod):
     ``.astype(np.float16)`` / ``.astype("float16")`` and ``np.float16(x)``. Each keeps its
     style (``.half()`` → ``.float()``, ``np.float16`` → ``np.float32``).
 
-    Only casts in the same family as ``to_dtype`` (floating or integer) that cast to
-    another dtype are candidates; ``from_dtype`` and ``lines`` narrow them further. All
-    candidates are rewritten when they agree on one source dtype; casts to different
-    dtypes with neither filter given are ambiguous and skipped.
+    ``key`` keeps only the casts that build the function's output of that name (``out["k"] =
+    …``, ``{"k": …}``, ``dict(k=…)`` and the local names they use); ``lines`` only those on the
+    lineage's source lines. Located that way, a cast in any family is rewritten (float input_ids
+    made with ``.astype(np.float32)`` become ``.astype(np.int64)``); otherwise only casts in
+    the family of ``to_dtype`` are candidates. ``from_dtype`` narrows further. All candidates
+    are rewritten when they agree on one source dtype; casts to different dtypes with no
+    filter given are ambiguous and skipped.
     """
 
     DESCRIPTION = "Rewrite the dtype cast inside a preprocessing function to the dtype the model expects."
@@ -164,17 +167,23 @@ class RetargetCast(_CSTCodemod):
         *,
         from_dtype: str | None = None,
         lines: Iterable[int] | None = None,
+        key: str | None = None,
     ):
         self.function = function
         self.to_dtype = normalize_dtype(to_dtype)
         self.from_dtype = normalize_dtype(from_dtype) if from_dtype else None
         self.lines = frozenset(lines) if lines is not None else None
+        self.key = key
 
     def _edit(self, ctx: _Ctx) -> str:
         fn = ctx.function(self.function)
-        where = f"{ctx.filename}:{self.function}"
+        where = f"{ctx.filename}:{self.function}" + (f" ({self.key})" if self.key else "")
         family = _family(self.to_dtype)
-        sites = [s for s in _cast_sites(ctx, fn) if _family(s.dtype) == family]
+        if self.key is None:
+            sites = [s for s in _cast_sites(ctx, fn) if self.lines is not None or _family(s.dtype) == family]
+        else:
+            found = {id(s.node): s for v in _values_for(fn, lambda name: name == self.key) for s in _cast_sites(ctx, v)}
+            sites = sorted(found.values(), key=lambda s: (s.line, ctx.span(s.node).start.column))
         if self.lines is not None:
             sites = [s for s in sites if ctx.on_lines(s.node, self.lines)]
         if self.from_dtype:
@@ -184,7 +193,7 @@ class RetargetCast(_CSTCodemod):
         if not todo:
             if sites:
                 raise _Skip(f"the casts in {where}{on_lines} already cast to {self.to_dtype}")
-            what = f"{self.from_dtype} cast" if self.from_dtype else f"{family} cast"
+            what = f"{self.from_dtype} cast" if self.from_dtype else "cast" if self.key or self.lines else f"{family} cast"
             raise _Skip(f"no {what} found in {where}{on_lines}")
         dtypes = sorted({s.dtype for s in todo})
         if len(dtypes) > 1 and self.from_dtype is None and self.lines is None:
@@ -202,37 +211,44 @@ def _is_label_name(name: str) -> bool:
     )
 
 
-def _label_target(target: cst.BaseExpression) -> bool:
+def _key_target(target: cst.BaseExpression, is_key: Callable[[str], bool]) -> bool:
     if isinstance(target, cst.Name):
-        return _is_label_name(target.value)
+        return is_key(target.value)
     if isinstance(target, cst.Attribute):
-        return _is_label_name(target.attr.value)
+        return is_key(target.attr.value)
     if isinstance(target, cst.Subscript) and len(target.slice) == 1:
         index = target.slice[0].slice
         if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
             key = index.value.evaluated_value
-            return isinstance(key, str) and _is_label_name(key)
+            return isinstance(key, str) and is_key(key)
     return False
 
 
 def _label_values(scope: cst.CSTNode) -> list[cst.BaseExpression]:
     """Expressions whose value ends up as labels: `labels = …`, `{"labels": …}`, `labels=…`."""
+    return _values_for(scope, _is_label_name)
+
+
+def _values_for(scope: cst.CSTNode, is_key: Callable[[str], bool]) -> list[cst.BaseExpression]:
+    """Expressions whose value ends up under a key `is_key` accepts: `k = …`, `out["k"] = …`,
+    `{"k": …}`, `k=…`, and the assignments of the local names those use."""
     nodes = _walk(scope)
     values: list[cst.BaseExpression] = []
     for node in nodes:
-        if isinstance(node, cst.Assign) and any(_label_target(t.target) for t in node.targets):
+        if isinstance(node, cst.Assign) and any(_key_target(t.target, is_key) for t in node.targets):
             values.append(node.value)
-        elif isinstance(node, cst.AnnAssign) and node.value is not None and _label_target(node.target):
+        elif isinstance(node, cst.AnnAssign) and node.value is not None and _key_target(node.target, is_key):
             values.append(node.value)
         elif isinstance(node, cst.Dict):
             for el in node.elements:
                 if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString):
                     key = el.key.evaluated_value
-                    if isinstance(key, str) and _is_label_name(key):
+                    if isinstance(key, str) and is_key(key):
                         values.append(el.value)
-        elif isinstance(node, cst.Arg) and node.keyword is not None and _is_label_name(node.keyword.value):
+        elif isinstance(node, cst.Arg) and node.keyword is not None and is_key(node.keyword.value):
             values.append(node.value)
-    # `y = np.array(..., dtype=np.int32); return {"labels": y}`: follow names to their assignments.
+    # `y = np.array(..., dtype=np.int32); return {"labels": y}`: follow names to their assignments,
+    # and a list built with `y.append(…)` to what is appended.
     seen: set[str] = set()
     for _ in range(3):
         names = {v.value for v in values if isinstance(v, cst.Name)} - seen
@@ -244,6 +260,14 @@ def _label_values(scope: cst.CSTNode) -> list[cst.BaseExpression]:
                 isinstance(t.target, cst.Name) and t.target.value in names for t in node.targets
             ):
                 values.append(node.value)
+            elif (
+                isinstance(node, cst.Call)
+                and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value in ("append", "extend", "insert")
+                and isinstance(node.func.value, cst.Name)
+                and node.func.value.value in names
+            ):
+                values += [a.value for a in node.args]
     return values
 
 
@@ -284,3 +308,104 @@ class CastLabelsToLong(_CSTCodemod):
         return f"{where}: labels built as int64 — " + "; ".join(changes)
 
 
+
+
+# ---------------------------------------------------------------------------------------
+# Casting where the function returns the value
+
+
+def _own_returns(ctx: _Ctx, fn: cst.CSTNode) -> list[cst.Return]:
+    """The return statements of `fn` itself, not of functions nested in it."""
+    out = []
+    for node in _walk(fn):
+        if isinstance(node, cst.Return) and node.value is not None:
+            owner = next((a for a in ctx.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.Lambda))), None)
+            if owner is fn:
+                out.append(node)
+    return out
+
+
+def _is_batched(fn: cst.FunctionDef) -> bool:
+    """Whether the loader maps `fn` with batched=True (the name of its first parameter says so)."""
+    from dtype_doctor.load.batch.preprocess import BATCHED_PARAM_NAMES
+
+    params = fn.params.posonly_params or fn.params.params
+    return bool(params) and params[0].name.value in BATCHED_PARAM_NAMES
+
+
+def _key_of(expr: cst.BaseExpression | None) -> str | None:
+    if isinstance(expr, cst.SimpleString):
+        value = expr.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+class CastReturnedValue(_CSTCodemod):
+    """Cast one output of a function where the function returns it.
+
+    For when no cast in the function sets the dtype (ids built by numpy arithmetic, a list of
+    Python floats): ``return {"input_ids": ids}`` → ``{"input_ids": torch.as_tensor(ids,
+    dtype=torch.int64)}``; ``return out`` → ``out["input_ids"] = …`` on the line before;
+    any other returned mapping is bound to a name first. Written with torch when the file
+    imports it (or numpy's ``np.asarray`` when it imports only numpy), so lists, arrays and
+    tensors are all cast.
+    """
+
+    DESCRIPTION = "Cast one output of the user's function to the dtype the model needs, where the function returns it."
+
+    def __init__(self, function: str, key: str, dtype: str):
+        self.function = function
+        self.key = key
+        self.to_dtype = normalize_dtype(dtype)
+
+    def _cast(self, ctx: _Ctx, at: cst.CSTNode, value: str, batched: bool) -> str:
+        numpy = next((n for n in sorted(ctx.imports.numpy) if ctx.scope_has(at, n)), None)
+        if numpy and not ctx.imports.top_level_torch and self.to_dtype in _NUMPY_DTYPES.values():
+            cast = f"{numpy}.asarray({{}}, dtype={numpy}.{self.to_dtype})"
+        else:
+            torch = ctx.torch_name()
+            cast = f"{torch}.as_tensor({{}}, dtype={torch}.{self.to_dtype})"
+        # A batched function returns one value per row (often a list of arrays or tensors).
+        return f"[{cast.format('row')} for row in {value}]" if batched else cast.format(value)
+
+    def _edit(self, ctx: _Ctx) -> str:
+        fn = ctx.function(self.function)
+        where = f"{ctx.filename}:{self.function}"
+        if isinstance(fn, cst.Lambda):
+            raise _Skip(f"{where} is a lambda; no statement to cast its output in")
+        returns = _own_returns(ctx, fn)
+        if not returns:
+            raise _Skip(f"{where} returns nothing to cast")
+        batched = _is_batched(fn)
+        key = repr(self.key).replace("'", '"')
+        done = []
+        for ret in returns:
+            value = ret.value
+            assert value is not None
+            line = ctx.line(ret)
+            if isinstance(value, cst.Dict):
+                el = next((e for e in value.elements if isinstance(e, cst.DictElement) and _key_of(e.key) == self.key), None)
+                if el is not None:
+                    ctx.replace(el.value, ctx.parse_expr(self._cast(ctx, ret, ctx.code(el.value), batched)))
+                    done.append(f"line {line}")
+                    continue
+            if isinstance(value, cst.Call) and _dotted(value.func) == "dict":
+                arg = next((a for a in value.args if a.keyword is not None and a.keyword.value == self.key), None)
+                if arg is not None:
+                    ctx.replace(arg.value, ctx.parse_expr(self._cast(ctx, ret, ctx.code(arg.value), batched)))
+                    done.append(f"line {line}")
+                    continue
+            stmt = ctx.parent(ret)
+            if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+                raise _Skip(f"{ctx.filename}:{line}: the return shares its line with other code; not rewritten")
+            if isinstance(value, cst.Name):
+                name, before = value.value, []
+            else:
+                name = next(n for n in ("outputs", "result", "fixed_outputs") if not ctx.scope_has(ret, n))
+                before = [ctx.parse_stmt(f"{name} = {ctx.code(value)}\n")]
+                ctx.replace(value, cst.Name(name))
+            item = f"{name}[{key}]"
+            before.append(ctx.parse_stmt(f"{item} = {self._cast(ctx, ret, item, batched)}\n"))
+            ctx.insert_before(stmt, before)
+            done.append(f"line {line}")
+        return f"{where}: {self.key} cast to {self.to_dtype} where it is returned ({', '.join(done)})"
