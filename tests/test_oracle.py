@@ -125,3 +125,115 @@ def test_normal_mode_agrees_with_the_real_call(case: oc.Case) -> None:
         assert errors, f"dropped: {type(real).__name__}: {real}"
         if case.kind != "clean":
             assert [f.code for f in errors] != ["DD001"], "a dtype refusal reported as a failed trace"
+
+
+# ------------------------------------------------------------------ simulated verdicts
+
+# Where a simulated verdict differs from the real one for a reason outside dtypes and the
+# CPU↔CUDA table (benchmarks/oracle_sweep.py lists them; the README repeats the figures).
+SIMULATION_LIMITS = {
+    "tensor_split": "its index tensor must stay on the CPU; simulation moves every input to the target",
+    "_segment_reduce": "the kernel reads its lengths' values, which fake tensors do not have",
+    "nn.functional.linear_cross_entropy": "a chunked composite whose CPU path casts internally; the probe calls its parts",
+    "_unsafe_masked_index": "the traced path requires a bool mask where the eager CPU path accepts others",
+    "_unsafe_masked_index_put_accumulate": "as _unsafe_masked_index",
+    "inner": "integer inner decomposes into ops whose CUDA lists the table does not hold for inner itself",
+    "linalg.matrix_power": "its integer decomposition meets a float identity in the fake path",
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_simulated_verdict_agrees_with_the_real_kernel(case: oc.Case) -> None:
+    """simulate=True on a CUDA target: the real CPU outcome, turned into CUDA's by the table."""
+    if case.op.split(".")[0] in SIMULATION_LIMITS or case.op.rsplit(".", 1)[0] in SIMULATION_LIMITS:
+        pytest.skip(SIMULATION_LIMITS.get(case.op.split(".")[0]) or SIMULATION_LIMITS[case.op.rsplit(".", 1)[0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = oc.expected_on_cuda(case, oc.real_error(case))
+        report = oc.doctor_report(case, simulate=True, device="cuda")
+    if any(f.code == "DD001" and f.severity == "warning" for f in report.findings):
+        pytest.skip("fake tensors cannot follow this op (no shape function, or data-dependent)")
+    errors = oc.errors_in(report)
+    assert bool(errors) == (expected is not None), f"expected on CUDA: {expected}; doctor: {[f.message for f in errors]}"
+
+
+def test_a_simulated_trace_asks_each_signature_once() -> None:
+    """The probe is cached by signature: six identical layers cost one addmm probe."""
+    import dtype_doctor.trace.probe as probe_module
+
+    seen: list[str] = []
+
+    class Counting(probe_module.KernelProbe):
+        def _run(self, func, args, kwargs):  # noqa: ANN001, ANN202
+            seen.append(str(func))
+            return super()._run(func, args, kwargs)
+
+    probe_module.KernelProbe, saved = Counting, probe_module.KernelProbe
+    try:
+        model = nn.Sequential(*[nn.Linear(8, 8) for _ in range(6)])
+        dtype_doctor.diagnose(model, {"input": torch.rand(2, 8)}, simulate=True, device="cuda")
+    finally:
+        probe_module.KernelProbe = saved
+    assert seen.count("aten.addmm.default") == 1
+
+
+def test_integer_gelu_is_refused_in_simulation_as_on_the_cpu() -> None:
+    x = torch.arange(6)
+    with pytest.raises(NotImplementedError):
+        F.gelu(x)
+    report = dtype_doctor.diagnose(Call(lambda x: F.gelu(x)), {"x": x}, simulate=True, device="cuda")
+    assert _errors(report) == ["DD107"]
+
+
+def test_integer_matmul_runs_on_cpu_but_has_no_cuda_kernel() -> None:
+    """A CPU↔CUDA table row: op_db lists integer mm for CPU only."""
+    a, b = torch.arange(4).view(2, 2), torch.arange(4).view(2, 2)
+    torch.mm(a, b)  # this CPU runs it
+    call = Call(lambda a, b: torch.mm(a, b))
+    assert _errors(dtype_doctor.diagnose(call, {"a": a, "b": b})) == []
+    assert _errors(dtype_doctor.diagnose(call, {"a": a, "b": b}, simulate=True, device="cuda")) == ["DD107"]
+
+
+@pytest.mark.parametrize("gpu, refused", [("t4", True), ("v100", True), ("7.5", True), ("a100", False), ("h100", False), ("8.0", False)])
+def test_bf16_matmul_needs_compute_capability_8(gpu: str, refused: bool) -> None:
+    model, x = nn.Linear(4, 2).to(torch.bfloat16), torch.rand(3, 4).to(torch.bfloat16)
+    report = dtype_doctor.diagnose(model, {"input": x}, simulate=True, device="cuda", gpu=gpu)
+    assert ("DD107" in _errors(report)) is refused
+    assert report.to_dict()["target"]["gpu"].startswith(gpu if not gpu[0].isdigit() else "sm_")
+
+
+def test_simulated_cuda_autocast_runs_layer_norm_in_fp32() -> None:
+    """A bf16 checkpoint under fp16 autocast: CPU autocast leaves layer_norm to fp16 input and
+    bf16 weights (refused on this CPU); CUDA autocast runs layer_norm in fp32."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)).to(torch.bfloat16)
+    x = torch.rand(2, 4)
+    with pytest.raises(RuntimeError), torch.autocast("cpu", dtype=torch.float16):
+        model(x)
+    assert "DD101" in _errors(dtype_doctor.diagnose(model, {"input": x}, autocast="float16"))
+    report = dtype_doctor.diagnose(model, {"input": x}, autocast="float16", simulate=True, device="cuda")
+    assert _errors(report) == []
+    norm = next(op for op in report.trace.ops if "layer_norm" in op.op)
+    assert {t.dtype for t in norm.operands} == {"float32"} and norm.autocast == "float16"
+
+
+def test_a_model_without_parameters_reports_the_simulated_device() -> None:
+    report = dtype_doctor.diagnose(Call(lambda x: x * 2), {"x": torch.rand(2)}, simulate=True, device="cuda")
+    assert report.target.device == "cuda:0" and report.target.simulated
+
+
+def test_a_meta_input_is_a_device_mismatch_not_a_silent_move() -> None:
+    model, x = nn.Linear(3, 2), torch.rand(2, 3, device="meta")
+    with pytest.raises(RuntimeError):
+        model(x)
+    report = dtype_doctor.diagnose(model, {"input": x})
+    assert _errors(report) == ["DD201"]
+
+
+def test_max_pool1d_refusal_on_its_mode_free_cpu_path_is_not_dropped() -> None:
+    """PyTorch's CPU max_pool1d takes a float-only kernel unless a tensor subclass or mode is
+    active; under the recorder it would take the integer-capable path and miss the error."""
+    x = torch.arange(8).view(1, 1, 8).int()
+    with pytest.raises(NotImplementedError):
+        F.max_pool1d(x, 2)
+    report = dtype_doctor.diagnose(Call(lambda x: F.max_pool1d(x, 2)), {"x": x})
+    assert _errors(report) == ["DD107"]

@@ -1,10 +1,10 @@
 """Property: the doctor's error verdicts agree with real PyTorch, in both directions.
 
 Hypothesis builds small random models from Linear, Conv1d, Conv2d, Embedding, LayerNorm,
-GroupNorm, BatchNorm1d, scaled_dot_product_attention (with a mask input, or with key/value
-from another input), index_put, explicit casts, elementwise scaling and a loss
-(cross_entropy with class indices or class probabilities - float or one-hot integer -, mse,
-bce_with_logits), with a
+GroupNorm, BatchNorm1d, LSTM, scaled_dot_product_attention (with a mask input, or with
+key/value from another input), index_put, scatter_add (a learned source), grid_sample (a grid
+input), explicit casts, elementwise scaling and a loss (cross_entropy with class indices,
+class weights or class probabilities - float or one-hot integer -, mse, bce_with_logits), with a
 random dtype for every layer's parameters and for every input (floating and integer kinds
 for activations, indices, masks and targets).
 
@@ -19,7 +19,8 @@ Each example runs without autocast or with CPU autocast (bfloat16 or float16), t
 the real forward and the doctor.
 
 Checked: (1) when the real forward raises a dtype error, the doctor has an error-level
-DD101/DD103/DD104/DD106 finding at the module where it raised; (2) every such error-level
+finding at the module where it raised, under the rule that owns it (DD100 for scatter, grid,
+class-weight and RNN refusals, DD107 for a dtype the kernel lacks); (2) every such error-level
 finding means the real forward raises, and none sits in a module the real forward completed
 (those ran with exactly the traced dtypes, so a finding there is a false positive).
 
@@ -46,7 +47,7 @@ import dtype_doctor
 # Fake kernels that reject an op log a traceback before raising; the recorder handles it.
 logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
 
-ERROR_CODES = {"DD101", "DD103", "DD104", "DD106"}
+ERROR_CODES = {"DD100", "DD101", "DD103", "DD104", "DD106", "DD107"}
 FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 INTS = (torch.int64, torch.int32, torch.int16, torch.uint8, torch.bool)
 # What a dtype error says in PyTorch's words (the message, not the recorder's classifier).
@@ -59,12 +60,14 @@ VOCAB = 8
 
 LAYER_KINDS = (
     "linear", "conv1d", "conv2d", "layernorm", "groupnorm", "batchnorm",
-    "attention", "attention_kv", "index_put", "cast", "scale",
+    "attention", "attention_kv", "index_put", "cast", "scale", "lstm", "scatter", "grid",
 )
+# Ops without a rule of their own: their refusals are DD100's.
+GENERAL_KINDS = ("lstm", "scatter", "grid")
 # Layers that accept an integer activation without a dtype question of their own
 # (an integer query into SDPA is a kernel-support question, DD107's, not a mismatch).
-INT_INPUT_KINDS = tuple(k for k in LAYER_KINDS if not k.startswith("attention"))
-LOSS_KINDS = ("ce_index", "ce_probs", "mse", "bce")
+INT_INPUT_KINDS = tuple(k for k in LAYER_KINDS if not k.startswith("attention") and k not in ("lstm", "grid"))
+LOSS_KINDS = ("ce_index", "ce_weight", "ce_probs", "mse", "bce")
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,31 @@ class IndexPut(nn.Module):
         return out
 
 
+class Lstm(nn.Module):
+    """An LSTM over the C axis; nn.RNNBase checks the input dtype in Python before any kernel."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = nn.LSTM(L, L, batch_first=True)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.rnn(h)[0]
+
+
+class ScatterAdd(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.src = nn.Parameter(torch.randn(B, C, L))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h.scatter_add(-1, torch.zeros(B, C, L, dtype=torch.long), self.src)
+
+
+class GridSample(nn.Module):
+    def forward(self, h: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+        return F.grid_sample(h.unsqueeze(-1), grid, align_corners=False).squeeze(-1)
+
+
 class Cast(nn.Module):
     def __init__(self, dtype: torch.dtype) -> None:
         super().__init__()
@@ -140,12 +168,16 @@ class Scale(nn.Module):
 
 
 class Loss(nn.Module):
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, weight_dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.kind = kind
+        # class weights (ce_weight) in their own dtype, as a loaded checkpoint may hold them
+        self.class_weight = nn.Parameter(torch.ones(C).to(weight_dtype), requires_grad=False) if weight_dtype else None
 
     def forward(self, h: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         logits = h.mean(-1)
+        if self.kind == "ce_weight":
+            return F.cross_entropy(logits, target, weight=self.class_weight)
         if self.kind in ("ce_index", "ce_probs"):
             return F.cross_entropy(logits, target)
         if self.kind == "mse":
@@ -169,6 +201,12 @@ def make_layer(spec: LayerSpec) -> nn.Module:
         m = nn.BatchNorm1d(C)
     elif k.startswith("attention"):
         return Attention(k)
+    elif k == "grid":
+        return GridSample()
+    elif k == "lstm":
+        m = Lstm()
+    elif k == "scatter":
+        m = ScatterAdd()
     elif k == "index_put":
         m = IndexPut()
     elif k == "cast":
@@ -184,12 +222,12 @@ class Net(nn.Module):
         self.kinds = [s.kind for s in spec.layers]
         self.embed = nn.Embedding(VOCAB, L).to(spec.embed_dtype) if spec.embed_dtype else None
         self.layers = nn.ModuleList(make_layer(s) for s in spec.layers)
-        self.loss = Loss(spec.loss) if spec.loss else None
+        self.loss = Loss(spec.loss, spec.target_dtype if spec.loss == "ce_weight" else None) if spec.loss else None
 
     def forward(self, x=None, ids=None, target=None, **side):  # noqa: ANN001, ANN003
         h = self.embed(ids) if self.embed is not None else x
         for i, (kind, layer) in enumerate(zip(self.kinds, self.layers)):
-            h = layer(h, side[f"side{i}"]) if kind.startswith("attention") else layer(h)
+            h = layer(h, side[f"side{i}"]) if kind.startswith("attention") or kind == "grid" else layer(h)
         return self.loss(h, target) if self.loss is not None else h
 
 
@@ -220,7 +258,11 @@ def make_inputs(spec: ModelSpec) -> dict[str, torch.Tensor]:
             inputs[f"side{i}"] = mask
         elif layer.kind == "attention_kv":
             inputs[f"side{i}"] = tensor_of(layer.side_dtype, (B, C, L), high=3, gen=gen)
-    if spec.loss == "ce_index":
+        elif layer.kind == "grid":
+            inputs[f"side{i}"] = (torch.rand(B, L, 1, 2, generator=gen) * 2 - 1).to(layer.side_dtype)
+    if spec.loss == "ce_weight":
+        inputs["target"] = torch.tensor([1, 3])
+    elif spec.loss == "ce_index":
         inputs["target"] = tensor_of(spec.target_dtype, (B,), high=C, gen=gen)
     elif spec.loss == "ce_probs" and spec.target_dtype.is_floating_point:
         inputs["target"] = torch.softmax(torch.randn(B, C, generator=gen), -1).to(spec.target_dtype)
@@ -248,7 +290,7 @@ def layer_specs(draw: st.DrawFn, kinds: tuple[str, ...], base: torch.dtype) -> L
     side = None
     if kind == "attention":
         side = draw(st.one_of(st.just(torch.bool), st.just(base), any_dtype))
-    elif kind == "attention_kv":
+    elif kind in ("attention_kv", "grid"):
         side = draw(mostly(base, floats))
     return LayerSpec(kind, draw(mostly(base, floats)), draw(st.booleans()), side)
 
@@ -275,11 +317,15 @@ def model_specs(draw: st.DrawFn) -> ModelSpec:
     elif loss == "ce_probs":
         # floating probabilities, or integer one-hot rows (rejected: probabilities must be floating)
         target = draw(mostly(base, any_dtype))
+    elif loss == "ce_weight":
+        target = draw(mostly(base, floats))  # the class weight's dtype
     elif loss is not None:
         target = draw(mostly(base, any_dtype))
     else:
         target = None
     autocast = draw(st.sampled_from((None, None, "bfloat16", "float16")))
+    if any(layer.kind == "lstm" for layer in layers):
+        autocast = None  # CPU autocast runs LSTMs through oneDNN, whose bf16/fp16 support depends on the CPU
     return ModelSpec(start, embed_dtype, tuple(layers), loss, target, autocast)
 
 
@@ -311,8 +357,12 @@ def run_real(model: nn.Module, inputs: dict) -> tuple[BaseException | None, str 
             h.remove()
 
 
-def expected_codes(message: str) -> set[str]:
-    """The rule that owns a real PyTorch dtype error, read from its message."""
+def expected_codes(message: str, kind: str | None) -> set[str]:
+    """The rule that owns a real PyTorch dtype error, from its message and the layer's kind."""
+    if "not implemented for" in message:
+        return {"DD107"}
+    if kind in GENERAL_KINDS or kind == "ce_weight":
+        return {"DD100"}
     if "attn_mask" in message:
         return {"DD106"}
     if "indices" in message or "index" in message.split("Index put")[0].lower():
@@ -345,11 +395,11 @@ def check_agreement(spec: ModelSpec, *, events: bool = False) -> None:
         event(f"{len(completed) - 1 if completed else 0} modules completed")
 
     if exc is not None:
-        assert isinstance(exc, RuntimeError) and DTYPE_ERROR.search(str(exc)), (
+        assert isinstance(exc, (RuntimeError, ValueError, NotImplementedError)) and DTYPE_ERROR.search(str(exc)), (
             f"the generator built a model that fails for a non-dtype reason\n{seen}"
         )
         # (1) the doctor names the module PyTorch stopped in, under the rule for that error.
-        expected = expected_codes(str(exc))
+        expected = expected_codes(str(exc), _kind(model, spec, where))
         assert where in {f.module for f in errors if f.code in expected}, f"no {sorted(expected)} finding at {where!r}\n{seen}"
     else:
         # (2) nothing rejected when PyTorch accepts the whole forward ...
@@ -358,6 +408,14 @@ def check_agreement(spec: ModelSpec, *, events: bool = False) -> None:
     # ... and no error in a module that PyTorch ran to completion with these very dtypes.
     false = [f for f in errors if f.module in completed]
     assert not false, f"error findings in modules PyTorch completed\n{seen}"
+
+
+def _kind(model: Net, spec: ModelSpec, where: str | None) -> str | None:
+    """The layer kind (or the loss kind) of the module named `where`."""
+    parts = (where or "").split(".")
+    if parts[0] == "layers" and len(parts) > 1:
+        return model.kinds[int(parts[1])]
+    return spec.loss if parts[0] == "loss" else None
 
 
 @settings(
@@ -396,6 +454,11 @@ REGRESSIONS = [
     ModelSpec(torch.float32, None, (LayerSpec("attention", torch.float32, side_dtype=torch.float64),), None, autocast="float16"),
     ModelSpec(torch.float32, None, (LayerSpec("attention", torch.float32, side_dtype=torch.float16),), None, autocast="bfloat16"),
     ModelSpec(torch.float16, None, (LayerSpec("conv2d", torch.float32), LayerSpec("linear", torch.bfloat16)), "bce", torch.float32, "bfloat16"),
+    # The oracle issue's examples: refusals no specific rule explains are DD100's.
+    ModelSpec(torch.float16, None, (LayerSpec("lstm", torch.float32),), None),
+    ModelSpec(torch.float16, None, (LayerSpec("scatter", torch.float32),), None),
+    ModelSpec(torch.float16, None, (LayerSpec("grid", torch.float32, side_dtype=torch.float32),), None),
+    ModelSpec(torch.int64, torch.float16, (), "ce_weight", torch.float32),
 ]
 
 

@@ -37,8 +37,10 @@ class KernelProbe:
         self.fallback = fallback
         self.cache: dict[tuple, Any] = {}
         self.counts: Counter = Counter()  # probes run, cache hits, undecided
+        self.last_accepted = False  # the last call's real kernel ran the op
 
     def __call__(self, func: Any, args: tuple, kwargs: dict, op: OpCall) -> str | None:
+        self.last_accepted = False
         if not isinstance(func, torch._ops.OpOverload) or _metadata_only(func):
             return self.fallback(op) if self.fallback and not isinstance(func, torch._ops.OpOverload) else None
         key = _signature(func, args, kwargs)
@@ -52,6 +54,7 @@ class KernelProbe:
         if verdict is _UNDECIDED:
             self.counts["undecided"] += 1
             return self.fallback(op) if self.fallback else None
+        self.last_accepted = verdict is None
         if not self.cuda:
             return verdict
         from dtype_doctor.trace.cuda_table import on_cuda
@@ -62,7 +65,9 @@ class KernelProbe:
     def _run(self, func: Any, args: tuple, kwargs: dict) -> Any:
         tensors = [t for t in _flat(args, kwargs) if isinstance(t, torch.Tensor)]
         shrink = _shrinker(tensors) if sum(t.numel() for t in tensors) > _SMALL else None
-        with _disable_current_modes(), torch.no_grad():
+        # Outside every mode, and outside the Python dispatcher fake tensors turn on (which
+        # would run Python decompositions instead of the CPU kernel).
+        with _disable_current_modes(), torch._C._DisablePythonDispatcher(), torch.no_grad():
             try:
                 real_args, real_kwargs = _materialise((args, kwargs), shrink)
             except Exception:  # noqa: BLE001 - a shape we cannot rebuild decides nothing

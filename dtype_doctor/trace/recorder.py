@@ -53,7 +53,14 @@ _FUNCTIONS_TO_WATCH = {
         getattr(torch, name): (f"torch.{name}", _CONV_ARGS)
         for name in ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
     },
+    torch.max_pool1d: ("torch.max_pool1d", ("input",)),
+    torch.nn.functional.max_pool1d: ("torch.nn.functional.max_pool1d", ("input",)),
 }
+# Functions whose C++ takes another kernel path while any dispatch mode is on (ATen treats
+# a mode as a tensor subclass): max_pool1d's mode-free CPU path (max_pool1d_impl) has no
+# integer kernel, the with-indices path it takes under the recorder has. A real trace also
+# runs them once outside every mode, for the error the user's own call would raise.
+_MODE_DEPENDENT = frozenset({torch.max_pool1d, torch.nn.functional.max_pool1d})
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
@@ -210,6 +217,14 @@ class Recorder:
             except Exception as exc:  # noqa: BLE001 - every failure is recorded, then re-raised or repaired
                 error = error or _first_line(exc)
                 kind = classify_error(_first_line(exc), operands)
+                if kind == "dtype" and getattr(self.predict, "last_accepted", False):
+                    # A fake kernel (a Python decomposition) stricter than the real one, which the
+                    # probe just ran: not a refusal. Go on as the repair would, recording nothing.
+                    out = self._run_repaired(op_name, operand_tensors, args, kwargs, kind, run)
+                    if out is not _FAILED:
+                        outputs = tuple(self._tag_outputs(func, op_name, out, operand_tensors, module))
+                        self.ops.append(OpCall(len(self.ops), op_name, module, module_type, operands, outputs, phase, autocast, None, False, level, self._attrs(op_name, args, kwargs)))
+                        return out
                 if self.recover and kind in ("dtype", "device") and predicted is None:
                     out = self._run_repaired(op_name, operand_tensors, args, kwargs, kind, run)
                 if out is _FAILED:
@@ -368,7 +383,19 @@ class _FunctionRecorder(TorchFunctionMode):
         if watched is None:
             return func(*args, **kwargs)
         name, arg_names = watched
-        return self.rec.record(_FunctionSchema(arg_names), name, args, kwargs, lambda a, k: func(*a, **k), "function")
+        run = _eager_checked(func) if func in _MODE_DEPENDENT and self.rec.predict is None else (lambda a, k: func(*a, **k))
+        return self.rec.record(_FunctionSchema(arg_names), name, args, kwargs, run, "function")
+
+
+def _eager_checked(func: Any) -> Callable[[tuple, dict], Any]:
+    def run(args: tuple, kwargs: dict) -> Any:
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        with _disable_current_modes(), torch.no_grad():
+            func(*args, **kwargs)  # raises what the user's call raises
+        return func(*args, **kwargs)
+
+    return run
 
 
 class _FunctionSchema:
