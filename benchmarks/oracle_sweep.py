@@ -2,7 +2,8 @@
 
 For every OpInfo op (torch.testing's op_db) runnable on this CPU: valid float32 samples as
 they are ("clean"), with one tensor argument cast to another dtype ("perturbed"), and the
-op's own dtype error inputs. Each case is called for real on this CPU (the oracle) and
+op's own dtype error inputs; for every module of module_db, a float32 module given one
+forward input in another dtype ("module"). Each case is called for real on this CPU (the oracle) and
 traced by `diagnose()` in normal mode and with `simulate=True` (fake tensors, CUDA target).
 
   normal   real error ⇔ an error-level finding; "dropped" = real error, no error finding
@@ -35,6 +36,7 @@ def main() -> int:
     p.add_argument("--limit", type=int, default=0, help="stop after N cases")
     p.add_argument("--no-simulate", action="store_true", help="normal mode only")
     p.add_argument("--json", default="", help="write every disagreement there")
+    p.add_argument("--kinds", default="perturbed,clean,error-input,module", help="case kinds (module: module_db)")
     a = p.parse_args()
     warnings.filterwarnings("ignore")
     import torch
@@ -47,7 +49,7 @@ def main() -> int:
     bad: list[dict] = []
     start = time.perf_counter()
     n = 0
-    for case in oc.cases(samples_per_op=a.samples):
+    for case in oc.cases(samples_per_op=a.samples, kinds=tuple(a.kinds.split(","))):
         if only and case.op.split(".")[0] not in only and case.op not in only:
             continue
         n += 1

@@ -1,6 +1,6 @@
 """Run every benchmark, each in its own fresh process, and print one table at the end.
 
-    python benchmarks/run_all.py [--only diagnose,scan,rows,help]
+    python benchmarks/run_all.py [--only diagnose,scan,rows,run,simulate,help]
 
 Each script's own output streams through as it runs; the table lists target, measured
 figure, min–max across pairs, and pass/fail. Exit status 0 when every target is met,
@@ -24,6 +24,7 @@ SCRIPTS = {
     "scan": ("bench_scan.py", "dtype-doctor scan / user script, end to end", "≤ 1.3×"),
     "rows": ("bench_rows.py", "scan 3,000,000-row / 1,000-row parquet", "≤ 1.1×"),
     "run": ("bench_run.py", "dtype-doctor run / python, one training step", "≤ 1.5×"),
+    "simulate": ("bench_simulate_70b.py", "--simulate on Llama-70B shapes: with / without kernel probes; one trace; peak RSS", "≤ 1.3×; ≤ 60 s; ≤ 4 GiB"),
     "help": ("bench_help.py", "dtype-doctor --help wall time; torch not imported", "≤ 0.3 s; no"),
 }
 

@@ -79,9 +79,47 @@ def _targets(dtype: torch.dtype) -> tuple[torch.dtype, ...]:
     return (torch.int32 if dtype == torch.int64 else torch.int64, torch.float32)
 
 
-def cases(*, samples_per_op: int = 2, kinds: tuple[str, ...] = ("perturbed", "clean", "error-input")) -> Iterator[Case]:
+def cases(*, samples_per_op: int = 2, kinds: tuple[str, ...] = ("perturbed", "clean", "error-input", "module")) -> Iterator[Case]:
     for o in ops():
         yield from op_cases(o, samples_per_op=samples_per_op, kinds=kinds)
+    if "module" in kinds:
+        for m in modules():
+            yield from module_cases(m, samples=samples_per_op)
+
+
+@lru_cache(maxsize=1)
+def modules() -> tuple[Any, ...]:
+    from torch.testing._internal.common_modules import module_db
+
+    return tuple(m for m in module_db if not m.module_cls.__name__.startswith("Lazy") and torch.float32 in m.dtypes)
+
+
+# The aten op a module's forward runs, where its snake_case name is not it.
+_MODULE_OPS = {"MultiLabelMarginLoss": "multilabel_margin_loss", "LocalResponseNorm": "avg_pool3d", "LPPool3d": "avg_pool3d",
+               "LPPool2d": "avg_pool2d", "LPPool1d": "avg_pool1d"}
+
+
+def _module_op(cls_name: str) -> str:
+    return _MODULE_OPS.get(cls_name) or re.sub(r"(?<!^)(?=[A-Z])", "_", cls_name).lower()
+
+
+def module_cases(m: Any, *, samples: int = 2) -> Iterator[Case]:
+    """A float32 module from module_db with one forward tensor cast to another dtype."""
+    name = f"nn.{m.module_cls.__name__}"
+    try:
+        inputs = m.module_inputs_func(m, device="cpu", dtype=torch.float32, requires_grad=False, training=False)[:samples]
+    except Exception:  # noqa: BLE001 - an inputs generator that fails on this build is skipped
+        return
+    for mi in inputs:
+        try:
+            module = m.module_cls(*mi.constructor_input.args, **mi.constructor_input.kwargs).to(torch.float32).eval()
+        except Exception:  # noqa: BLE001
+            continue
+        args, kwargs = tuple(mi.forward_input.args), dict(mi.forward_input.kwargs)
+        for path, t in _tensor_paths(args, kwargs):
+            for d in _targets(t.dtype):
+                a, k = _replace(args, kwargs, path, t.to(d))
+                yield Case(name, "nn.Module", "module", module, a, k, f"{path} {_n(t.dtype)}→{_n(d)}", _module_op(m.module_cls.__name__))
 
 
 def op_cases(o: Any, *, samples_per_op: int = 2, kinds: tuple[str, ...] = ("perturbed", "clean", "error-input")) -> Iterator[Case]:
@@ -124,6 +162,16 @@ def sampled(n_ops: int, per_op: int = 2, seed: int = 0) -> list[Case]:
     for o in chosen:
         found = list(op_cases(o, samples_per_op=1))
         out.extend(rng.sample(found, min(per_op, len(found))))
+    return out
+
+
+def sampled_modules(n_modules: int, per_module: int = 2, seed: int = 0) -> list[Case]:
+    """A reproducible sample of module_db cases."""
+    rng = random.Random(seed)
+    out: list[Case] = []
+    for m in rng.sample(list(modules()), min(n_modules, len(modules()))):
+        found = list(module_cases(m, samples=1))
+        out.extend(rng.sample(found, min(per_module, len(found))))
     return out
 
 

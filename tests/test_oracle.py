@@ -1,9 +1,10 @@
 """PyTorch is the oracle: every error a real forward raises is an error-level finding.
 
 Two halves: the examples the oracle issue named, each shown failing in plain PyTorch first;
-then a reproducible sample of PyTorch's own op database (valid samples with one argument
-cast to another dtype, the ops' dtype error inputs, clean samples), where the normal-mode
-verdict must equal the real call's outcome in both directions. The full sweep is
+then a reproducible sample of PyTorch's own op and module databases (valid samples with one
+argument cast to another dtype, the ops' dtype error inputs, clean samples, float32 modules
+given one input in another dtype), where the normal-mode verdict must equal the real call's
+outcome in both directions. The full sweep is
 benchmarks/oracle_sweep.py.
 """
 
@@ -110,7 +111,7 @@ def test_a_pattern_the_kernel_accepts_is_not_an_error() -> None:
 
 # ------------------------------------------------------------------ op_db sample
 
-CASES = oc.sampled(90, per_op=2, seed=9)
+CASES = oc.sampled(90, per_op=2, seed=9) + oc.sampled_modules(30, per_module=2, seed=9)
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
