@@ -79,6 +79,46 @@ HALF = frozenset({"float16", "bfloat16"})
 INTEGER = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 
 
+# float16's limits: the largest finite value and the smallest normal one. bfloat16 shares
+# float32's exponent range, so "fp16" is the half dtype whose range a value can leave.
+FP16_MAX = 65504.0
+FP16_TINY = 2.0**-14  # 6.1e-05, torch.finfo(torch.float16).tiny
+GRAD_SCALE = 2.0**16  # torch.amp.GradScaler's initial scale
+
+
+@dataclass(frozen=True, slots=True)
+class ValueStats:
+    """What one tensor's values looked like: measured where the tensor lived, read back once.
+
+    `absmax` and `nonfinite_any` are exact over the whole tensor. The shares and
+    `min_nonzero` come from `sampled` evenly spaced elements (every element of a small
+    tensor), so a value seen nowhere in the sample is not claimed.
+    """
+
+    absmax: float  # largest |x|; inf or nan when the tensor holds them
+    nonfinite_any: bool
+    min_nonzero: float | None  # smallest non-zero |x| among the sampled values
+    nonfinite: float  # share of sampled values that are inf or nan
+    below_fp16_normal: float  # share of sampled non-zero values below FP16_TINY
+    below_fp16_normal_scaled: float  # the same after multiplying by GRAD_SCALE
+    sampled: int
+    numel: int
+
+    @property
+    def finite(self) -> bool:
+        return not self.nonfinite_any
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "absmax": self.absmax,
+            "min_nonzero": self.min_nonzero,
+            "nonfinite": self.nonfinite,
+            "below_fp16_normal": self.below_fp16_normal,
+            "sampled": self.sampled,
+            "numel": self.numel,
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class OpCall:
     """One op as the recorder saw it, with its operands after autocast's casts."""
@@ -96,6 +136,9 @@ class OpCall:
     level: str = "aten"  # aten (dispatcher) | function (torch function / F.*)
     # Extra facts an op family needs (e.g. "ignore_index"); plain values only.
     attrs: tuple[tuple[str, Any], ...] = ()
+    # Values of the first floating output, and the largest of the floating operands' (real traces).
+    stats: ValueStats | None = None
+    operand_stats: ValueStats | None = None
 
     def attr(self, key: str, default: Any = None) -> Any:
         for k, v in self.attrs:
@@ -114,6 +157,18 @@ class ModuleCall:
     inputs: tuple[TensorMeta, ...]
     outputs: tuple[TensorMeta, ...]
     phase: str = "forward"
+    # Values of the floating outputs and of the floating inputs, merged (real traces).
+    stats: ValueStats | None = None
+    input_stats: ValueStats | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GradStats:
+    """A trainable parameter's gradient after the traced backward."""
+
+    name: str
+    dtype: str
+    stats: ValueStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +182,12 @@ class StateTensor:
     shape: tuple[int, ...]
     requires_grad: bool = False
     persistent: bool = True
+
+
+def in_modules(modules: tuple[str, ...], name: str) -> bool:
+    """Whether dotted `name` lies in one of `modules`, matched the way transformers matches them."""
+    parts = name.split(".")
+    return any(m in parts or f".{m}." in f".{name}." or name.startswith(f"{m}.") for m in modules)
 
 
 def main_dtype_of(sizes: Iterable[tuple[str, int]]) -> str | None:
@@ -232,6 +293,15 @@ class Trace:
     failure: TraceFailure | None = None
     sources: Mapping[str, SourceLoc] = field(default_factory=dict)  # input name → user code
     gpu: str | None = None  # the GPU profile a simulated CUDA trace targeted
+    # Whether values were measured; why not, when they were not (fake tensors hold none).
+    values: str = "measured"
+    grads: tuple[GradStats, ...] = ()
+    # A GradScaler scales the loss in this step (a script's own scaler, or scan's fp16 AMP check).
+    grad_scaler: bool = False
+
+    @property
+    def values_measured(self) -> bool:
+        return self.values == "measured"
 
     def input(self, name: str) -> TensorMeta | None:
         for t in self.inputs:
@@ -371,6 +441,7 @@ class TraceRequest:
     sources: Mapping[str, SourceLoc] = field(default_factory=dict)
     subject: Subject | None = None
     gpu: str | None = None  # a simulated CUDA target's GPU: "a100", "t4" or a capability "7.5"
+    stats: bool = True  # measure value statistics (DD301-DD303); ignored on fake tensors
 
     def __post_init__(self) -> None:
         if self.autocast == "off":
@@ -451,6 +522,9 @@ class Report:
             "lineage": self._lineage_dict(),
             "summary": self.summary,
         }
+        if self.trace is not None:
+            # Whether DD301-DD303 had values to judge: fake tensors (simulate) hold none.
+            d["values"] = {"measured": self.trace.values_measured, "note": self.trace.values}
         if self.trace and self.trace.failure:
             fl = self.trace.failure
             d["trace_failure"] = {

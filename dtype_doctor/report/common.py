@@ -130,6 +130,14 @@ def traced_line(summary: Mapping[str, int]) -> str:
     return f"{plural(modules, 'module')}, {plural(ops, 'op')} traced"
 
 
+def values_note(report: Report) -> str:
+    """` · values not measured (…)` when the trace had no values to measure (DD301-DD303 need them)."""
+    trace = report.trace
+    if trace is None or trace.values_measured:
+        return ""
+    return " · values " + trace.values.replace("not measured: ", "not measured (", 1) + ")"
+
+
 def summary_line(summary: Mapping[str, int]) -> str:
     return f"{counts_line(summary)} · {traced_line(summary)}"
 

@@ -53,6 +53,7 @@ from dtype_doctor.report.common import (
     target_fields,
     tensor_name,
     traced_line,
+    values_note,
 )
 from dtype_doctor.report.dtype_tree import DtypeNode, DtypeTree, dtype_tree
 
@@ -361,10 +362,10 @@ def summary(report: Report) -> Text:
     failure = report.trace.failure if report.trace else None
     if not report.findings:
         if failure is not None:
-            return Text.assemble((NO_PROBLEMS_BUT_STOPPED, "bold yellow"), (f" · {traced_line(s)}", "dim"))
-        return Text.assemble(("✓ ", "bold green"), (NO_PROBLEMS, "bold green"), (f" · {traced_line(s)}", "dim"))
+            return Text.assemble((NO_PROBLEMS_BUT_STOPPED, "bold yellow"), (f" · {traced_line(s)}{values_note(report)}", "dim"))
+        return Text.assemble(("✓ ", "bold green"), (NO_PROBLEMS, "bold green"), (f" · {traced_line(s)}{values_note(report)}", "dim"))
     worst = next((sev for sev in ("error", "warning", "info") if s.get(sev)), "info")
-    return Text.assemble((counts_line(s), SEVERITY_STYLE[worst]), (f" · {traced_line(s)}", "dim"))
+    return Text.assemble((counts_line(s), SEVERITY_STYLE[worst]), (f" · {traced_line(s)}{values_note(report)}", "dim"))
 
 
 

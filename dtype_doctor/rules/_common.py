@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable, Iterable
 
-from dtype_doctor.records import FLOATING, HALF, INTEGER, FixSuggestion, OpCall, Remedy, SourceLoc, TensorMeta, Trace
+from dtype_doctor.records import FLOATING, HALF, INTEGER, FixSuggestion, OpCall, Remedy, SourceLoc, TensorMeta, Trace, in_modules
 
 MATMUL = frozenset(
     {
@@ -178,12 +178,6 @@ def describe(t: TensorMeta) -> str:
 def keep_fp32(trace: Trace, name: str) -> bool:
     """True when `name` lies in a module the model declares fp32 (_keep_in_fp32_modules)."""
     return in_modules(trace.model.keep_in_fp32_modules, name)
-
-
-def in_modules(modules: tuple[str, ...], name: str) -> bool:
-    """Whether dotted `name` lies in one of `modules`, matched the way transformers matches them."""
-    parts = name.split(".")
-    return any(m in parts or f".{m}." in f".{name}." or name.startswith(f"{m}.") for m in modules)
 
 
 def fix_cast_inputs(to: str) -> FixSuggestion:

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping
 import torch
 
 from dtype_doctor.records import (
+    GradStats,
     ModelInfo,
     Report,
     StateTensor,
@@ -251,7 +252,10 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
 
         cuda = where.label is not None and where.label.type == "cuda"
         predict = KernelProbe(cuda=cuda, gpu=gpu_profile(request.gpu) if cuda else None, fallback=_rules_predict)
-    rec = Recorder(model, state=state, device_alias=alias, predict=predict)
+    from dtype_doctor.trace.values import ValueProbe
+
+    values = ValueProbe() if request.stats and not where.simulate else None
+    rec = Recorder(model, state=state, device_alias=alias, predict=predict, values=values)
     for name, v in inputs.items():
         if isinstance(v, torch.Tensor):
             rec.tag_input(name, v)
@@ -261,6 +265,7 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
     # No AutocastCUDA kernels on a CPU-only build, and CPU autocast's lists are not CUDA's.
     emulate_cuda_amp = where.simulate and where.label is not None and where.label.type == "cuda" and run_device.type != "cuda"
     failure: TraceFailure | None = None
+    grads: list[tuple[str, str, int | None]] = []
     with _preserved(model, train=request.train):
         rec.attach()
         try:
@@ -286,13 +291,14 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
                     loss = _loss_of(out)
                     if loss is not None and loss.requires_grad:
                         loss.backward()
+                        grads = _observe_grads(rec, state if state is not None else dict(model.named_parameters()))
         except Exception as exc:  # noqa: BLE001 - a failed trace is a finding, not a crash
             failure = _failure(rec, exc)
         finally:
             rec.detach()
     return Trace(
-        ops=tuple(rec.ops),
-        modules=tuple(rec.modules),
+        ops=rec.finished_ops(),
+        modules=rec.finished_modules(),
         model=info,
         inputs=tuple(rec.boundary_inputs) or tuple(rec.meta(v, "input", k) for k, v in inputs.items() if isinstance(v, torch.Tensor)),
         lineage=dict(request.lineage),
@@ -303,7 +309,32 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
         failure=failure,
         sources=dict(request.sources),
         gpu=str(predict.gpu) if predict is not None and predict.gpu is not None else None,
+        values=_values_note(request, where.simulate),
+        grads=_resolved_grads(rec, grads),
+        # scan's fp16 AMP step is checked as a GradScaler would take it (DD401).
+        grad_scaler=request.train and autocast == "float16",
     )
+
+
+def _values_note(request: TraceRequest, simulated: bool) -> str:
+    if simulated:
+        return "not measured: a simulated trace runs on fake tensors, which hold no values"
+    return "measured" if request.stats else "not measured: statistics were turned off"
+
+
+def _observe_grads(rec: Recorder, params: Mapping[str, torch.Tensor]) -> list[tuple[str, str, int | None]]:
+    """Handles for each trainable parameter's gradient after the backward."""
+    if rec.values is None:
+        return []
+    named = [(n, p) for n, p in params.items() if isinstance(p, torch.Tensor) and p.grad is not None]
+    handles = rec._observe(p.grad for _, p in named)
+    return [(n, dtype_name(p.grad.dtype), h) for (n, p), h in zip(named, handles)]
+
+
+def _resolved_grads(rec: Recorder, grads: list[tuple[str, str, int | None]]) -> tuple[GradStats, ...]:
+    if rec.values is None:
+        return ()
+    return tuple(GradStats(n, d, s) for n, d, h in grads if (s := rec.values.get(h)) is not None)
 
 
 def _run_device(model: torch.nn.Module, state: Mapping[str, torch.Tensor] | None, target: torch.device | None) -> torch.device:
@@ -421,7 +452,10 @@ class watch:
         self._stack: contextlib.ExitStack | None = None
 
     def __enter__(self) -> "watch":
-        self._rec = Recorder(self.model, recover=not self.raise_errors)
+        from dtype_doctor.trace.values import ValueProbe
+
+        probe = ValueProbe() if self.request.stats and not _holds_no_data(self.model, {}) else None
+        self._rec = Recorder(self.model, recover=not self.raise_errors, values=probe)
         self._info = model_info(self.model)
         self._rec.attach()
         self._stack = contextlib.ExitStack()
@@ -450,9 +484,10 @@ def live_trace(
 ) -> Trace:
     """The Trace of what a recorder saw the user's own code run (watch(), `dtype-doctor run`)."""
     params = list(rec.model.parameters())
+    fake = bool(params) and _holds_no_data(rec.model, {})
     return Trace(
-        ops=tuple(rec.ops),
-        modules=tuple(rec.modules),
+        ops=rec.finished_ops(),
+        modules=rec.finished_modules(),
         model=info,
         inputs=tuple(rec.boundary_inputs),
         lineage=dict(lineage or {}),
@@ -461,6 +496,7 @@ def live_trace(
         train=any(op.phase == "backward" for op in rec.ops),
         failure=failure,
         sources=dict(sources or {}),
+        values=_values_note(TraceRequest(stats=rec.values is not None), fake),
     )
 
 

@@ -12,6 +12,7 @@ nothing; the rules' own judgement stands in for it.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any, Callable
 
@@ -76,7 +77,7 @@ class KernelProbe:
                 func(*real_args, **real_kwargs)
             except Exception as exc:  # noqa: BLE001 - the verdict is what the kernel says
                 message = first_line(exc, 500)
-                if classify_error(message, ()) == "dtype" or isinstance(exc, NotImplementedError):
+                if classify_error(message, ()) in ("dtype", "overflow") or isinstance(exc, NotImplementedError):
                     return message
                 return _UNDECIDED
         return None
@@ -106,9 +107,22 @@ def _signature(func: Any, args: tuple, kwargs: dict) -> tuple:
             return tuple(one(v) for v in x)
         if isinstance(x, (bool, str, torch.dtype, type(None), torch.layout, torch.memory_format)):
             return x
-        return type(x).__name__  # sizes and dims select no kernel dtype
+        if isinstance(x, float) and not math.isfinite(x):
+            return ("float", "nonfinite")
+        if isinstance(x, (int, float)):
+            # Sizes and dims select no kernel dtype; a number's range decides whether it
+            # fits the dtype it is written into (DD301), so beyond-fp16 numbers sign apart.
+            return (type(x).__name__, _range_class(x))
+        return type(x).__name__
 
     return (func, one(args), tuple(sorted((k, one(v)) for k, v in kwargs.items())))
+
+
+def _range_class(x: float) -> str:
+    magnitude = abs(x)
+    if magnitude <= 65504.0:
+        return "fp16"
+    return "bf16" if magnitude <= 3.3895313892515355e38 else "fp64"
 
 
 def _flat(*objs: Any) -> list[Any]:

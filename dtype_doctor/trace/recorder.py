@@ -11,8 +11,9 @@ mismatch instead of stopping at the first one as PyTorch does.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -20,7 +21,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from dtype_doctor.errors import first_line
-from dtype_doctor.records import ModuleCall, OpCall, TensorMeta
+from dtype_doctor.records import FP16_MAX, ModuleCall, OpCall, TensorMeta, in_modules
+from dtype_doctor.trace.values import ValueProbe
 from dtype_doctor.trace.verdicts import classify_error
 
 # Schema argument name → operand role.
@@ -62,6 +64,19 @@ _FUNCTIONS_TO_WATCH = {
 # runs them once outside every mode, for the error the user's own call would raise.
 _MODE_DEPENDENT = frozenset({torch.max_pool1d, torch.nn.functional.max_pool1d})
 
+_UNINITIALISED = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"})
+
+
+def _mutates(func: Any) -> bool:
+    """An op that writes into one of its operands (add_, fill_, index_put_, `t[...] = v`)."""
+    schema = getattr(func, "_schema", None)
+    return bool(getattr(schema, "is_mutable", False)) or func is torch.Tensor.__setitem__
+
+
+def _big_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) > FP16_MAX
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -90,8 +105,20 @@ class Recorder:
         recover: bool = True,
         device_alias: dict[str, str] | None = None,
         predict: Callable[[Any, tuple, dict, OpCall], str | None] | None = None,
+        values: ValueProbe | None = None,
     ) -> None:
         self.model = model
+        # Value statistics (trace/values.py): handles now, ValueStats when the trace is done.
+        self.values = values
+        self._op_values: dict[int, tuple[int | None, list[int | None]]] = {}
+        self._module_values: dict[int, tuple[list[int | None], list[int | None]]] = {}
+        # Tensors that stay float32 when the model is converted to half: outputs of the modules
+        # the model keeps in fp32, and what they flow into until a converted module takes them.
+        self._keep = tuple(getattr(model, "_keep_in_fp32_modules", None) or ()) + tuple(
+            getattr(model, "_keep_in_fp32_modules_strict", None) or ()
+        )
+        self._fp32_kept: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._kept_ops: set[int] = set()
         # Simulated traces run fake kernels, which accept mixed dtypes: `predict` says where a
         # real device would raise (the engine passes a KernelProbe, trace/probe.py).
         self.predict = predict
@@ -223,9 +250,10 @@ class Recorder:
                     out = self._run_repaired(op_name, operand_tensors, args, kwargs, kind, run)
                     if out is not _FAILED:
                         outputs = tuple(self._tag_outputs(func, op_name, out, operand_tensors, module))
+                        self._observe_op(func, out, operand_tensors)
                         self.ops.append(OpCall(len(self.ops), op_name, module, module_type, operands, outputs, phase, autocast, None, False, level, self._attrs(op_name, args, kwargs)))
                         return out
-                if self.recover and kind in ("dtype", "device") and predicted is None:
+                if self.recover and kind in ("dtype", "device", "overflow") and predicted is None:
                     out = self._run_repaired(op_name, operand_tensors, args, kwargs, kind, run)
                 if out is _FAILED:
                     self.ops.append(
@@ -234,10 +262,61 @@ class Recorder:
                     raise
                 recovered = True
         outputs = tuple(self._tag_outputs(func, op_name, out, operand_tensors, module))
+        self._observe_op(func, out, operand_tensors)
         self.ops.append(
             OpCall(len(self.ops), op_name, module, module_type, operands, outputs, phase, autocast, error, recovered, level, self._attrs(op_name, args, kwargs))
         )
         return out
+
+    # ------------------------------------------------------------------ values
+
+    def _observe(self, tensors: Iterable[Any], *, as_last_seen: bool = False) -> list[int | None]:
+        self._suspended += 1  # the statistics' own kernels are not the model's ops
+        try:
+            return [self.values.observe(t, as_last_seen=as_last_seen) for t in tensors]  # type: ignore[union-attr]
+        finally:
+            self._suspended -= 1
+
+    def _observe_op(self, func: Any, out: Any, operands: list[tuple[torch.Tensor, str | None]]) -> None:
+        if self.values is None:
+            return
+        if self._keep and any(t in self._fp32_kept for t, _ in operands):
+            self._kept_ops.add(len(self.ops))
+            for o in _tensors(out):
+                self._fp32_kept[o] = True
+        # A view holds its operand's values, an empty tensor whatever memory held: nothing to measure.
+        skip = getattr(func, "is_view", False) or getattr(func, "__name__", "").split(".")[0] in _UNINITIALISED
+        first = None if skip else next((o for o in _tensors(out) if o.is_floating_point()), None)
+        # Operands as they were last seen (an in-place op has since changed them), the output as it is now.
+        before = self._observe((t for t, _ in operands), as_last_seen=_mutates(func))
+        handles = [*self._observe([first]), *before]
+        self._op_values[len(self.ops)] = (handles[0], handles[1:])
+
+    def finished_ops(self) -> tuple[OpCall, ...]:
+        """The recorded ops, with their value statistics once the trace is done."""
+        if self.values is None or not self._op_values:
+            return tuple(self.ops)
+        from dataclasses import replace
+
+        out = []
+        for op in self.ops:
+            h = self._op_values.get(op.index)
+            if h is not None:
+                attrs = (*op.attrs, ("fp32_kept", True)) if op.index in self._kept_ops else op.attrs
+                op = replace(op, stats=self.values.get(h[0]), operand_stats=self.values.merged(h[1]), attrs=attrs)
+            out.append(op)
+        return tuple(out)
+
+    def finished_modules(self) -> tuple[ModuleCall, ...]:
+        if self.values is None or not self._module_values:
+            return tuple(self.modules)
+        from dataclasses import replace
+
+        out = []
+        for i, m in enumerate(self.modules):
+            h = self._module_values.get(i)
+            out.append(m if h is None else replace(m, stats=self.values.merged(h[0]), input_stats=self.values.merged(h[1])))
+        return tuple(out)
 
     def _run_repaired(
         self, op_name: str, operand_tensors: list, args: tuple, kwargs: dict, kind: str, run: Callable[[tuple, dict], Any]
@@ -262,9 +341,14 @@ class Recorder:
 
     @staticmethod
     def _attrs(op_name: str, args: tuple, kwargs: dict) -> tuple[tuple[str, Any], ...]:
+        attrs: list[tuple[str, Any]] = []
         if "nll_loss" in op_name and len(args) >= 5:
-            return (("ignore_index", args[4]),)
-        return ()
+            attrs.append(("ignore_index", args[4]))
+        # Python numbers beyond float16's range (-1e10 fills, 2**30 writes): DD301 reads them.
+        big = tuple(v for v in (*args, *kwargs.values()) if _big_number(v))
+        if big:
+            attrs.append(("constants", big))
+        return tuple(attrs)
 
     def _tag_outputs(
         self, func: Any, op_name: str, out: Any, operands: list[tuple[torch.Tensor, str | None]], module: str
@@ -321,6 +405,14 @@ class Recorder:
             self._in_root -= 1
         inputs = tuple(self.meta(t) for t in _tensors(args, kwargs))
         outputs = tuple(self.meta(t, "output") for t in _tensors(output))
+        if self.values is not None:
+            self._module_values[len(self.modules)] = (self._observe(_tensors(output)), self._observe(_tensors(args, kwargs)))
+            if self._keep and name and in_modules(self._keep, name):
+                for o in _tensors(output):
+                    self._fp32_kept[o] = True
+            elif self._keep and any(p.is_floating_point() for p in mod.parameters(recurse=False)):
+                for o in _tensors(output):  # a converted module hands on its own (half) dtype
+                    self._fp32_kept.pop(o, None)
         self.modules.append(ModuleCall(name, module_type, inputs, outputs, "forward"))
 
     def _tag_boundary(self, mod: torch.nn.Module, args: tuple, kwargs: dict) -> None:
@@ -380,6 +472,9 @@ class _FunctionRecorder(TorchFunctionMode):
             finally:
                 self.rec._suspended -= 1
         watched = _FUNCTIONS_TO_WATCH.get(func)
+        if watched is None and func is torch.Tensor.__setitem__ and len(args) == 3 and _big_number(args[2]):
+            # `scores[...] = 2**30`: the number becomes a half tensor (inf) before dispatch.
+            watched = ("torch.Tensor.__setitem__", ("self", "key", "value"))
         if watched is None:
             return func(*args, **kwargs)
         name, arg_names = watched

@@ -29,6 +29,9 @@ def repair(
         for device in _candidate_devices(tensors):
             yield _rebuild(args, kwargs, lambda t: t.to(device) if t.dim() > 0 or t.device != device else t)
         return
+    if kind == "overflow":
+        yield _clamped(tensors, args, kwargs)
+        return
     # dtype: each attempt casts operands to operands.required_dtype, the rules' own answer.
     class_target = "nll_loss" in op_name
     to_long = {
@@ -69,6 +72,23 @@ def repair(
     # on CPU) gets float32 data, as the fix (.float()) would give it.
     yield _rebuild(args, kwargs, lambda t: t if roles.get(id(t)) in ("index", "mask") else _as_float32(t))
     yield _rebuild(args, kwargs, _as_float32)
+
+
+def _clamped(tensors: list[torch.Tensor], args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Numbers beyond the written dtype's range brought to its largest finite value, as the fix would."""
+    dtype = kwargs.get("dtype") or next((t.dtype for t in tensors if t.is_floating_point()), torch.float32)
+    limit = torch.finfo(dtype).max
+
+    def one(a: Any) -> Any:
+        if isinstance(a, (int, float)) and not isinstance(a, bool) and abs(a) > limit:
+            return float(max(-limit, min(limit, a)))
+        if isinstance(a, torch.Tensor) and a.dim() == 0 and a.is_floating_point():
+            return a.clamp(-limit, limit)
+        if isinstance(a, (list, tuple)):
+            return type(a)(one(x) for x in a)
+        return a
+
+    return tuple(one(a) for a in args), {k: one(v) for k, v in kwargs.items()}
 
 
 def _as_float32(t: torch.Tensor) -> torch.Tensor:

@@ -33,8 +33,14 @@ _ONE_DTYPE = re.compile(
 )
 
 
+# "value cannot be converted to type c10::Half without overflow": a number beyond the dtype's range.
+_OVERFLOW = re.compile(r"without overflow")
+
+
 def classify_error(message: str, operands: tuple[TensorMeta, ...]) -> str:
-    """'dtype', 'device' or 'other' for a failure with this message on these operands."""
+    """'dtype', 'device', 'overflow' (a constant beyond the dtype's range) or 'other'."""
+    if _OVERFLOW.search(message):
+        return "overflow"
     devices = {t.device for t in operands if not t.is_scalar}
     if len(devices) > 1 and _DEVICE_ERROR.search(message):
         return "device"

@@ -1,0 +1,77 @@
+"""DD302: a large share of non-zero values below float16's smallest normal (6.1e-05) — in
+gradients (with and without GradScaler's scale) and in module outputs."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from dtype_doctor.records import FP16_TINY, GRAD_SCALE, Finding, FixSuggestion, Trace
+from dtype_doctor.rules._numerics import computes_in_fp16
+from dtype_doctor.rules.base import Rule
+from dtype_doctor.trace.values import merge
+
+# Gradients: beyond this share a visible part of the update is lost or rounded (subnormal
+# fp16 keeps 1-10 bits); GradScaler exists for exactly this case.
+GRAD_SHARE = 0.05
+# Activations: GELU/SiLU tails and attention weights put a few percent below the normal range
+# in healthy models; a module whose outputs are mostly subnormal has lost its precision.
+ACTIVATION_SHARE = 0.5
+GRAD_SCALER = FixSuggestion("autocast", "safe", "train under fp16 autocast with torch.amp.GradScaler, which scales the loss before backward")
+
+
+def check(trace: Trace) -> Iterator[Finding]:
+    if not trace.values_measured:
+        return
+    fp16 = computes_in_fp16(trace) or any(g.dtype == "float16" for g in trace.grads)
+    grads = merge([g.stats for g in trace.grads])
+    if grads is not None and grads.below_fp16_normal >= GRAD_SHARE:
+        scaled = grads.below_fp16_normal_scaled
+        if fp16 and (not trace.grad_scaler or scaled >= GRAD_SHARE):
+            yield RULE.finding(
+                f"{grads.below_fp16_normal:.0%} of non-zero gradients are below float16's smallest normal "
+                f"({FP16_TINY:.2g}) without loss scaling; {scaled:.0%} with GradScaler's scale {GRAD_SCALE:.0f}"
+                + ("" if scaled < GRAD_SHARE else ": even scaled, they underflow"),
+                stage="optimizer",
+                fixes=(GRAD_SCALER,) if scaled < GRAD_SHARE else (),
+            )
+        elif not fp16:
+            yield RULE.finding(
+                f"trained in float16 without loss scaling, {grads.below_fp16_normal:.0%} of non-zero gradients would fall "
+                f"below its smallest normal ({FP16_TINY:.2g}); {scaled:.0%} with GradScaler's scale {GRAD_SCALE:.0f}",
+                severity="info",
+                stage="optimizer",
+            )
+    for m in trace.modules:
+        s = m.stats
+        if m.phase != "forward" or s is None or s.below_fp16_normal < ACTIVATION_SHARE or not m.name:
+            continue
+        yield RULE.finding(
+            f"{s.below_fp16_normal:.0%} of {m.module_type}'s non-zero outputs are below float16's smallest normal "
+            f"(smallest {s.min_nonzero:.2g})" + ("" if fp16 else ", if computed in float16"),
+            severity="warning" if fp16 else "info",
+            module=m.name,
+            module_type=m.module_type,
+            tensors=m.outputs[:1],
+        )
+
+
+RULE = Rule(
+    code="DD302",
+    name="fp16-underflow-risk",
+    severity="warning",
+    summary="A large share of non-zero values fall below the half dtype's smallest normal: gradients flushing to zero, activations losing precision.",
+    why=(
+        "float16's smallest normal value is 6.1e-05; below it values keep fewer bits, and below 6e-08 they "
+        "become zero. Gradients are often that small: without loss scaling an fp16 backward loses them and "
+        "the weights stop learning, silently. torch.amp.GradScaler multiplies the loss (by 65536 at first) "
+        "so gradients stay representable, then unscales them in float32."
+    ),
+    example="38% of non-zero gradients are below float16's smallest normal (6.1e-05) without loss scaling; 0% with GradScaler's scale 65536",
+    fix="Use torch.amp.GradScaler with fp16 autocast (or train in bfloat16, whose range is float32's).",
+    fix_safety="display-only: a training loop change.",
+    check=check,
+    device_note=(
+        f"Shares are measured on up to 4,096 evenly spaced values per tensor. Gradients: reported from "
+        f"{GRAD_SHARE:.0%} of non-zero values; activations from {ACTIVATION_SHARE:.0%}. Needs real values."
+    ),
+)
