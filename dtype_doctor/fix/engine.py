@@ -104,17 +104,22 @@ def fix_model(
     reference = _guard(lambda: _fp32_reference(model)) if (real and measure) else None
     measurable = isinstance(reference, torch.nn.Module)
     peaks = activation_peaks(reference, start.inputs) if measurable else None
-    ctx = Context(fail_on=fail_on, unsafe=unsafe_fixes or strategy == "half-model", force=force, overflow=peaks)
+    requested = None if strategy == "auto" else strategy
+    ctx = Context(fail_on=fail_on, unsafe=unsafe_fixes or strategy == "half-model", force=force, overflow=peaks, requested=requested)
     order = AUTO_ORDER if strategy == "auto" else (strategy,)
+    # A conversion asked for by name (keep-fp32) runs once even on a clean scan; it is kept
+    # when the re-trace is no worse.
+    on_request = requested is not None and STRATEGIES[requested].on_request
 
     current, report = start, before
     steps: list[Step] = []
     seen: set[tuple] = set()
     rounds = 0
     progressing = True
-    while report.at_or_above(fail_on) and rounds < max_rounds and progressing:
+    while (report.at_or_above(fail_on) or (on_request and rounds == 0)) and rounds < max_rounds and progressing:
         rounds += 1
         progressing = False
+        asked = on_request and rounds == 1
         for name in order:
             strat = STRATEGIES[name]
             if strategy == "auto" and not strat.relevant(report, ctx):
@@ -128,7 +133,7 @@ def fix_model(
                 steps.append(step)
                 continue
             after = trace(candidate)
-            if _score(after, fail_on) < _score(report, fail_on):
+            if _score(after, fail_on) < _score(report, fail_on) or (asked and _score(after, fail_on) <= _score(report, fail_on)):
                 steps.append(step)
                 current, report = candidate, after
                 progressing = True

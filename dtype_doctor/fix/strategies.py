@@ -50,11 +50,14 @@ class Context:
     unsafe: bool = False  # --unsafe-fixes, or the strategy asked for by name
     force: bool = False  # apply half-model despite overflow evidence
     overflow: dict[str, float] | None = None  # module → max |value| in the fp32 reference
+    requested: str | None = None  # the strategy asked for by name (None under auto)
 
 
 class Strategy(ABC):
     name: ClassVar[str]
     applicability: ClassVar[str]  # safe | unsafe
+    # Asked for by name, it runs even when the scan is clean: a conversion the user wants.
+    on_request: ClassVar[bool] = False
 
     def run(self, pipeline: Pipeline, report: Report, ctx: Context) -> tuple[Pipeline, Step]:
         if self.applicability == "unsafe" and not ctx.unsafe:
@@ -90,6 +93,12 @@ def describe(c: Change) -> str:
         "autocast": f"run the forward under torch.autocast(dtype=torch.{c.to})",
         "move-input": f"move {c.target} {c.before} → {c.to}",
         "trainable-fp32": f"keep the {c.target} parameters in float32 (were {c.before})",
+        "keep-fp32": (
+            f"keep {c.target} float32 instead of {c.before}"
+            if c.target != "model"
+            else (f"convert the model {c.before} → {c.to}" if c.before != c.to else f"keep the model {c.to}")
+            + " except the modules kept float32 (and those it declares fp32); each module casts its inputs to its own dtype"
+        ),
     }
     return verb.get(c.kind, f"{c.kind} {c.target} → {c.to}")
 
@@ -187,6 +196,58 @@ def convert_keeping_fp32(model: torch.nn.Module, dtype: torch.dtype) -> None:
                 t.data = t.data.to(override(name) or dtype)
 
 
+class KeepFp32(Strategy):
+    """Keep the smallest set of modules float32 that makes the half model finite and close to
+    float32 (dtype_doctor.fix.keep_fp32): on a float16 model whose findings ask for it, or
+    asked for by name on a float32 model, which it converts to float16 keeping that set."""
+
+    name = "keep-fp32"
+    applicability = "safe"
+    on_request = True
+
+    def plan(self, pipeline: Pipeline, report: Report, ctx: Context) -> tuple[Change, ...]:
+        if pipeline.simulate:
+            raise Skip("finding the modules to keep needs real values; it does not run under --simulate")
+        if pipeline.autocast:
+            raise Skip(f"the forward runs under autocast ({pipeline.autocast}), which picks each op's dtype whatever the weights'")
+        main = _main_dtype(pipeline.model)
+        if main not in HALF and ctx.requested != self.name:
+            raise Skip(f"the model is {main}: nothing runs in half precision (--strategy keep-fp32 converts it to float16)")
+        if main not in HALF and main != "float32":
+            raise Skip(f"the model is {main}; keep-fp32 converts float32 models to float16")
+        if main in HALF and not self.remedies(report, ctx) and ctx.requested != self.name:
+            raise Skip("no finding asks for modules in float32")
+        target = main if main in HALF else "float16"
+        from dtype_doctor.fix.keep_fp32 import minimal_fp32_set
+
+        found = minimal_fp32_set(pipeline.model, pipeline.inputs, dtype=getattr(torch, target))
+        if not found.needed:
+            raise Skip(found.reason)
+        if not found.verified:
+            raise Skip("no set of modules kept float32 works: " + found.reason)
+        return (
+            Change("keep-fp32", "model", target, main),
+            *(Change("keep-fp32", name, "float32", target) for name in found.modules),
+        )
+
+    def apply(self, pipeline: Pipeline, changes: tuple[Change, ...]) -> Pipeline:
+        from dtype_doctor.fix.keep_fp32 import apply_keep_fp32
+
+        dtype = getattr(torch, next(c.to for c in changes if c.target == "model"))
+        model = copy.deepcopy(pipeline.model)
+        apply_keep_fp32(model, [c.target for c in changes if c.target != "model"], dtype)
+        return pipeline.with_(model=model)
+
+
+def _main_dtype(model: torch.nn.Module) -> str:
+    """The dtype most of the model's floating parameter elements have."""
+    count: dict[torch.dtype, int] = {}
+    for p in model.parameters():
+        if p.is_floating_point():
+            count[p.dtype] = count.get(p.dtype, 0) + p.numel()
+    return dtype_name(max(count, key=count.get)) if count else "float32"
+
+
 class ToDevice(Strategy):
     """Move stray inputs to the model's device."""
 
@@ -251,7 +312,11 @@ class Fp32Trainable(Strategy):
         return pipeline.with_(model=model, request=pipeline.request.with_(autocast=autocast))
 
 
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (ToDevice(), CastInputs(), Autocast(), Fp32Trainable(), HalfModel())}
-# `auto` tries them in this order: least invasive first.
-AUTO_ORDER = ("to-device", "cast-inputs", "autocast", "fp32-trainable", "half-model")
+STRATEGIES: dict[str, Strategy] = {
+    s.name: s for s in (ToDevice(), CastInputs(), Autocast(), Fp32Trainable(), KeepFp32(), HalfModel())
+}
+# `auto` tries them in this order: least invasive first. keep-fp32 changes the precision of a
+# few modules (weights stay float32 or go to the half dtype the model already runs in), after
+# the fixes that touch no weights and before converting the whole model.
+AUTO_ORDER = ("to-device", "cast-inputs", "autocast", "fp32-trainable", "keep-fp32", "half-model")
 NAMES = (*STRATEGIES, "auto")
