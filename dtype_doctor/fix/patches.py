@@ -6,6 +6,8 @@ Each change gets an ordered chain of codemods, and the first that applies wins:
   2. cast the value where that function returns it;
   3. the --script pipeline, right before the forward;
   4. the documented fix module (a new dtype_doctor_fix.py).
+keep-fp32 always lands in the fix module: its keep_fp32(model) carries the module list and
+the input-casting hooks, which no one-line edit of a script could.
 A preprocess edit is offered only where it survives to the model: datasets' torch formatter
 turns every stored float into float32 and every int into int64, so a half or int32 cast
 made inside a `Dataset.map` function is undone before the batch is built.
@@ -140,6 +142,8 @@ def _module_params(strategy: str, c: Change, device_type: str) -> tuple[str, dic
         return ("fp32-trainable" if strategy == "fp32-trainable" else "autocast"), {"dtype": c.to, "device_type": device_type}
     if c.kind == "move-input":
         return "to-device", {"device": c.to}
+    if c.kind == "keep-fp32":
+        return "keep-fp32", {"dtype": c.to} if c.target == "model" else {"modules": [c.target]}
     return strategy, {}
 
 
@@ -192,6 +196,10 @@ def _fix_module(chains: list[Chain], findings: tuple[str, ...], device_type: str
     index_keys = sorted({k for s, p in params if s == strategy for k in p.get("index_keys", ())})
     if index_keys:
         merged["index_keys"] = index_keys
+    modules = list(dict.fromkeys(m for s, p in params if s == strategy for m in p.get("modules", ())))
+    if modules:
+        merged["modules"] = modules
+        merged.setdefault("dtype", next((p["dtype"] for s, p in params if s == strategy and "dtype" in p), None))
     merged["findings"] = list(findings)
     return cm.NewFixModule(strategy, merged), notes
 

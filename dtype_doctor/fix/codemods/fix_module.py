@@ -38,6 +38,14 @@ _WHY = {
         "Trainable parameters are kept in float32 so the optimizer state and the gradients\n"
         "torch.amp.GradScaler unscales are float32; frozen weights keep their half dtype."
     ),
+    "keep-fp32": (
+        "The model runs in half precision except the few modules in KEEP_FP32 (and those the\n"
+        "model declares fp32), which stay float32: in plain half precision their values pass\n"
+        "float16's 65504 and become inf/NaN. dtype-doctor found this set by re-running the\n"
+        "forward: the smallest one that gives a finite output close to float32. Every module\n"
+        "that holds weights casts its floating inputs to its own dtype, so the float32 modules\n"
+        "compute in float32 and the half ones after them get half inputs again."
+    ),
 }
 
 _USAGE = {
@@ -46,6 +54,7 @@ _USAGE = {
     "autocast": "with apply_fix(model, batch):\n    outputs = model(**batch)",
     "half-model": "model = apply_fix(model, batch)\noutputs = model(**batch)",
     "fp32-trainable": "model = apply_fix(model, batch)\noptimizer = torch.optim.AdamW(p for p in model.parameters() if p.requires_grad)",
+    "keep-fp32": "model = keep_fp32(model)\noutputs = model(**batch)",
 }
 
 _HELPERS = '''
@@ -116,6 +125,67 @@ def apply_fix(model, batch):
             param.data = param.data.float()
     return model
 ''',
+    "keep-fp32": '''
+
+# The modules kept in float32 (dotted names from model.named_modules()).
+KEEP_FP32 = {modules}
+
+
+def keep_fp32(model, dtype=torch.{dtype}):
+    \"\"\"Convert `model` to `dtype` in place, keeping KEEP_FP32 and the modules the model
+    declares fp32 in float32, and make every module cast its inputs to its own dtype; return it.\"\"\"
+    missing = sorted(set(KEEP_FP32) - {{name for name, _ in model.named_modules()}})
+    if missing:
+        raise ValueError(f"no module named {{', '.join(missing)}} in {{type(model).__name__}}: not the model this fix was made for")
+    declared = list(getattr(model, "_keep_in_fp32_modules_strict", None) or ())
+    if dtype == torch.float16:
+        declared += list(getattr(model, "_keep_in_fp32_modules", None) or ())
+    patterns = [re.compile(name) for name in declared]
+    wanted = {{}}
+    for name, module in model.named_modules(remove_duplicate=False):
+        kept = any(name == k or name.startswith(k + ".") for k in KEEP_FP32)
+        skip = getattr(module, "_non_persistent_buffers_set", set())
+        tensors = [*module._parameters.items(), *((n, b) for n, b in module._buffers.items() if n not in skip)]
+        for tensor_name, tensor in tensors:
+            if tensor is None or not tensor.is_floating_point():
+                continue
+            key = f"{{name}}.{{tensor_name}}" if name else tensor_name
+            keep = kept or any(p.search(key) for p in patterns)
+            if id(tensor) not in wanted or keep:  # a tied weight stays float32 if either side keeps it
+                wanted[id(tensor)] = (tensor, torch.float32 if keep else dtype)
+    with torch.no_grad():
+        for tensor, want in wanted.values():
+            if tensor.dtype != want:
+                tensor.data = tensor.data.to(want)
+    # Declared the way transformers models declare theirs, for what honours the declaration.
+    current = getattr(model, "_keep_in_fp32_modules_strict", None) or ()
+    merged = [*current, *(k for k in sorted(KEEP_FP32) if k not in current)]
+    model._keep_in_fp32_modules_strict = set(merged) if isinstance(current, set) else merged
+    for module in model.modules():
+        owns = any(p.is_floating_point() for p in module.parameters(recurse=False))
+        if owns and _cast_to_own_dtype not in module._forward_pre_hooks.values():
+            module.register_forward_pre_hook(_cast_to_own_dtype, with_kwargs=True)
+    return model
+
+
+def _cast_to_own_dtype(module, args, kwargs):
+    \"\"\"Forward pre-hook: the module's floating tensor inputs in the dtype of its own parameters.\"\"\"
+    dtype = next((p.dtype for p in module.parameters(recurse=False) if p.is_floating_point()), None)
+    if dtype is None:
+        return args, kwargs
+
+    def cast(value):
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != dtype:
+            return value.to(dtype)
+        return value
+
+    return tuple(cast(a) for a in args), {{key: cast(value) for key, value in kwargs.items()}}
+
+
+def apply_fix(model, batch):
+    \"\"\"The same as keep_fp32(model), in the signature every dtype-doctor fix module has.\"\"\"
+    return keep_fp32(model)
+''',
 }
 
 
@@ -138,6 +208,8 @@ class NewFixModule(Codemod):
       ``with apply_fix(model, batch): ...``.
     - ``half-model``: ``dtype`` (float16); ``model = apply_fix(model, batch)``.
     - ``fp32-trainable``: ``model = apply_fix(model, batch)``.
+    - ``keep-fp32``: ``modules`` (dotted names kept float32), ``dtype`` (float16);
+      ``model = keep_fp32(model)``, or ``apply_fix(model, batch)``.
 
     Every strategy takes ``findings``: lines naming what the doctor found, for the docstring.
     """
@@ -210,9 +282,19 @@ class NewFixModule(Codemod):
             if dtype not in _HALF:
                 raise _Skip(f"half-model converts to float16 or bfloat16, not {dtype}")
             fields = {"dtype": dtype}
+        elif strategy == "keep-fp32":
+            dtype = normalize_dtype(p.get("dtype") or "float16")
+            if dtype not in _HALF:
+                raise _Skip(f"keep-fp32 converts to float16 or bfloat16, not {dtype}")
+            modules = [str(m) for m in p.get("modules") or ()]
+            if not modules or not all(re.fullmatch(r"[A-Za-z_][\w.]*", m) for m in modules):
+                raise _Skip(f"keep-fp32 needs module names from named_modules(), got {modules}")
+            listed = "".join(f"\n    {m!r}," for m in modules)
+            fields = {"dtype": dtype, "modules": "(" + listed.replace("'", '"') + "\n)"}
         body = _BODIES[strategy].format(**fields)
         helpers = _HELPERS if "_model_dtype_and_device" in body else ""
-        return docstring + "\nimport torch\n" + helpers + body
+        imports = "\nimport re\n\nimport torch\n" if strategy == "keep-fp32" else "\nimport torch\n"
+        return docstring + imports + helpers + body
 
     def _apply(self, source: str, filename: str, warnings: list[str]) -> tuple[str, str]:
         if source.strip():
