@@ -5,6 +5,7 @@
     with dtype_doctor.watch(model) as w:
         model(**batch).loss.backward()
     w.report
+    table = dtype_doctor.compare(model, inputs)   # fp32 vs autocast vs half, measured
 
 Importing the package does not import torch; the engine loads on first use.
 """
@@ -15,15 +16,19 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["diagnose", "watch", "Report", "Finding", "Trace", "__version__"]
+__all__ = ["diagnose", "watch", "compare", "Report", "Finding", "Trace", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from dtype_doctor.compare import compare
     from dtype_doctor.records import Finding, Report, Trace
     from dtype_doctor.trace.engine import diagnose, watch
 
 _LAZY = {
     "diagnose": ("dtype_doctor.trace.engine", "diagnose"),
     "watch": ("dtype_doctor.trace.engine", "watch"),
+    # The package itself: it is callable, so dtype_doctor.compare(model, inputs) works before
+    # and after anything imports dtype_doctor.compare.<module> (which sets this attribute).
+    "compare": ("dtype_doctor.compare", None),
     "Report": ("dtype_doctor.records", "Report"),
     "Finding": ("dtype_doctor.records", "Finding"),
     "Trace": ("dtype_doctor.records", "Trace"),
@@ -35,5 +40,6 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         module, attr = _LAZY[name]
-        return getattr(importlib.import_module(module), attr)
+        imported = importlib.import_module(module)
+        return imported if attr is None else getattr(imported, attr)
     raise AttributeError(f"module 'dtype_doctor' has no attribute {name!r}")

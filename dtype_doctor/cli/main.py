@@ -11,6 +11,8 @@ import sys
 import typer
 
 from dtype_doctor import __version__
+from dtype_doctor.cli.compare import EXAMPLES as COMPARE_EXAMPLES
+from dtype_doctor.cli.compare import compare_command
 from dtype_doctor.cli.fix import EXAMPLES as FIX_EXAMPLES
 from dtype_doctor.cli.fix import fix_command
 from dtype_doctor.cli.help import Command
@@ -31,6 +33,7 @@ app = typer.Typer(
 )
 app.command("scan", epilog=SCAN_EXAMPLES, cls=Command)(scan_command)
 app.command("fix", epilog=FIX_EXAMPLES, cls=Command)(fix_command)
+app.command("compare", epilog=COMPARE_EXAMPLES, cls=Command)(compare_command)
 app.command("run", epilog=RUN_EXAMPLES, cls=Command, context_settings=RUN_SETTINGS)(run_command)
 app.command("rule", cls=Command)(rule_command)
 app.command("rules", cls=Command)(rules_command)

@@ -17,6 +17,11 @@ def emit(report: Any, fmt: str | None, output: Path | None, fail_on: str) -> Non
     to_terminal = output is None and sys.stdout.isatty()
     width = text_width() if fmt == "rich" else None
     text = render(report, fmt, width=width, color=to_terminal, fail_on=fail_on, rules=all_rules())
+    write_text(text, output)
+
+
+def write_text(text: str, output: Path | None) -> None:
+    """Rendered output to stdout, or to `output` with a line on stderr saying where."""
     if output is None:
         sys.stdout.write(text)
         sys.stdout.flush()
