@@ -593,6 +593,8 @@ def test_wrap_forward_only_the_forward_when_it_is_the_loss_and_adds_import():
     assert result.new_source == src(
         """
         import torch
+
+
         def train_step(model, inputs, scaler):
           with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
             loss = model(**inputs).loss

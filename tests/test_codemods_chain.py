@@ -52,6 +52,42 @@ def test_cast_returned_value_binds_another_returned_mapping_and_casts_each_row_w
     ) in r.new_source
 
 
+def test_cast_returned_value_casts_at_every_return_however_it_is_written() -> None:
+    before = src("""
+        import numpy as np
+
+
+        def prep(example):
+            out = {"label": example["label"]}
+            out["input_ids"] = np.nan_to_num(np.full(8, np.nan)) + 3
+            if example["label"] == 0: return out  # early
+            if example["label"] == 1:
+                return {"label": 1}
+            n = 1; return out
+    """)
+    r = CastReturnedValue("prep", "input_ids", "int64").apply(before, "p.py")
+    assert r.applied and "line 7, line 10" in r.detail
+    assert r.new_source == src("""
+        import numpy as np
+
+
+        def prep(example):
+            out = {"label": example["label"]}
+            out["input_ids"] = np.nan_to_num(np.full(8, np.nan)) + 3
+            if example["label"] == 0:  # early
+                out["input_ids"] = np.asarray(out["input_ids"], dtype=np.int64)
+                return out
+            if example["label"] == 1:
+                return {"label": 1}
+            n = 1; out["input_ids"] = np.asarray(out["input_ids"], dtype=np.int64); return out
+    """)
+
+
+def test_cast_returned_value_puts_a_new_import_two_lines_above_the_def() -> None:
+    r = CastReturnedValue("prep", "input_ids", "int64").apply('def prep(x):\n    return {"input_ids": [1.0]}\n', "p.py")
+    assert r.new_source == 'import torch\n\n\ndef prep(x):\n    return {"input_ids": torch.as_tensor([1.0], dtype=torch.int64)}\n'
+
+
 def test_cast_returned_value_skips_a_function_that_returns_nothing() -> None:
     r = CastReturnedValue("prep", "input_ids", "int64").apply("def prep(x):\n    print(x)\n", "p.py")
     assert r.status == "skipped" and "returns nothing" in r.detail

@@ -9,13 +9,13 @@ carry git's ``a/`` and ``b/`` prefixes; a new file is diffed against ``/dev/null
 from __future__ import annotations
 
 import difflib
-import tokenize
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dtype_doctor.errors import UsageError
+from dtype_doctor.source_analysis import read_source
 
 __all__ = ["Patch", "unified_diff", "file_diff", "write_patch", "make_patch", "repo_root", "path_in_patch", "read_source"]
 
@@ -31,16 +31,6 @@ class Patch:
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "files": list(self.files)}
-
-
-def read_source(path: Path) -> str:
-    """A Python file's text as written: its declared encoding, its own line endings."""
-    data = Path(path).read_bytes()
-    encoding, _ = tokenize.detect_encoding(iter(data.splitlines(keepends=True)).__next__)
-    if encoding == "utf-8-sig":  # keep the BOM out of the text, like every editor does
-        encoding = "utf-8"
-        data = data.removeprefix(b"\xef\xbb\xbf")
-    return data.decode(encoding)
 
 
 def repo_root(start: Path) -> Path:

@@ -14,7 +14,8 @@ The modules are split by what they edit:
     forward     a script's forward call site: WrapForwardInAutocast, MoveBatchToDevice,
                 CastBatch, LabelsToLong
     fix_module  no user code to patch: NewFixModule (a new ``dtype_doctor_fix.py``)
-    base, context  the contract (EditResult, Codemod, run_codemods) and the LibCST editing context
+    base, context  the contract (EditResult, Codemod, run_codemods) and the LibCST editing context,
+                built on dtype_doctor.source_analysis, the one analysis the lineage reads too
 
 No torch import here: the codemods read source text only.
 """

@@ -1,5 +1,5 @@
 """The codemod contract: EditResult, Codemod (never raises: applied, skipped with why, or failed),
-run_codemods, and the dtype vocabulary every codemod shares. No torch import.
+run_codemods; the dtype vocabulary comes from dtype_doctor.source_analysis. No torch import.
 """
 
 from __future__ import annotations
@@ -10,6 +10,23 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import libcst as cst
+
+# The dtype vocabulary is the one analysis's (dtype_doctor.source_analysis); codemods import it from here.
+from dtype_doctor.source_analysis import (  # noqa: F401
+    NotInSource,
+    _CAST_METHODS,
+    _DTYPE_METHODS,
+    _EXTRA_ALIASES,
+    _FLOATING,
+    _HALF,
+    _INTEGER,
+    _METHOD_DTYPES,
+    _NUMPY_DTYPES,
+    _STRING_DTYPES,
+    _TORCH_DTYPES,
+    _family,
+    normalize_dtype,
+)
 
 
 Status = Literal["applied", "skipped", "failed"]
@@ -51,56 +68,6 @@ def run_codemods(source: str, filename: str, codemods: Iterable[Codemod]) -> tup
 
 
 # ---------------------------------------------------------------------------------------
-# dtype vocabulary
-
-_TORCH_DTYPES = {
-    "float16": "float16", "half": "float16",
-    "float32": "float32", "float": "float32",
-    "float64": "float64", "double": "float64",
-    "bfloat16": "bfloat16",
-    "int64": "int64", "long": "int64",
-    "int32": "int32", "int": "int32",
-    "int16": "int16", "short": "int16",
-    "int8": "int8", "uint8": "uint8", "bool": "bool",
-}  # fmt: skip
-_NUMPY_DTYPES = {
-    "float16": "float16", "half": "float16",
-    "float32": "float32", "single": "float32",
-    "float64": "float64", "double": "float64",
-    "int64": "int64", "int32": "int32", "intc": "int32",
-    "int16": "int16", "int8": "int8", "uint8": "uint8",
-}  # fmt: skip
-_STRING_DTYPES = {"float16", "float32", "float64", "bfloat16", "int64", "int32", "int16", "int8", "uint8"}
-_EXTRA_ALIASES = {"fp16": "float16", "fp32": "float32", "fp64": "float64", "bf16": "bfloat16"}
-# Tensor methods that cast, and the method that casts to each dtype.
-_METHOD_DTYPES = {
-    "half": "float16", "float": "float32", "double": "float64", "bfloat16": "bfloat16",
-    "long": "int64", "int": "int32", "short": "int16", "char": "int8", "byte": "uint8",
-}  # fmt: skip
-_DTYPE_METHODS = {v: k for k, v in _METHOD_DTYPES.items()}
-_FLOATING = frozenset({"float16", "bfloat16", "float32", "float64"})
-_HALF = frozenset({"float16", "bfloat16"})
-_INTEGER = frozenset({"int8", "int16", "int32", "int64", "uint8"})
-_CAST_METHODS = ("to", "type", "astype")
-
-
-def normalize_dtype(name: str) -> str:
-    """``"torch.half"`` / ``"fp16"`` / ``"float16"`` → ``"float16"``; raises ValueError when unknown."""
-    key = name.strip()
-    for prefix in ("torch.", "np.", "numpy."):
-        if key.startswith(prefix):
-            key = key[len(prefix) :]
-    canon = _TORCH_DTYPES.get(key) or _EXTRA_ALIASES.get(key)
-    if canon is None:
-        raise ValueError(f"unknown dtype {name!r}")
-    return canon
-
-
-def _family(dtype: str) -> str:
-    return "floating" if dtype in _FLOATING else "integer" if dtype in _INTEGER else dtype
-
-
-# ---------------------------------------------------------------------------------------
 # Codemod base
 
 
@@ -121,7 +88,7 @@ class Codemod(ABC):
         warnings: list[str] = []
         try:
             new_source, detail = self._apply(source, filename, warnings)
-        except _Skip as skip:
+        except (_Skip, NotInSource) as skip:
             return EditResult("skipped", self.name, str(skip), None, tuple(warnings))
         except cst.ParserSyntaxError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else "syntax error"

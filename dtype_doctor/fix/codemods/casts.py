@@ -5,95 +5,17 @@ when the function casts nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 
 import libcst as cst
 
-from dtype_doctor.fix.codemods.base import (
-    _CAST_METHODS,
-    _DTYPE_METHODS,
-    _family,
-    _INTEGER,
-    _METHOD_DTYPES,
-    _NUMPY_DTYPES,
-    _Skip,
-    _STRING_DTYPES,
-    _TORCH_DTYPES,
-    normalize_dtype,
-)
-from dtype_doctor.fix.codemods.context import _CSTCodemod, _Ctx, _dotted, _Imports, _walk
+from dtype_doctor.fix.codemods.base import _DTYPE_METHODS, _family, _INTEGER, _NUMPY_DTYPES, _Skip, normalize_dtype
+from dtype_doctor.fix.codemods.context import _CSTCodemod, _Ctx, _dotted
+from dtype_doctor.source_analysis import _cast_sites, _dtype_of, _key_of, _label_values, _Site, _values_for  # noqa: F401
 
 
 # ---------------------------------------------------------------------------------------
-# Finding casts
-
-
-@dataclass(frozen=True)
-class _Site:
-    """One place that sets a dtype: a dtype expression, or the name of a casting method."""
-
-    node: cst.CSTNode  # what gets replaced: the dtype expression, or the method's Name
-    kind: str  # "expr" | "method"
-    lib: str  # torch | numpy | str | method
-    dtype: str
-    line: int
-
-
-def _dtype_of(expr: cst.CSTNode, imports: _Imports) -> tuple[str, str] | None:
-    """(library, canonical dtype) when expr names a dtype: torch.float16, np.int32, "float16"."""
-    if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
-        base, attr = expr.value.value, expr.attr.value
-        if base in imports.torch and attr in _TORCH_DTYPES:
-            return "torch", _TORCH_DTYPES[attr]
-        if base in imports.numpy and attr in _NUMPY_DTYPES:
-            return "numpy", _NUMPY_DTYPES[attr]
-        return None
-    if isinstance(expr, cst.Name):
-        return imports.names.get(expr.value)
-    if isinstance(expr, cst.SimpleString):
-        value = expr.evaluated_value
-        if isinstance(value, str) and value in _STRING_DTYPES:
-            return "str", value
-    return None
-
-
-def _cast_sites(ctx: _Ctx, scope: cst.CSTNode) -> list[_Site]:
-    sites: dict[int, _Site] = {}
-    imports = ctx.imports
-
-    def add(node: cst.CSTNode, kind: str, lib: str, dtype: str) -> None:
-        sites.setdefault(id(node), _Site(node, kind, lib, dtype, ctx.line(node)))
-
-    for node in _walk(scope):
-        if not isinstance(node, cst.Call):
-            continue
-        func = node.func
-        if isinstance(func, cst.Attribute):
-            attr = func.attr.value
-            module_ref = isinstance(func.value, cst.Name) and func.value.value in (imports.torch | imports.numpy)
-            if attr in _METHOD_DTYPES and not node.args and not module_ref:
-                add(func.attr, "method", "method", _METHOD_DTYPES[attr])
-            if attr in _CAST_METHODS and not module_ref:
-                for arg in node.args:
-                    if arg.keyword is None or arg.keyword.value == "dtype":
-                        found = _dtype_of(arg.value, imports)
-                        if found:
-                            add(arg.value, "expr", *found)
-        numpy_call = isinstance(func, cst.Attribute) and _dotted(func.value) in imports.numpy
-        for arg in node.args:
-            if arg.keyword is not None and arg.keyword.value == "dtype":
-                found = _dtype_of(arg.value, imports)
-                if found:
-                    add(arg.value, "expr", *found)
-            elif arg.keyword is None and not arg.star and numpy_call:  # np.asarray(x, np.int32)
-                found = _dtype_of(arg.value, imports)
-                if found and found[0] in ("numpy", "str"):
-                    add(arg.value, "expr", *found)
-        found = _dtype_of(func, imports)
-        if found and found[0] == "numpy":  # np.float16(x)
-            add(func, "expr", *found)
-    return sorted(sites.values(), key=lambda s: (s.line, ctx.span(s.node).start.column))
+# Rewriting casts (found by dtype_doctor.source_analysis)
 
 
 def _retarget(ctx: _Ctx, site: _Site, to: str) -> cst.CSTNode | None:
@@ -149,6 +71,7 @@ class RetargetCast(_CSTCodemod):
     ``.astype(np.float16)`` / ``.astype("float16")`` and ``np.float16(x)``. Each keeps its
     style (``.half()`` → ``.float()``, ``np.float16`` → ``np.float32``).
 
+    ``function=None`` searches the whole file (a script's top-level code) instead of one function.
     ``key`` keeps only the casts that build the function's output of that name (``out["k"] =
     …``, ``{"k": …}``, ``dict(k=…)`` and the local names they use); ``lines`` only those on the
     lineage's source lines. Located that way, a cast in any family is rewritten (float input_ids
@@ -162,7 +85,7 @@ class RetargetCast(_CSTCodemod):
 
     def __init__(
         self,
-        function: str,
+        function: str | None,
         to_dtype: str,
         *,
         from_dtype: str | None = None,
@@ -176,8 +99,9 @@ class RetargetCast(_CSTCodemod):
         self.key = key
 
     def _edit(self, ctx: _Ctx) -> str:
-        fn = ctx.function(self.function)
-        where = f"{ctx.filename}:{self.function}" + (f" ({self.key})" if self.key else "")
+        # function=None: the whole file (a script's top-level code), located by `lines` or `key`.
+        fn = ctx.function(self.function) if self.function else ctx.module
+        where = (f"{ctx.filename}:{self.function}" if self.function else ctx.filename) + (f" ({self.key})" if self.key else "")
         family = _family(self.to_dtype)
         if self.key is None:
             sites = [s for s in _cast_sites(ctx, fn) if self.lines is not None or _family(s.dtype) == family]
@@ -203,72 +127,6 @@ class RetargetCast(_CSTCodemod):
         if not changes:
             raise _Skip(f"no cast in {where} can be rewritten to {self.to_dtype}")
         return f"{where}: cast to {self.to_dtype} — " + "; ".join(changes)
-
-
-def _is_label_name(name: str) -> bool:
-    return (name in {"label", "labels", "label_ids"} or name.endswith(("_label", "_labels"))) and not name.startswith(
-        "num_"
-    )
-
-
-def _key_target(target: cst.BaseExpression, is_key: Callable[[str], bool]) -> bool:
-    if isinstance(target, cst.Name):
-        return is_key(target.value)
-    if isinstance(target, cst.Attribute):
-        return is_key(target.attr.value)
-    if isinstance(target, cst.Subscript) and len(target.slice) == 1:
-        index = target.slice[0].slice
-        if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
-            key = index.value.evaluated_value
-            return isinstance(key, str) and is_key(key)
-    return False
-
-
-def _label_values(scope: cst.CSTNode) -> list[cst.BaseExpression]:
-    """Expressions whose value ends up as labels: `labels = …`, `{"labels": …}`, `labels=…`."""
-    return _values_for(scope, _is_label_name)
-
-
-def _values_for(scope: cst.CSTNode, is_key: Callable[[str], bool]) -> list[cst.BaseExpression]:
-    """Expressions whose value ends up under a key `is_key` accepts: `k = …`, `out["k"] = …`,
-    `{"k": …}`, `k=…`, and the assignments of the local names those use."""
-    nodes = _walk(scope)
-    values: list[cst.BaseExpression] = []
-    for node in nodes:
-        if isinstance(node, cst.Assign) and any(_key_target(t.target, is_key) for t in node.targets):
-            values.append(node.value)
-        elif isinstance(node, cst.AnnAssign) and node.value is not None and _key_target(node.target, is_key):
-            values.append(node.value)
-        elif isinstance(node, cst.Dict):
-            for el in node.elements:
-                if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString):
-                    key = el.key.evaluated_value
-                    if isinstance(key, str) and is_key(key):
-                        values.append(el.value)
-        elif isinstance(node, cst.Arg) and node.keyword is not None and is_key(node.keyword.value):
-            values.append(node.value)
-    # `y = np.array(..., dtype=np.int32); return {"labels": y}`: follow names to their assignments,
-    # and a list built with `y.append(…)` to what is appended.
-    seen: set[str] = set()
-    for _ in range(3):
-        names = {v.value for v in values if isinstance(v, cst.Name)} - seen
-        if not names:
-            break
-        seen |= names
-        for node in nodes:
-            if isinstance(node, cst.Assign) and any(
-                isinstance(t.target, cst.Name) and t.target.value in names for t in node.targets
-            ):
-                values.append(node.value)
-            elif (
-                isinstance(node, cst.Call)
-                and isinstance(node.func, cst.Attribute)
-                and node.func.attr.value in ("append", "extend", "insert")
-                and isinstance(node.func.value, cst.Name)
-                and node.func.value.value in names
-            ):
-                values += [a.value for a in node.args]
-    return values
 
 
 def _label_int_sites(ctx: _Ctx, scope: cst.CSTNode, lines: frozenset[int] | None) -> list[_Site]:
@@ -308,36 +166,8 @@ class CastLabelsToLong(_CSTCodemod):
         return f"{where}: labels built as int64 — " + "; ".join(changes)
 
 
-
-
 # ---------------------------------------------------------------------------------------
 # Casting where the function returns the value
-
-
-def _own_returns(ctx: _Ctx, fn: cst.CSTNode) -> list[cst.Return]:
-    """The return statements of `fn` itself, not of functions nested in it."""
-    out = []
-    for node in _walk(fn):
-        if isinstance(node, cst.Return) and node.value is not None:
-            owner = next((a for a in ctx.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.Lambda))), None)
-            if owner is fn:
-                out.append(node)
-    return out
-
-
-def _is_batched(fn: cst.FunctionDef) -> bool:
-    """Whether the loader maps `fn` with batched=True (the name of its first parameter says so)."""
-    from dtype_doctor.load.batch.preprocess import BATCHED_PARAM_NAMES
-
-    params = fn.params.posonly_params or fn.params.params
-    return bool(params) and params[0].name.value in BATCHED_PARAM_NAMES
-
-
-def _key_of(expr: cst.BaseExpression | None) -> str | None:
-    if isinstance(expr, cst.SimpleString):
-        value = expr.evaluated_value
-        return value if isinstance(value, str) else None
-    return None
 
 
 class CastReturnedValue(_CSTCodemod):
@@ -346,7 +176,9 @@ class CastReturnedValue(_CSTCodemod):
     For when no cast in the function sets the dtype (ids built by numpy arithmetic, a list of
     Python floats): ``return {"input_ids": ids}`` → ``{"input_ids": torch.as_tensor(ids,
     dtype=torch.int64)}``; ``return out`` → ``out["input_ids"] = …`` on the line before;
-    any other returned mapping is bound to a name first. Written with torch when the file
+    any other returned mapping is bound to a name first. Every return of the function is
+    cast, however it is written (``if done: return out`` becomes a block); a returned literal
+    without the key is left as it is. Written with torch when the file
     imports it (or numpy's ``np.asarray`` when it imports only numpy), so lists, arrays and
     tensors are all cast.
     """
@@ -373,10 +205,10 @@ class CastReturnedValue(_CSTCodemod):
         where = f"{ctx.filename}:{self.function}"
         if isinstance(fn, cst.Lambda):
             raise _Skip(f"{where} is a lambda; no statement to cast its output in")
-        returns = _own_returns(ctx, fn)
+        returns = ctx.own_returns(fn)
         if not returns:
             raise _Skip(f"{where} returns nothing to cast")
-        batched = _is_batched(fn)
+        batched = ctx.is_batched(fn)
         key = repr(self.key).replace("'", '"')
         done = []
         for ret in returns:
@@ -388,24 +220,54 @@ class CastReturnedValue(_CSTCodemod):
                 if el is not None:
                     ctx.replace(el.value, ctx.parse_expr(self._cast(ctx, ret, ctx.code(el.value), batched)))
                     done.append(f"line {line}")
-                    continue
-            if isinstance(value, cst.Call) and _dotted(value.func) == "dict":
+                continue  # a literal without the key does not return it here
+            if isinstance(value, cst.Call) and _dotted(value.func) == "dict" and not any(a.star for a in value.args):
                 arg = next((a for a in value.args if a.keyword is not None and a.keyword.value == self.key), None)
                 if arg is not None:
                     ctx.replace(arg.value, ctx.parse_expr(self._cast(ctx, ret, ctx.code(arg.value), batched)))
                     done.append(f"line {line}")
-                    continue
-            stmt = ctx.parent(ret)
-            if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
-                raise _Skip(f"{ctx.filename}:{line}: the return shares its line with other code; not rewritten")
+                continue
             if isinstance(value, cst.Name):
                 name, before = value.value, []
             else:
                 name = next(n for n in ("outputs", "result", "fixed_outputs") if not ctx.scope_has(ret, n))
-                before = [ctx.parse_stmt(f"{name} = {ctx.code(value)}\n")]
+                before = [f"{name} = {ctx.code(value)}"]
                 ctx.replace(value, cst.Name(name))
             item = f"{name}[{key}]"
-            before.append(ctx.parse_stmt(f"{item} = {self._cast(ctx, ret, item, batched)}\n"))
-            ctx.insert_before(stmt, before)
+            before.append(f"{item} = {self._cast(ctx, ret, item, batched)}")
+            _run_before(ctx, ret, [ctx.parse_stmt(code + "\n").body[0] for code in before])
             done.append(f"line {line}")
+        if not done:
+            raise _Skip(f"no return of {where} holds {self.key}")
         return f"{where}: {self.key} cast to {self.to_dtype} where it is returned ({', '.join(done)})"
+
+
+def _run_before(ctx: _Ctx, ret: cst.Return, new: list[cst.BaseSmallStatement]) -> None:
+    """Run the small statements `new` right before the return `ret`, however it is written:
+    on lines of their own above it, in its own line after a `;` (``x = 1; return out``), or in
+    a block that replaces a one-line suite (``if done: return out``)."""
+    holder = ctx.parent(ret)
+    if isinstance(holder, cst.SimpleStatementLine) and len(holder.body) == 1:
+        ctx.insert_before(holder, [cst.SimpleStatementLine(body=[s]) for s in new])
+        return
+    if not isinstance(holder, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+        raise _Skip(f"{ctx.filename}:{ctx.line(ret)}: the return is in no statement line; not rewritten")
+    index = next(i for i, s in enumerate(holder.body) if s is ret)
+    if isinstance(holder, cst.SimpleStatementLine):
+
+        def inject(updated: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+            body = list(updated.body)
+            body[index:index] = new
+            return updated.with_changes(body=body)
+
+        ctx.replace(holder, inject)
+        return
+
+    def expand(updated: cst.SimpleStatementSuite) -> cst.IndentedBlock:
+        # `if done: return out` becomes a block, one statement a line, the cast above the return.
+        small = list(updated.body)
+        small[index:index] = new
+        lines = [cst.SimpleStatementLine(body=[s.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)]) for s in small]
+        return cst.IndentedBlock(body=lines, header=updated.trailing_whitespace)
+
+    ctx.replace(holder, expand)

@@ -1,148 +1,36 @@
-"""The parsing context every LibCST codemod edits through: metadata lookups, the user's
-imports, edits recorded by node identity and applied in one pass, small CST builders.
+"""The editing context every LibCST codemod works through: the one analysis of the file
+(dtype_doctor.source_analysis) plus edits recorded by node identity and applied in one pass,
+and small CST builders.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import libcst as cst
-from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, PositionProvider, ScopeProvider
 
-from dtype_doctor.fix.codemods.base import _NUMPY_DTYPES, _Skip, _TORCH_DTYPES, Codemod
+from dtype_doctor.fix.codemods.base import _Skip, Codemod
+from dtype_doctor.source_analysis import SourceAnalysis, _dotted, _walk  # noqa: F401 - codemods import these from here
 
 
 # ---------------------------------------------------------------------------------------
-# Parsing context: metadata, lookups, and edits recorded by node identity
+# Editing context: the analysis, and edits recorded by node identity
 
 
-class _Collector(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.nodes: list[cst.CSTNode] = []
+class _Ctx(SourceAnalysis):
+    """The analysis of the file being edited, plus the edits a codemod records on it."""
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        self.nodes.append(node)
-        return True
-
-
-def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
-    collector = _Collector()
-    node.visit(collector)
-    return collector.nodes
-
-
-def _dotted(expr: cst.BaseExpression) -> str | None:
-    if isinstance(expr, cst.Name):
-        return expr.value
-    if isinstance(expr, cst.Attribute):
-        base = _dotted(expr.value)
-        return f"{base}.{expr.attr.value}" if base else None
-    return None
-
-
-@dataclass
-class _Imports:
-    torch: set[str] = field(default_factory=lambda: {"torch"})
-    numpy: set[str] = field(default_factory=lambda: {"np", "numpy"})
-    names: dict[str, tuple[str, str]] = field(default_factory=dict)  # `from torch import float16`
-    top_level_torch: str | None = None  # a module-level name bound to torch, reusable anywhere
-
-    @classmethod
-    def of(cls, module: cst.Module, nodes: Sequence[cst.CSTNode]) -> _Imports:
-        imports = cls()
-        top_level = {id(stmt) for line in module.body if isinstance(line, cst.SimpleStatementLine) for stmt in line.body}
-        for node in nodes:
-            if isinstance(node, cst.Import):
-                for alias in node.names:
-                    full = _dotted(alias.name)
-                    local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else full
-                    if full and full.startswith("torch.") and alias.asname is None:
-                        full = local = "torch"  # `import torch.nn` binds `torch`
-                    if full == "torch" and local:
-                        imports.torch.add(local)
-                        if id(node) in top_level and (imports.top_level_torch is None or local == "torch"):
-                            imports.top_level_torch = local
-                    elif full == "numpy" and local:
-                        imports.numpy.add(local)
-            elif isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
-                lib = {"torch": "torch", "numpy": "numpy"}.get(_dotted(node.module) if node.module else "")
-                if lib is None:
-                    continue
-                table = _TORCH_DTYPES if lib == "torch" else _NUMPY_DTYPES
-                for alias in node.names:
-                    name = alias.name.value if isinstance(alias.name, cst.Name) else None
-                    local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else name
-                    if name in table and local:
-                        imports.names[local] = (lib, table[name])
-        return imports
-
-
-class _Ctx:
     def __init__(self, source: str, filename: str, warnings: list[str]):
-        self.filename = filename
+        super().__init__(source, filename)
         self.warnings = warnings
-        self.wrapper = MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
-        self.module = self.wrapper.module
-        self._positions = self.wrapper.resolve(PositionProvider)
-        self._parents = self.wrapper.resolve(ParentNodeProvider)
-        self._scopes: Mapping[cst.CSTNode, Any] | None = None
-        self.nodes = _walk(self.module)
-        self.imports = _Imports.of(self.module, self.nodes)
         self.need_torch_import = False
         self._node_edits: dict[int, list[Callable[[Any], Any]]] = {}
         self._block_ops: dict[int, list[tuple[Any, ...]]] = {}
 
-    # lookups
-
     def warn(self, message: str) -> None:
         self.warnings.append(message)
-
-    def span(self, node: cst.CSTNode) -> CodeRange:
-        return self._positions[node]
-
-    def line(self, node: cst.CSTNode) -> int:
-        return self._positions[node].start.line
-
-    def covers(self, node: cst.CSTNode, line: int) -> bool:
-        span = self._positions[node]
-        return span.start.line <= line <= span.end.line
-
-    def on_lines(self, node: cst.CSTNode, lines: frozenset[int]) -> bool:
-        """node is on one of lines, or in a statement that spans one of them."""
-        if self.line(node) in lines:
-            return True
-        for anc in self.ancestors(node):
-            if isinstance(anc, cst.BaseCompoundStatement):  # a header: its span is the whole block
-                return False
-            if isinstance(anc, cst.BaseSmallStatement):
-                span = self.span(anc)
-                return any(span.start.line <= n <= span.end.line for n in lines)
-        return False
-
-    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self._parents.get(node)
-
-    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        cur = self._parents.get(node)
-        while cur is not None:
-            yield cur
-            cur = self._parents.get(cur)
-
-    def code(self, node: cst.CSTNode) -> str:
-        return self.module.code_for_node(node)
-
-    def snippet(self, node: cst.CSTNode, limit: int = 60) -> str:
-        text = " ".join(self.code(node).split())
-        return text if len(text) <= limit else text[: limit - 1] + "…"
-
-    def scope_has(self, node: cst.CSTNode, name: str) -> bool:
-        if self._scopes is None:
-            self._scopes = self.wrapper.resolve(ScopeProvider)
-        scope = self._scopes.get(node)
-        return scope is not None and name in scope
 
     def torch_name(self) -> str:
         """The name to write torch under in new code; adds `import torch` when there is none."""
@@ -156,29 +44,6 @@ class _Ctx:
 
     def parse_stmt(self, code: str) -> cst.BaseStatement:
         return cst.parse_statement(code, config=self.module.config_for_parsing)
-
-    def function(self, qualname: str) -> cst.CSTNode:
-        """The def (or `name = lambda ...`) called qualname ("func" or "Class.method")."""
-        *owners, name = qualname.split(".")
-        found: list[cst.CSTNode] = []
-        for node in self.nodes:
-            if isinstance(node, cst.FunctionDef) and node.name.value == name:
-                classes = [a.name.value for a in self.ancestors(node) if isinstance(a, cst.ClassDef)]
-                if not owners or list(reversed(classes))[-len(owners) :] == owners:
-                    found.append(node)
-            elif (
-                not owners
-                and isinstance(node, cst.Assign)
-                and isinstance(node.value, cst.Lambda)
-                and any(isinstance(t.target, cst.Name) and t.target.value == name for t in node.targets)
-            ):
-                found.append(node.value)
-        if not found:
-            raise _Skip(f"no function {qualname}() in {self.filename}")
-        if len(found) > 1:
-            lines = ", ".join(str(self.line(n)) for n in found)
-            raise _Skip(f"{len(found)} functions named {qualname} in {self.filename} (lines {lines}); ambiguous")
-        return found[0]
 
     # edits
 
@@ -304,6 +169,13 @@ def _add_import(module: cst.Module, code: str) -> cst.Module:
     if after_docstring:
         stmt = stmt.with_changes(leading_lines=[cst.EmptyLine()])
     body.insert(insert_at, stmt)
+    following = body[insert_at + 1] if insert_at + 1 < len(body) else None
+    if (insert_at == 0 or after_docstring) and isinstance(following, (cst.FunctionDef, cst.ClassDef)):
+        # The file's first import right above a def: two blank lines between them (PEP 8, E302).
+        lead = list(following.leading_lines)
+        blanks = next((i for i, x in enumerate(lead) if not _is_blank(x)), len(lead))
+        if blanks < 2:
+            body[insert_at + 1] = following.with_changes(leading_lines=[cst.EmptyLine()] * (2 - blanks) + lead)
     return module.with_changes(body=body)
 
 

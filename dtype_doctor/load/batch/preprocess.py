@@ -14,11 +14,9 @@ from typing import Any, Iterator
 from dtype_doctor.errors import InputError, UsageError, first_line
 from dtype_doctor.load.batch.describe import describe_value, feature_dtype, feature_repr
 from dtype_doctor.load.batch.hf_map import quiet_map
-from dtype_doctor.load.batch.source_lines import source_lines
 from dtype_doctor.load.batch.state import BatchContext, BatchState, PreprocessFn
 from dtype_doctor.records import LineageStep, SourceLoc
-
-BATCHED_PARAM_NAMES = ("batch", "examples", "batched", "samples", "example_batch", "batch_examples")
+from dtype_doctor.source_analysis import BATCHED_PARAM_NAMES, FunctionSource, batched_by_params  # noqa: F401
 SIDE_KWARGS = ("tokenizer", "image_processor", "feature_extractor", "processor", "config")
 
 
@@ -69,7 +67,7 @@ def load_preprocess(spec: str) -> PreprocessFn:
     except (TypeError, ValueError):
         params = {}  # type: ignore[assignment]
     names = list(params)
-    batched = bool(getattr(fn, "batched", False)) or bool(names and names[0] in BATCHED_PARAM_NAMES)
+    batched = bool(getattr(fn, "batched", False)) or batched_by_params(names)
     accepts = tuple(n for n in SIDE_KWARGS if n in params)
     return PreprocessFn(fn=fn, file=file, path=path, name=func, batched=batched, accepts=accepts)
 
@@ -78,10 +76,12 @@ def run(state: BatchState, ctx: BatchContext) -> BatchState:
     pre = ctx.preprocess
     if pre is None:
         return state
-    key_lines, fallback_line = source_lines(pre)
+    # The same analysis of the function the patches edit through: the line named here is the
+    # line the first patch attempt rewrites.
+    source = FunctionSource(pre.path, pre.name)
 
     def step(key: str, dt: Any, dev: Any, shape: Any, detail: str) -> LineageStep:
-        line = key_lines.get(key, fallback_line)
+        line = source.dtype_line(key, dt)
         return LineageStep("preprocess", dt, dev, shape, detail, SourceLoc(pre.file, line) if line else None)
 
     fn_kwargs = {k: v for k, v in ctx.side_objects().items() if k in pre.accepts}
