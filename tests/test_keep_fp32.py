@@ -111,6 +111,45 @@ def test_hooks_let_a_kept_module_sit_between_half_ones():
         apply_keep_fp32(copy.deepcopy(net), ["nope"])
 
 
+class Tied(torch.nn.Module):
+    """Tied embedding and head, a persistent and a computed buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+        self.mid = torch.nn.Linear(4, 4)
+        self.head = torch.nn.Linear(4, 10, bias=False)
+        self.head.weight = self.emb.weight
+        self.register_buffer("scale", torch.ones(4))
+        self.register_buffer("inv_freq", torch.ones(4), persistent=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.mid(self.emb(ids)) * self.scale)
+
+
+@pytest.mark.parametrize("kept", [["head"], ["mid"], []])
+def test_the_written_keep_fp32_does_what_apply_keep_fp32_does(kept):
+    from dtype_doctor.fix.codemods import NewFixModule
+
+    if not kept:
+        assert NewFixModule("keep-fp32", {"modules": []}).apply("", "f.py").status == "skipped"
+        return
+    source = NewFixModule("keep-fp32", {"dtype": "float16", "modules": kept}).apply("", "f.py").new_source
+    written: dict = {}
+    exec(compile(source, "dtype_doctor_fix.py", "exec"), written)
+    ids = torch.tensor([[1, 2, 3]])
+    ours, theirs = apply_keep_fp32(Tied(), kept), written["keep_fp32"](Tied())
+    state = lambda m: {n: t.dtype for n, t in [*m.named_parameters(), *m.named_buffers()]}  # noqa: E731
+    assert state(ours) == state(theirs)
+    assert state(ours)["inv_freq"] == torch.float32  # computed at init: never converted
+    # A tied weight stays float32 when either side keeps it.
+    assert state(ours)["emb.weight"] == (torch.float32 if kept == ["head"] else torch.float16)
+    assert ours._keep_in_fp32_modules_strict == theirs._keep_in_fp32_modules_strict == kept
+    # The head computes in its own dtype: float32 when kept, else float16 after the kept `mid`.
+    expected = torch.float32 if kept == ["head"] else torch.float16
+    assert ours(ids).dtype == theirs(ids).dtype == expected
+
+
 def test_apply_keep_fp32_makes_the_fixture_finite_and_close(fp32, batch, found):
     reference = logits(fp32, batch)
     model = apply_keep_fp32(copy.deepcopy(fp32), found.modules)

@@ -10,11 +10,13 @@ tensor promotes to float32), and the first float16 module downstream casts back.
 
 `minimal_fp32_set` finds which modules to keep, as TensorRT's precision debugger and delta
 debugging do: rank the candidates (largest |value| in the float32 reference first, the ones
-closest to or beyond float16's 65504), binary-search the shortest passing prefix, then drop
-each member whose removal still passes, until every member is needed (1-minimal). "Passes"
-means the model's primary output is finite and its cosine to the float32 reference is at
-least `cosine_min`. The model given is never changed: the search runs on one deep copy whose
-weights are re-rounded from their float32 values for each check.
+closest to or beyond float16's 65504), find the shortest passing prefix (galloping up from one,
+then bisecting), then drop each member whose removal still passes, until every member is
+needed (1-minimal). "Passes": the model's primary output is finite, its cosine to the float32
+reference is at least `cosine_min`, and no op turned finite inputs into inf or NaN on the way.
+Siblings are searched as one unit first (q, k and v must share a dtype), then split. The model
+given is never changed: the search runs on one deep copy whose weights are re-rounded from
+their float32 values for each check.
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ def _declared(model: torch.nn.Module, dtype: torch.dtype) -> list[re.Pattern[str
 
 
 def _is_kept(name: str, kept: Iterable[str]) -> bool:
-    return any(name == k or name.startswith(k + ".") or k == "" for k in kept)
+    """Whether module `name` lies in a kept one ("" is the model itself: everything)."""
+    return any(k == "" or name == k or name.startswith(k + ".") for k in kept)
 
 
 def _plan(model: torch.nn.Module, kept: frozenset[str], dtype: torch.dtype) -> list[tuple[torch.Tensor, torch.dtype]]:
@@ -191,13 +194,16 @@ class _OverflowWatch(TorchDispatchMode):
             return out
         ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()]
         outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()]
-        if ins and outs:
-            finite_in = torch.stack([torch.isfinite(t).all() for t in ins]).all()
-            bad_out = torch.stack([~torch.isfinite(t).all() for t in outs]).any()
-            flag = finite_in & bad_out
-            if self.stop and flag.item():
+        if not (ins and outs):
+            return out
+        if self.stop:
+            # Read on the host: the output first, the inputs only when it is not finite.
+            if not all(torch.isfinite(t).all() for t in outs) and all(torch.isfinite(t).all() for t in ins):
                 raise _Overflow(name)
-            self.flags.append((name, flag))
+            return out
+        finite_in = torch.stack([torch.isfinite(t).all() for t in ins]).all()
+        bad_out = torch.stack([~torch.isfinite(t).all() for t in outs]).any()
+        self.flags.append((name, finite_in & bad_out))
         return out
 
     def overflowed(self) -> list[str]:
@@ -268,7 +274,7 @@ class _Trials:
         try:
             got = self._forward(self.inputs, watch)
         except _Overflow as exc:
-            return _Outcome(False, float("nan"), float("inf"), f"{exc} overflowed (finite inputs gave inf or NaN)")
+            return _Outcome(False, float("nan"), float("inf"), f"overflowing ({exc} turned finite inputs into inf or NaN)")
         except Exception as exc:  # noqa: BLE001 - a mix that cannot run is a failing check
             # Siblings whose outputs meet in one op (q, k, v in attention) must share a dtype;
             # a set that splits them raises, and the search moves on to one that does not.
@@ -281,7 +287,7 @@ class _Trials:
         diff = (ref - got).abs().max().item() if ref.numel() else 0.0
         overflowed = watch.overflowed()
         if overflowed:
-            return _Outcome(False, cosine, diff, f"finite, but {', '.join(overflowed)} overflowed (finite inputs gave inf or NaN)")
+            return _Outcome(False, cosine, diff, f"finite but overflowing ({', '.join(overflowed)} turned finite inputs into inf or NaN)")
         if cosine < self.cosine_min:
             return _Outcome(False, cosine, diff, f"finite but cosine {cosine:.6f} < {self.cosine_min}")
         return _Outcome(True, cosine, diff)

@@ -143,7 +143,7 @@ def keep_fp32(model, dtype=torch.{dtype}):
     patterns = [re.compile(name) for name in declared]
     wanted = {{}}
     for name, module in model.named_modules(remove_duplicate=False):
-        kept = any(name == k or name.startswith(k + ".") for k in KEEP_FP32)
+        kept = any(k == "" or name == k or name.startswith(k + ".") for k in KEEP_FP32)
         skip = getattr(module, "_non_persistent_buffers_set", set())
         tensors = [*module._parameters.items(), *((n, b) for n, b in module._buffers.items() if n not in skip)]
         for tensor_name, tensor in tensors:
@@ -158,9 +158,11 @@ def keep_fp32(model, dtype=torch.{dtype}):
             if tensor.dtype != want:
                 tensor.data = tensor.data.to(want)
     # Declared the way transformers models declare theirs, for what honours the declaration.
-    current = getattr(model, "_keep_in_fp32_modules_strict", None) or ()
-    merged = [*current, *(k for k in sorted(KEEP_FP32) if k not in current)]
-    model._keep_in_fp32_modules_strict = set(merged) if isinstance(current, set) else merged
+    declare = [k for k in sorted(KEEP_FP32) if k]
+    if declare:
+        current = getattr(model, "_keep_in_fp32_modules_strict", None) or ()
+        merged = [*current, *(k for k in declare if k not in current)]
+        model._keep_in_fp32_modules_strict = set(merged) if isinstance(current, set) else merged
     for module in model.modules():
         owns = any(p.is_floating_point() for p in module.parameters(recurse=False))
         if owns and _cast_to_own_dtype not in module._forward_pre_hooks.values():
@@ -287,7 +289,8 @@ class NewFixModule(Codemod):
             if dtype not in _HALF:
                 raise _Skip(f"keep-fp32 converts to float16 or bfloat16, not {dtype}")
             modules = [str(m) for m in p.get("modules") or ()]
-            if not modules or not all(re.fullmatch(r"[A-Za-z_][\w.]*", m) for m in modules):
+            # "" is the model itself (a bare nn.Linear): named_modules() calls it that.
+            if not modules or not all(re.fullmatch(r"([A-Za-z_][\w.]*)?", m) for m in modules):
                 raise _Skip(f"keep-fp32 needs module names from named_modules(), got {modules}")
             listed = "".join(f"\n    {m!r}," for m in modules)
             fields = {"dtype": dtype, "modules": "(" + listed.replace("'", '"') + "\n)"}
