@@ -81,3 +81,29 @@ def test_a_float64_model_is_meant_to_compute_in_float64() -> None:
     model, x = nn.Linear(4, 2).double(), torch.randn(3, 4, dtype=torch.float64)
     model(x)  # runs
     assert [f for f in dtype_doctor.diagnose(model, {"input": x}).findings if f.code == "DD105"] == []
+
+
+def test_float64_ids_get_the_dtype_their_consumer_needs() -> None:
+    """One answer to "what dtype must this operand have": DD105 agrees with DD103."""
+    bert = load_fixture("bert-tiny")
+    ids = torch.tensor([[101.0, 7592.0, 102.0]], dtype=torch.float64)
+    report = dtype_doctor.diagnose(bert, {"input_ids": ids})
+    by_input = {f.tensors[0].name: f for f in found(report, "DD105")}
+    assert {r.to for r in by_input["input_ids"].remedies} == {"int64"}
+    assert "used as indices, which must be int64" in by_input["input_ids"].message
+    assert {r.to for f in found(report, "DD103") for r in f.remedies} == {"int64"}
+
+
+def test_float64_class_targets_are_made_int64_not_float32() -> None:
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = nn.Linear(5, 4)
+
+        def forward(self, features, labels):
+            return F.cross_entropy(self.head(features), labels)
+
+    labels = torch.from_numpy(np.array([0.0, 2.0, 3.0]))  # float64 class indices
+    report = dtype_doctor.diagnose(Classifier(), {"features": torch.randn(3, 5), "labels": labels})
+    [f] = [f for f in found(report, "DD105") if f.tensors[0].name == "labels"]
+    assert {r.to for r in f.remedies} == {"int64"} and "a loss target, which must be int64" in f.message

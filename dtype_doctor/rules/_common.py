@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable, Iterable
 
+from dtype_doctor.operands import required_dtype
 from dtype_doctor.records import FLOATING, HALF, INTEGER, FixSuggestion, OpCall, Remedy, SourceLoc, TensorMeta, Trace, in_modules
 
 MATMUL = frozenset(
@@ -161,6 +162,27 @@ def source_of(trace: Trace, t: TensorMeta) -> SourceLoc | None:
     for step in trace.lineage.get(name, ()):
         if step.source is not None and step.dtype == t.dtype:
             return step.source
+    return None
+
+
+def required_of(op: OpCall, t: TensorMeta, anchor: str | None) -> str:
+    """The dtype operand `t` of `op` must have: operands.required_dtype with the op's own facts
+    (a loss target's from the prediction and the loss; anything else's from `anchor`)."""
+    pred = next((o for o in op.operands if o.role == "input" and o.is_floating and o is not t), None)
+    if t.role == "target":
+        return required_dtype("target", t.dtype, anchor=pred.dtype if pred else anchor, class_target=base_op(op.op) in CLASS_LOSS)
+    return required_dtype(t.role, t.dtype, anchor=anchor, query=pred.dtype if pred else anchor)
+
+
+def consumer(trace: Trace, name: str) -> tuple[OpCall, TensorMeta] | None:
+    """The first forward op that takes model input `name` in a role that sets its dtype (an
+    index, a loss target, a mask), with the operand; None when it is only ever data."""
+    for op in trace.ops:
+        if op.phase != "forward":
+            continue
+        for t in op.operands:
+            if t.role in ("index", "target", "mask") and input_name(t) == name:
+                return op, t
     return None
 
 

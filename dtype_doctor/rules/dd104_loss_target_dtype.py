@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import FLOATING, INTEGER, Finding, FixSuggestion, OpCall, TensorMeta, Trace
-from dtype_doctor.operands import required_dtype
-from dtype_doctor.rules._common import CLASS_LOSS, VALUE_LOSS, base_op, cast_remedies, describe, refused, source_of, stage_of
+from dtype_doctor.rules._common import CLASS_LOSS, VALUE_LOSS, base_op, cast_remedies, describe, refused, required_of, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 
 TO_LONG = FixSuggestion("cast-inputs", "safe", "cast the labels to int64 (.long()) where they are built")
@@ -49,12 +48,6 @@ def judge(op: OpCall) -> tuple[str, str, TensorMeta, FixSuggestion] | None:
     return None
 
 
-def required_target_dtype(op: OpCall, target: TensorMeta) -> str:
-    pred = next((t for t in op.operands if t.role == "input" and t.is_floating), None)
-    class_target = base_op(op.op) in CLASS_LOSS
-    return required_dtype("target", target.dtype, anchor=pred.dtype if pred else None, class_target=class_target)
-
-
 def check(trace: Trace) -> Iterator[Finding]:
     seen: set[tuple] = set()
     for op in trace.ops:
@@ -72,7 +65,7 @@ def check(trace: Trace) -> Iterator[Finding]:
         if key in seen:
             continue
         seen.add(key)
-        required = required_target_dtype(op, target)
+        required = required_of(op, target, None)
         yield RULE.finding(
             message.replace("target is", f"target {describe(target)} is", 1) if target.name else message,
             severity=severity,
