@@ -1,6 +1,6 @@
 """Run every benchmark, each in its own fresh process, and print one table at the end.
 
-    python benchmarks/run_all.py [--only diagnose,scan,rows,run,simulate,help]
+    python benchmarks/run_all.py [--only diagnose,scan,rows,run,simulate,help,compare]
 
 Each script's own output streams through as it runs; the table lists target, measured
 figure, min–max across pairs, and pass/fail. Exit status 0 when every target is met,
@@ -26,6 +26,7 @@ SCRIPTS = {
     "run": ("bench_run.py", "dtype-doctor run / python, one training step", "≤ 1.5×"),
     "simulate": ("bench_simulate_70b.py", "--simulate on Llama-70B shapes: with / without kernel probes; one trace; peak RSS", "≤ 1.3×; ≤ 60 s; ≤ 4 GiB"),
     "help": ("bench_help.py", "dtype-doctor --help wall time; torch not imported", "≤ 0.3 s; no"),
+    "compare": ("bench_compare.py", "dtype-doctor compare on MiniLM, CLI default batch (2 rows), end to end", "≤ 60 s"),
 }
 
 
