@@ -215,11 +215,26 @@ def test_fix_model_keep_fp32_on_an_fp32_model_converts_and_verifies(fp32, batch,
     assert close_to_fp32(fixed, batch, logits(fp32, batch))
 
 
+def test_auto_on_the_fp16_model_keeps_the_set_its_findings_ask_for(fp32, batch, found):
+    from dtype_doctor.fix.engine import fix_model
+
+    half = load(dtype=torch.float16)
+    result = fix_model(half, batch, strategy="auto", device="cpu", measure=False)
+    asking = [f for f in result.before.at_or_above("error") if any(r.strategy == "keep-fp32" for r in f.remedies)]
+    assert asking, [f.code for f in result.before.findings]  # the rules' remedies are what triggers it
+    assert result.verified, result.detail
+    assert [s.strategy for s in result.applied] == ["keep-fp32"]
+    model_change, *kept = result.applied[0].changes
+    assert (model_change.before, model_change.to) == ("float16", "float16")
+    assert tuple(c.target for c in kept) == found.modules
+    assert close_to_fp32(result.pipeline.model, batch, logits(fp32, batch))
+
+
 def test_auto_does_not_convert_an_fp32_model(fp32, batch):
     from dtype_doctor.fix.engine import fix_model
 
     result = fix_model(fp32, batch, strategy="auto", device="cpu", measure=False)
-    assert result.verified and not result.applied
+    assert not any(s.strategy == "keep-fp32" and s.status == "applied" for s in result.steps)
     assert result.pipeline.model is fp32
 
 

@@ -172,7 +172,7 @@ class HalfModel(Strategy):
             if worst[1] > FP16_MAX:
                 raise Skip(
                     f"refused: {worst[0] or 'the model'} produces |x| = {worst[1]:.4g} > {FP16_MAX:.0f} (float16 max) "
-                    "in the fp32 reference; use bfloat16, autocast, or --force"
+                    "in the fp32 reference; use bfloat16, autocast, keep-fp32 (the smallest float32 set), or --force"
                 )
         return (Change("convert-model", "model", target, main),)
 
