@@ -153,6 +153,9 @@ def test_labels_and_ids_are_cast_to_int64() -> None:
     assert result.verified
     assert result.pipeline.inputs["input_ids"].dtype == torch.int64
     assert result.pipeline.inputs["labels"].dtype == torch.int64
+    # The fp32 reference takes the ids as the fix made them (float ids would stop it too).
+    assert result.parity is not None and "error" not in result.parity
+    assert result.parity["max_abs_diff"] == 0.0 and result.parity["cosine"] == 1.0
 
 
 def test_fp32_trainable_fixes_grad_scaler_with_fp16_weights() -> None:

@@ -619,6 +619,12 @@ def test_rich_shows_the_fix_outcome():
     assert "fix.patch (prep.py)" in text
 
 
+def test_a_parity_that_could_not_be_measured_says_why_instead_of_a_blank_row():
+    fix = replace(FIX_BLOCK, parity={"error": "RuntimeError: the reference failed"})
+    text = _rich(full_report(fix=fix), width=100)
+    assert "not measured: RuntimeError: the reference failed" in text
+
+
 def test_rich_module_tree_shows_only_off_majority_modules():
     text = _rich(full_report(), width=100)
     assert "parameter dtypes" in text

@@ -231,16 +231,21 @@ def _compare(ref: torch.Tensor, got: torch.Tensor) -> dict[str, float]:
 
 
 def output_parity(reference: torch.nn.Module, inputs: Mapping[str, Any], fixed: Pipeline) -> dict[str, Any]:
-    """The fixed pipeline's output against the fp32 reference model on the original batch
-    (floating inputs upcast; integer inputs as the fix made them, since int32 labels and
-    the like would stop the reference itself)."""
-    ref_inputs = {
-        k: (v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else fixed.inputs.get(k, v))
-        for k, v in inputs.items()
-    }
+    """The fixed pipeline's output against the fp32 reference model on the original batch:
+    floating data upcast to float32; every input the fix made integer (int32 labels → int64,
+    float input_ids → int64) as the fix made it, since the reference itself needs those."""
+    ref_inputs = {k: _reference_input(v, fixed.inputs.get(k, v)) for k, v in inputs.items()}
     name, ref = _forward(reference, ref_inputs, None)
     _, got = _forward(fixed.model, fixed.inputs, fixed.autocast)
     return {"reference": "float32", "output": name, **_compare(ref, got)}
+
+
+def _reference_input(original: Any, fixed: Any) -> Any:
+    if isinstance(original, torch.Tensor) and original.is_floating_point():
+        if isinstance(fixed, torch.Tensor) and not fixed.is_floating_point():
+            return fixed  # an index or class label the fix made integer
+        return original.float()
+    return fixed
 
 
 def activation_peaks(ref: torch.nn.Module, inputs: Mapping[str, Any]) -> dict[str, float]:

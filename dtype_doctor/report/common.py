@@ -303,7 +303,10 @@ def fix_fields(fix: FixOutcome) -> list[tuple[str, str]]:
         if parity.get("cosine") is not None:
             bits.append(f"cosine {parity['cosine']:.8f}")
         ref = f" against {parity['reference']}" if parity.get("reference") else ""
-        rows.append(("parity", ", ".join(bits) + ref))
+        if bits:
+            rows.append(("parity", ", ".join(bits) + ref))
+        elif parity.get("error"):
+            rows.append(("parity", f"not measured: {parity['error']}"))
     cost = fix.cost
     if isinstance(cost, Mapping) and cost.get("weight_bytes_before") is not None:
         rows.append(("weights", f"{_bytes(cost['weight_bytes_before'])} → {_bytes(cost['weight_bytes_after'])}"))
