@@ -148,6 +148,21 @@ def test_unknown_variant_and_repeat_are_usage_errors(bert):
         dtype_doctor.compare(model, batch, repeat=0)
 
 
+def test_a_failing_fp32_forward_is_an_input_error() -> None:
+    from dtype_doctor.errors import InputError
+
+    class Broken(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.linear(x.double())
+
+    with pytest.raises(InputError, match=r"the fp32 forward fails.*RuntimeError: mat1 and mat2 must have the same dtype"):
+        dtype_doctor.compare(Broken(), {"x": torch.ones(2, 4)})
+
+
 @pytest.mark.slow
 def test_minilm_every_row():
     from helpers_models import load_minilm

@@ -19,7 +19,7 @@ from dtype_doctor.compare.measure import Numerics, peak_method, probe, run_peak,
 from dtype_doctor.compare.records import REFERENCE, CompareRequest, Comparison, OutputError, Row, Variant
 from dtype_doctor.compare.train import error_line, grad_scaler_step, training_loss
 from dtype_doctor.compare.verdicts import recommend, verdict
-from dtype_doctor.errors import UsageError
+from dtype_doctor.errors import InputError, UsageError
 from dtype_doctor.fix.engine import _compare, _forward, _fp32_inputs, _fp32_reference, weight_bytes
 from dtype_doctor.records import Subject, Target, main_dtype_of
 from dtype_doctor.trace.engine import _preserved, environment
@@ -59,7 +59,10 @@ def run(model: torch.nn.Module, inputs: Mapping[str, Any], request: CompareReque
     ref_model = _fp32_reference(model) if _is_on(model, device) else copy.deepcopy(model).to(device).float()
     ref_inputs = _fp32_inputs({k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()})
     say("running the fp32 reference")
-    (name, out), numerics = probe(ref_model, lambda: _forward(ref_model, ref_inputs, None))
+    try:
+        (name, out), numerics = probe(ref_model, lambda: _forward(ref_model, ref_inputs, None))
+    except Exception as exc:  # noqa: BLE001 - nothing to compare against: the pipeline's own problem
+        raise InputError(f"the fp32 forward fails, so there is nothing to compare against ({error_line(exc)}); `dtype-doctor scan` says why") from exc
     ref = Reference(ref_model, ref_inputs, name, out.detach(), numerics, device)
     rows = []
     for v in request.rows():
