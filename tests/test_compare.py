@@ -110,8 +110,12 @@ def test_api_worst_op_is_a_real_matmul_of_the_model(bert, bert_table):
 
 
 def test_api_leaves_the_model_as_it_was(bert, bert_table):
-    model, _ = bert
+    model, batch = bert
     _, before = bert_table
+    assert_same(before, snapshot(model))
+    # --train times forward + backward on the user's own fp32 model for the autocast rows
+    table = dtype_doctor.compare(model, batch, variants=["autocast-bf16"], repeat=1, warmup=0, train=True)
+    assert table.measures == "forward + backward" and table.target.train
     assert_same(before, snapshot(model))
 
 
