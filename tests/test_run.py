@@ -31,16 +31,22 @@ class Seed:
     codes: tuple[str, ...]  # error-level findings, in report order
     error: tuple[str, tuple[str, ...]] | None  # what the plain run dies of: class, dtypes named
     first_step: str  # the script's own output of its first step
+    # Under --simulate --device cuda: the findings a CUDA machine gives (its autocast lists cast
+    # what CPU autocast("cuda"), being off, leaves mixed), and the line where the script asks a
+    # value of a data-less tensor (None: it was stopped at its second step, as on the CPU).
+    simulated_codes: tuple[str, ...] = ()
+    simulation_ends: str | None = None
 
 
 SEEDS = [
     Seed("seed_map_autocast.py", (str(FIX / "models/resnet-tiny"), "{tmp}/data"), ("DD101",),
          ("RuntimeError", ("float32", "float16")), "step 0 logits"),
     Seed("seed_half_audit.py", (str(FIX / "models/bert-tiny"), str(FIX / "data/text-cls")), (), None,
-         "audit: 0 parameters not float16"),
+         "audit: 0 parameters not float16", simulation_ends="logits.argmax(-1).tolist()"),
     Seed("seed_pil_transforms.py", (str(FIX / "models/resnet-tiny"), str(FIX / "data/images")), ("DD101",),
-         ("RuntimeError", ("float16", "float32")), "predicted"),
-    Seed("seed_amp_loop.py", ("2",), ("DD104",), ("RuntimeError", ("int32",)), "epoch 0 step 0"),
+         ("RuntimeError", ("float16", "float32")), "predicted", simulation_ends="output.logits.argmax(-1).tolist()"),
+    Seed("seed_amp_loop.py", ("2",), ("DD104",), ("RuntimeError", ("int32",)), "epoch 0 step 0",
+         simulated_codes=("DD104",), simulation_ends="scaler.step(optimizer)"),
 ]
 
 
@@ -77,6 +83,28 @@ def test_seed_script_under_run(seed: Seed, workdir: Path, capsys: pytest.Capture
     # The script ran its first step, and was stopped before the second.
     assert seed.first_step in err
     assert err.count(seed.first_step.split(" step")[0]) == 1 or seed.script == "seed_half_audit.py"
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=[s.script for s in SEEDS])
+def test_seed_script_under_simulated_cuda(seed: Seed, workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    # The script takes its CUDA branches (`.cuda()`, `.to(device)`, autocast(), GradScaler()) on this CPU.
+    code, out, err = _run(["run", "--simulate", "--device", "cuda", "-f", "json", "--", "python", seed.script,
+                           *_args(seed, workdir)], capsys)
+    report = json.loads(out)
+    assert [f["code"] for f in report["findings"] if f["severity"] == "error"] == list(seed.simulated_codes), report["findings"]
+    assert code == (1 if seed.simulated_codes else 0), err
+    assert report["target"]["device"] == "cuda:0" and report["target"]["simulated"] is True
+    assert report["environment"]["cuda_available"] is False  # the machine's own answer, not the script's
+    assert "trace_failure" not in report
+    # Every input reached the model on the simulated GPU, moved there by the script's own line.
+    for chain in report["lineage"].values():
+        assert chain[-1]["device"] == "cuda:0"
+        moved = [s for s in chain if s["stage"] == "transfer"]
+        assert moved and moved[0]["source"]["file"] == seed.script
+    if seed.simulation_ends:
+        assert f"the simulation ends at {seed.script}:{_line(seed.script, seed.simulation_ends)}" in err
+    else:
+        assert seed.first_step in err and "the simulation ends" not in err
 
 
 @pytest.mark.parametrize("seed", [s for s in SEEDS if s.error], ids=[s.script for s in SEEDS if s.error])
@@ -178,3 +206,99 @@ def test_lineage_points_at_the_users_own_lines(workdir: Path, capsys: pytest.Cap
     script = "seed_map_autocast.py"
     assert lines == [_line(script, "processor(batch"), _line(script, "pixel_values.to(torch.float16)"), _line(script, "for step, batch"), None]
     assert finding["source"] == {"file": script, "line": _line(script, "for step, batch")}
+
+
+# --------------------------------------------------------------------------- the step outside the model
+
+GAN = """\
+import torch
+gen = torch.nn.Linear(4, 4)
+disc = torch.nn.Linear(4, 1).half()
+for step in range(2):
+    score = disc(gen(torch.randn(2, 4)))  # float32 into a half discriminator
+    score.float().sum().backward()
+"""
+
+RAISES_AFTER = """\
+import torch
+model = torch.nn.Linear(4, 4)
+model(torch.randn(2, 4)).sum().backward()
+raise ValueError("Attempting to unscale FP16 gradients.")
+"""
+
+
+@pytest.mark.parametrize("script", [GAN, RAISES_AFTER], ids=["second-model", "after-backward"])
+def test_a_crash_in_the_step_outside_the_forward_is_not_clean(script: str, workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    (workdir / "s.py").write_text(script)
+    code, out, err = _run(["run", "-f", "json", "--", "python", "s.py"], capsys)
+    report = json.loads(out)
+    assert code == 1 and report["summary"]["error"] >= 1
+    assert [f["code"] for f in report["findings"]] == ["DD001"]
+    assert report["trace_failure"]["kind"] == "other" and "s.py raised" in err
+
+
+HALF_AMP = """\
+import torch
+from torch import nn
+
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+model = model.half()  # "saves memory"
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cpu")
+x = torch.randn(4, 8)
+y = torch.tensor([0, 1, 2, 0], dtype=torch.int32)  # class ids, stored compactly
+for step in range(2):
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = nn.functional.cross_entropy(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+"""
+
+
+def test_findings_outside_the_forward_name_the_users_lines(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    (workdir / "amp.py").write_text(HALF_AMP)
+    code, out, err = _run(["run", "-f", "json", "--", "python", "amp.py"], capsys)
+    report = json.loads(out)
+    by_code = {f["code"]: f for f in report["findings"]}
+    lines = HALF_AMP.splitlines()
+    line = lambda text: next(i for i, s in enumerate(lines, 1) if text in s)  # noqa: E731
+    # The loss target is a pipeline tensor the step uses outside the model: its lineage is kept.
+    target = by_code["DD104"]
+    assert target["stage"] != "model-code" and target["source"] == {"file": "amp.py", "line": line("dtype=torch.int32")}
+    assert [s["stage"] for s in report["lineage"]["target"]][-1] == "loss"
+    # Parameter findings name the user's .half() that made the parameters what they are.
+    for code_ in ("DD401", "DD110"):
+        assert by_code[code_]["source"] == {"file": "amp.py", "line": line("model.half()")}
+    assert code == 1
+
+
+DEVICE_CONTEXT = """\
+import torch
+model = torch.nn.Linear(4, 2)
+with torch.device("meta"):
+    for step in range(3):
+        model(torch.randn(3, 4, device="cpu"))
+        print("step", step, "new tensors land on", torch.empty(1).device)
+"""
+
+
+def test_keep_running_leaves_the_scripts_own_modes_alone(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    (workdir / "ctx.py").write_text(DEVICE_CONTEXT)
+    code, out, err = _run(["run", "--keep-running", "-f", "json", "--", "python", "ctx.py"], capsys)
+    assert [line for line in err.splitlines() if line.startswith("step")] == [
+        f"step {i} new tensors land on meta" for i in range(3)]
+    assert code == 0
+
+
+def test_a_relative_output_is_the_invoking_directorys(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    (workdir / "sub").mkdir()
+    (workdir / "chd.py").write_text("import os, torch\nos.chdir('sub')\nm = torch.nn.Linear(2, 2)\nm(torch.randn(1, 2))\nm(torch.randn(1, 2))\n")
+    code, out, err = _run(["run", "-f", "json", "-o", "report.json", "--", "python", "chd.py"], capsys)
+    assert code == 0 and json.loads((workdir / "report.json").read_text())["target"]["model"] == "chd.py"
+    assert not (workdir / "sub" / "report.json").exists()
+
+
+def test_an_unknown_option_before_the_script_is_named(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    code, out, err = _run(["run", "--epochs", "3", "--", "python", "seed_amp_loop.py"], capsys)
+    assert code == 2 and "no such option: --epochs" in err

@@ -9,10 +9,13 @@ the report only, so `--format json` stays parseable.
 from __future__ import annotations
 
 import contextlib
+import importlib.machinery
+import importlib.util
 import os
 import runpy
 import sys
 from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
 
 from dtype_doctor.run.command import ScriptCommand
 
@@ -24,6 +27,12 @@ class ScriptOutcome:
     exit_code: int
     error: BaseException | None = field(default=None, compare=False)
     stopped: bool = False  # the doctor stopped it after the traced steps
+    stop: BaseException | None = field(default=None, compare=False)  # the StopScript that stopped it
+
+    @property
+    def ended_by(self) -> BaseException | None:
+        """What ended the script early: its own exception, or the doctor's stop."""
+        return self.error if self.error is not None else self.stop
 
 
 class StopScript(BaseException):
@@ -42,23 +51,27 @@ def _exit_code(exc: SystemExit) -> int:
     return 1
 
 
-def launch(command: ScriptCommand) -> ScriptOutcome:
+def launch(command: ScriptCommand, sources: Mapping[str, str] | None = None) -> ScriptOutcome:
+    """Run the script; `sources` (absolute path → text) replaces the text of those files as they are
+    run or imported, so a patched script runs without being written to disk."""
     if command.kind == "module":
         _check_module(command.target)
     saved_argv, saved_path, saved_cwd = sys.argv[:], sys.path[:], os.getcwd()
+    patched = {os.path.realpath(k): v for k, v in (sources or {}).items()}
+    modules_before = set(sys.modules)
     try:
-        with contextlib.redirect_stdout(sys.stderr):
+        with contextlib.redirect_stdout(sys.stderr), _patched_imports(patched):
             if command.kind == "file":
                 sys.argv = [command.argv0 or command.target, *command.args]
                 sys.path.insert(0, os.path.dirname(os.path.realpath(command.target)))
-                _run_file(command.target)
+                _run_file(command.target, patched.get(os.path.realpath(command.target)))
             else:
                 sys.argv = [command.target, *command.args]  # runpy puts the module's file in argv[0]
                 sys.path.insert(0, os.getcwd())
                 runpy.run_module(command.target, run_name="__main__", alter_sys=True)
         return ScriptOutcome(0)
-    except StopScript:
-        return ScriptOutcome(0, stopped=True)
+    except StopScript as stop:
+        return ScriptOutcome(0, stopped=True, stop=stop)
     except SystemExit as exc:
         return ScriptOutcome(_exit_code(exc))
     except KeyboardInterrupt:
@@ -66,11 +79,23 @@ def launch(command: ScriptCommand) -> ScriptOutcome:
     except BaseException as exc:  # noqa: BLE001 - the script's own failure is reported, not the doctor's
         return ScriptOutcome(1, error=exc)
     finally:
+        _forget_user_modules(modules_before)
         sys.argv = saved_argv
         sys.path[:] = saved_path
         sys.stdout.flush()
         if os.getcwd() != saved_cwd:
             os.chdir(saved_cwd)
+
+
+def _forget_user_modules(before: set[str]) -> None:
+    """The user's own modules the script imported are dropped, so the next run imports them afresh
+    (as a new python process would, and with their patched text when a fix is verified)."""
+    from dtype_doctor.run.user_code import is_user_file
+
+    for name in set(sys.modules) - before:
+        module = sys.modules.get(name)
+        if name != "__main__" and is_user_file(getattr(module, "__file__", None) or ""):
+            del sys.modules[name]
 
 
 def _check_module(name: str) -> None:
@@ -89,8 +114,8 @@ def _check_module(name: str) -> None:
         raise InputError(f"python -m {name}: no module named {name!r}")
 
 
-def _run_file(path: str) -> None:
-    """Execute a file as `__main__` the way `python FILE` does.
+def _run_file(path: str, text: str | None = None) -> None:
+    """Execute a file as `__main__` the way `python FILE` does (`text`: the file's patched text).
 
     runpy.run_path would overwrite sys.argv[0] with the absolute path; python keeps it as
     the user wrote it, and scripts print or parse it."""
@@ -98,8 +123,11 @@ def _run_file(path: str) -> None:
     import importlib.machinery
     import types
 
-    with open(path, "rb") as f:  # compile() reads the coding cookie from bytes
-        code = compile(f.read(), path, "exec")
+    if text is not None:
+        code = compile(text, path, "exec")
+    else:
+        with open(path, "rb") as f:  # compile() reads the coding cookie from bytes
+            code = compile(f.read(), path, "exec")
     main = types.ModuleType("__main__")
     main.__dict__.update(
         __file__=path, __cached__=None, __package__=None, __spec__=None, __builtins__=builtins,
@@ -112,3 +140,48 @@ def _run_file(path: str) -> None:
     finally:
         if saved is not None:
             sys.modules["__main__"] = saved
+
+
+@contextlib.contextmanager
+def _patched_imports(patched: Mapping[str, str]) -> Iterator[None]:
+    """While the script runs, importing one of the `patched` files runs its patched text."""
+    if not patched:
+        yield
+        return
+    finder = _PatchedFinder(patched)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
+class _PatchedFinder:
+    def __init__(self, patched: Mapping[str, str]) -> None:
+        self.patched = patched
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        origin = os.path.realpath(spec.origin) if spec is not None and spec.origin else None
+        if origin not in self.patched:
+            return None
+        return importlib.util.spec_from_file_location(fullname, spec.origin, loader=_PatchedLoader(fullname, spec.origin, self.patched[origin]),
+                                                      submodule_search_locations=spec.submodule_search_locations)
+
+
+class _PatchedLoader(importlib.machinery.SourceFileLoader):
+    """A source loader that reads the patched text and never reads or writes bytecode caches."""
+
+    def __init__(self, fullname: str, path: str, text: str) -> None:
+        super().__init__(fullname, path)
+        self.text = text
+
+    def get_data(self, path: str) -> bytes:
+        if os.path.realpath(path) == os.path.realpath(self.path):
+            return self.text.encode("utf-8")
+        raise OSError(f"{path}: no bytecode for a patched file")
+
+    def set_data(self, path: str, data: bytes, *, _mode: int = 0o666) -> None:  # noqa: ARG002 - no cache of patched text
+        return None

@@ -21,6 +21,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from dtype_doctor.records import LineageStep, SourceLoc
+from dtype_doctor.run.modes import push_function_mode, remove_function_mode
 from dtype_doctor.run.user_code import display_path, is_user_file
 from dtype_doctor.trace.recorder import device_name, dtype_name
 
@@ -28,6 +29,8 @@ Chain = tuple[LineageStep, ...]
 MAX_STEPS = 12
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+# The doctor's own modes (the recorder, the simulation) sit between the user's call and this one.
+_DOCTOR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # Library call sites that make a batch tensor out of Python / numpy values: the stage they stand for.
 _LIBRARY_STAGES = (
     (os.sep + "transformers" + os.sep, "processor"),
@@ -40,10 +43,18 @@ _CREATORS = frozenset({torch.tensor, torch.as_tensor, torch.from_numpy, torch.st
 class LineageBook:
     """Tensor → the chain of steps that made it; column name → the chain a map function gave it."""
 
-    def __init__(self, is_paused: Callable[[], bool]) -> None:
+    def __init__(self, is_paused: Callable[[], bool], device_alias: dict[str, str] | None = None) -> None:
         self.chains: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self.columns: dict[str, Chain] = {}
         self.is_paused = is_paused
+        # Tensors of the traced step (the model's outputs, the loss): what derives from them is not pipeline.
+        self.is_step_tensor: Callable[[torch.Tensor], bool] = lambda t: False
+        # A simulated run's stand-in device is named as the device it stands for ("meta" → "cuda:0").
+        self.device_alias = device_alias or {}
+
+    def device(self, d: torch.device) -> str:
+        name = device_name(d)
+        return self.device_alias.get(name, name)
 
     def chain(self, t: torch.Tensor) -> Chain:
         return self.chains.get(t, ())
@@ -56,12 +67,20 @@ class LineageBook:
             return
         first = next(_tensors(args, kwargs), None)
         inherited = self.chain(first) if first is not None else ()
+        if first is not None and not inherited and self.is_step_tensor(first):
+            return
         site = _call_site()
         step = None
         if site is not None and is_user_file(site[0]):
             step = self._user_step(func, first, outs[0], site, inherited)
         elif not inherited and func in _CREATORS and site is not None:
-            step = _library_step(func, outs[0], site)
+            step = _library_step(func, outs[0], site, self.device)
+        elif inherited and site is not None and first is not None and self.device(outs[0].device) != self.device(first.device):
+            # A library moved it (BatchEncoding.to(model.device)): the user line that asked for it.
+            user = _nearest_user_frame()
+            step = LineageStep("transfer", dtype_name(outs[0].dtype), self.device(outs[0].device), tuple(outs[0].shape),
+                               f"moved to {self.device(outs[0].device)} by {_func_name(func)} in {_package(site[0])}",
+                               SourceLoc(display_path(user[0]), user[1]) if user else None)
         chain = inherited + (step,) if step is not None else inherited
         if not chain:
             return
@@ -73,15 +92,15 @@ class LineageBook:
         name = _func_name(func)
         if first is None:
             what, stage = f"created by {name}", _caller_stage()
-        elif device_name(out.device) != device_name(first.device):
-            what, stage = f"moved to {device_name(out.device)} by {name}", "transfer"
+        elif self.device(out.device) != self.device(first.device):
+            what, stage = f"moved to {self.device(out.device)} by {name}", "transfer"
         elif out.dtype != first.dtype:
             what, stage = f"cast to {dtype_name(out.dtype)} by {name}", _caller_stage()
         elif not inherited:
             what, stage = f"first seen at {name}", _caller_stage()
         else:
             return None
-        return LineageStep(stage, dtype_name(out.dtype), device_name(out.device), tuple(out.shape), what, SourceLoc(display_path(site[0]), site[1]))
+        return LineageStep(stage, dtype_name(out.dtype), self.device(out.device), tuple(out.shape), what, SourceLoc(display_path(site[0]), site[1]))
 
     # ------------------------------------------------------------- columns
 
@@ -110,7 +129,7 @@ class LineageBook:
                         continue  # a transform's own tensor, its chain already complete
                     user = _nearest_user_frame()
                     step = LineageStep(
-                        "formatter", dtype_name(t.dtype), device_name(t.device), tuple(t.shape),
+                        "formatter", dtype_name(t.dtype), self.device(t.device), tuple(t.shape),
                         f"datasets returns column {key!r} as {dtype_name(t.dtype)}",
                         SourceLoc(display_path(user[0]), user[1]) if user else None,
                     )
@@ -152,13 +171,15 @@ class LineageMode(TorchFunctionMode):
             return out
 
         torch.from_numpy = from_numpy
-        return super().__enter__()
+        push_function_mode(self)
+        return self
 
     def __exit__(self, *exc: Any) -> None:
+        """Off the mode stack wherever it is: the script's own modes above it stay (run/modes.py)."""
         if self._from_numpy is not None:
             torch.from_numpy = self._from_numpy
             self._from_numpy = None
-        super().__exit__(*exc)
+        remove_function_mode(self)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
@@ -193,12 +214,11 @@ def _func_name(func: Any) -> str:
 
 
 def _call_site() -> tuple[str, int] | None:
-    """The first frame outside torch and this module: where the user (or a library) called torch."""
+    """The first frame outside torch and the doctor: where the user (or a library) called torch."""
     frame = sys._getframe(2)
-    here = __file__
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not filename.startswith(_TORCH_DIR) and filename != here:
+        if not filename.startswith((_TORCH_DIR, _DOCTOR_DIR)):
             return filename, frame.f_lineno
         frame = frame.f_back
     return None
@@ -217,13 +237,13 @@ def _caller_stage() -> str:
     return "preprocess"
 
 
-def _library_step(func: Any, out: torch.Tensor, site: tuple[str, int]) -> LineageStep | None:
+def _library_step(func: Any, out: torch.Tensor, site: tuple[str, int], device: Callable[[torch.device], str]) -> LineageStep | None:
     stage = next((s for marker, s in _LIBRARY_STAGES if marker in site[0]), None)
     if stage is None:
         return None
     user = _nearest_user_frame()
     return LineageStep(
-        stage, dtype_name(out.dtype), device_name(out.device), tuple(out.shape),
+        stage, dtype_name(out.dtype), device(out.device), tuple(out.shape),
         f"{_func_name(func)} in {_package(site[0])}", SourceLoc(display_path(user[0]), user[1]) if user else None,
     )
 
@@ -247,22 +267,35 @@ def _package(filename: str) -> str:
 # ------------------------------------------------------------------ the model boundary
 
 
-def boundary_lineage(book: LineageBook, model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, Chain]:
-    """Each tensor input of `model(*args, **kwargs)` by parameter name → its chain, ending at the boundary."""
+def named_inputs(model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """`model(*args, **kwargs)`'s inputs by the forward's parameter names (`arg0`… where they cannot be bound)."""
     import inspect
 
-    named: dict[str, Any] = dict(kwargs)
+    named: dict[str, Any] = {}
     if args:
         try:
             named.update(inspect.signature(model.forward).bind_partial(*args).arguments)
-        except TypeError:
+        except (TypeError, ValueError):
             named.update({f"arg{i}": a for i, a in enumerate(args)})
+    named.update(kwargs)
+    return named
+
+
+def boundary_lineage(book: LineageBook, model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, Chain]:
+    """Each tensor input of `model(*args, **kwargs)` by parameter name → its chain, ending at the boundary."""
+    named = named_inputs(model, args, kwargs)
     lineage: dict[str, Chain] = {}
     for name, value in named.items():
         if isinstance(value, torch.Tensor) and book.chain(value):
-            boundary = LineageStep("model-boundary", dtype_name(value.dtype), device_name(value.device), tuple(value.shape))
+            boundary = LineageStep("model-boundary", dtype_name(value.dtype), book.device(value.device), tuple(value.shape))
             lineage[name] = book.chain(value) + (boundary,)
     return lineage
+
+
+def step_input_lineage(book: LineageBook, t: torch.Tensor, consumer: str) -> Chain:
+    """The chain of a pipeline tensor the step uses outside the model, ending where the step takes it (a loss)."""
+    last = LineageStep("loss", dtype_name(t.dtype), book.device(t.device), tuple(t.shape), f"used by {consumer} outside the model")
+    return book.chain(t) + (last,)
 
 
 def sources_of(lineage: dict[str, Chain]) -> dict[str, SourceLoc]:

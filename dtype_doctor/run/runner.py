@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from dtype_doctor.errors import InputError, UsageError, first_line
 from dtype_doctor.records import Report
@@ -17,6 +17,51 @@ class RunResult:
     report: Report
     outcome: ScriptOutcome
     steps: int  # steps traced (fewer than asked when the script called the model fewer times)
+    capture: object | None = None  # run.session.StepCapture: the model and the first step's inputs
+    note: str | None = None  # why the trace ended where it did, when the script did not decide it
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run and trace the script: `dtype-doctor run`'s options, as a record."""
+
+    steps: int = 1
+    keep_running: bool = False
+    select: Iterable[str] | str | None = None
+    ignore: Iterable[str] | str | None = None
+    simulate: bool = False
+    device: str = "auto"  # auto | cpu | cuda | cuda:N: the machine the script sees
+    gpu: str | None = None  # the GPU a simulated script sees (t4, a100, 8.0)
+
+    def validate(self) -> None:
+        from dtype_doctor.pipeline import resolve_device
+        from dtype_doctor.rules import parse_codes
+
+        if self.steps < 1:
+            raise UsageError(f"--steps must be at least 1, not {self.steps}")
+        parse_codes(self.select)
+        parse_codes(self.ignore)
+        resolve_device(self.device, self.simulate, check_only=True)
+        if self.simulate and self.device == "cpu":
+            raise UsageError("--simulate makes the script see a CUDA machine; --device cpu contradicts it (use --device cuda, or leave --simulate out)")
+        if self.gpu is not None:
+            from dtype_doctor.trace.gpus import gpu_profile
+
+            gpu_profile(self.gpu)
+            if not self.simulate:
+                raise UsageError("--gpu sets the GPU a --simulate run targets; add --simulate (a real run uses the GPU it has)")
+
+    def session_options(self) -> dict[str, object]:
+        """The RunSession keywords: where the script's CUDA is simulated, hidden or real."""
+        import torch
+
+        from dtype_doctor.pipeline import resolve_device
+
+        if self.simulate:
+            return {"simulate": True, "device": resolve_device(self.device, True), "gpu": self.gpu}
+        if self.device.startswith("cuda"):
+            resolve_device(self.device, False)  # no GPU here: an input error that names --simulate
+        return {"hide_cuda": self.device == "cpu" and torch.cuda.is_available()}
 
 
 def run_script(
@@ -27,37 +72,46 @@ def run_script(
     select: Iterable[str] | str | None = None,
     ignore: Iterable[str] | str | None = None,
     on_report: Callable[[Report], None] | None = None,
+    options: RunOptions | None = None,
+    sources: Mapping[str, str] | None = None,
 ) -> RunResult:
     """Run `python FILE ARGS` / `python -m MODULE ARGS` in this process and trace its first step(s).
 
+    `options` (a RunOptions) replaces steps / keep_running / select / ignore and adds the
+    simulation; `sources` (path → text) runs patched text in place of those files.
     `on_report` is called with the report as soon as the traced steps are done, before the
     script goes on (keep_running) or is stopped.
     """
-    from dtype_doctor.rules import parse_codes
     from dtype_doctor.run.session import RunSession
 
-    if steps < 1:
-        raise UsageError(f"--steps must be at least 1, not {steps}")
-    parse_codes(select)
-    parse_codes(ignore)
+    options = options or RunOptions(steps=steps, keep_running=keep_running, select=select, ignore=ignore)
+    options.validate()
     if not isinstance(command, ScriptCommand):
         command = parse_command(list(command))
-    with RunSession(steps=steps, keep_running=keep_running, select=select, ignore=ignore, on_report=on_report,
-                    label=command.display) as session:
-        outcome = launch(command)
-        error = outcome.error
+    session = RunSession(steps=options.steps, keep_running=options.keep_running, select=options.select,
+                         ignore=options.ignore, on_report=on_report, label=command.display, **options.session_options())
+    with session:
+        outcome = launch(command, sources)
+        session.close(outcome.ended_by)
     if session.report is None:
-        # The session ends the trace on the way out of the `with`; no model call means no report.
+        # No model call means no report.
+        error = outcome.error
+        stop = outcome.stop
         if error is not None:
             where = user_frame(error)
             raise InputError(
                 f"{command.display} raised {type(error).__name__} before calling a model{where}: {first_line(error)}"
             ) from error
+        if stop is not None and getattr(stop, "where", None):
+            raise InputError(
+                f"{command.display} asks a simulated CUDA tensor for its value at {stop.where} ({stop.what}) "  # type: ignore[attr-defined]
+                "before calling a model; --simulate cannot follow it past there"
+            )
         raise InputError(
             f"{command.display} ended (exit code {outcome.exit_code}) without calling a model "
             "(a torch.nn.Module with parameters)"
         )
-    return RunResult(command, session.report, outcome, min(session.steps, steps))
+    return RunResult(command, session.report, outcome, min(session.steps, options.steps), session.capture, session.note)
 
 
 def user_frame(error: BaseException) -> str:

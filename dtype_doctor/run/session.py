@@ -6,26 +6,60 @@ dispatch mode, repair-and-continue, so every mismatch of the step is seen). Ever
 to the model's next top-level call — loss, backward, GradScaler, optimizer — belongs to
 the step. When step N+1 would start, the trace ends, the report is handed on, and the
 script is stopped (or, with keep_running, left to go on unwatched).
+
+Pipeline tensors the step uses outside the model (a loss target, a tensor the user's loss
+multiplies with) are named and given their lineage where they meet the step's own tensors,
+so their findings point at the user's lines too. With `simulate`, the script sees a CUDA
+machine (run/simulate.py) and the recorder asks real kernels for CUDA's verdicts, as
+`diagnose(simulate=True)` does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import sys
 import threading
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import torch
+from torch.overrides import TorchFunctionMode
 
-from dtype_doctor.records import Report, Subject, TraceFailure, TraceRequest
+from dtype_doctor.records import Report, SourceLoc, Subject, Trace, TraceFailure, TraceRequest
+from dtype_doctor.run.conversions import ConversionLog
 from dtype_doctor.run.launch import StopScript
-from dtype_doctor.run.lineage import LineageBook, LineageMode, boundary_lineage, patch_datasets, sources_of
+from dtype_doctor.run.lineage import (
+    Chain,
+    LineageBook,
+    LineageMode,
+    boundary_lineage,
+    named_inputs,
+    patch_datasets,
+    sources_of,
+    step_input_lineage,
+)
+from dtype_doctor.run.modes import push_function_mode, remove_function_mode
+from dtype_doctor.run.simulate import STAND_IN, CudaSimulation, SimulationStop
+from dtype_doctor.run.user_code import display_path, is_user_file
 from dtype_doctor.trace.engine import _failure, live_trace, model_info, report_from_trace
-from dtype_doctor.trace.recorder import Recorder
+from dtype_doctor.trace.recorder import Recorder, device_name, dtype_name
+
+
+@dataclass(frozen=True)
+class StepCapture:
+    """The first traced step as `fix --run` needs it: the model, its call's inputs by name, where it was called."""
+
+    model: torch.nn.Module
+    inputs: dict[str, Any]
+    call_site: SourceLoc | None
+    autocast: str | None  # the autocast dtype the forward ran under
+    conversions: ConversionLog = field(compare=False, repr=False)
 
 
 class RunSession:
-    """`with RunSession(...) as s: launch(command)`; `s.report` is the traced step(s), or None."""
+    """`with RunSession(...) as s: s.close(launch(command))`; `s.report` is the traced step(s), or None."""
 
     def __init__(
         self,
@@ -36,6 +70,10 @@ class RunSession:
         ignore: Iterable[str] | str | None = None,
         on_report: Callable[[Report], None] | None = None,
         label: str | None = None,
+        simulate: bool = False,
+        device: str | None = None,
+        gpu: str | None = None,
+        hide_cuda: bool = False,
     ) -> None:
         self.label = label  # what the report names as the target: the script
         self.max_steps = steps
@@ -45,23 +83,46 @@ class RunSession:
         self.report: Report | None = None
         self.model: torch.nn.Module | None = None
         self.steps = 0
+        self.capture: StepCapture | None = None
+        self.note: str | None = None  # why the trace ended where it did, when the script did not decide it
+        self.simulate = simulate
+        self.target = torch.device(device if device not in (None, "auto") else "cuda:0") if simulate else None
+        self.gpu = gpu
+        self.hide_cuda = hide_cuda
+        self.alias = {device_name(STAND_IN): device_name(self.target)} if self.target is not None else {}
         self._rec: Recorder | None = None
         self._modes: contextlib.ExitStack | None = None
+        self._function_modes: list[TorchFunctionMode] = []
         self._failure: TraceFailure | None = None
-        self._depth = 0
+        self._depth = 0  # top-level module calls in progress (the model's, a loss module's)
+        self._model_depth = 0  # the model's own forward in progress
         self._thread = threading.get_ident()
         self._pid = os.getpid()
         self._original_call: Any = None
         self._original_next: Any = None
         self._lineage_mode: LineageMode | None = None
         self._unpatch_datasets: Callable[[], None] = lambda: None
+        self._simulation: CudaSimulation | None = None
+        self._conversions = ConversionLog(lambda d: self.alias.get(d, d))
+        self._arms = contextlib.ExitStack()
+        self._closed = False
         # Lineage is the pipeline's: inside the model the recorder sees everything.
-        self.book = LineageBook(is_paused=lambda: self._depth > 0)
-        self._lineage: dict[str, tuple] = {}
+        self.book = LineageBook(is_paused=lambda: self._depth > 0, device_alias=self.alias)
+        self._lineage: dict[str, Chain] = {}
 
     # ------------------------------------------------------------------ arming
 
     def __enter__(self) -> "RunSession":
+        self._arms.enter_context(self._conversions)
+        if self.simulate:
+            from dtype_doctor.trace.gpus import gpu_profile
+
+            assert self.target is not None
+            self._simulation = CudaSimulation(self.target, gpu_profile(self.gpu), on_amp=self._set_amp,
+                                              in_forward=lambda: self._model_depth > 0)
+            self._arms.enter_context(self._simulation)
+        elif self.hide_cuda:
+            self._arms.enter_context(_hidden_cuda())
         original = torch.nn.Module.__call__
         session = self
 
@@ -97,10 +158,20 @@ class RunSession:
         self._original_next = original
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        self._disarm()
-        if self._rec is not None and self.report is None:
-            self.finish(exc)
+        self.close(exc)
         return False
+
+    def close(self, error: BaseException | None) -> None:
+        """The script ended, with `error` (an exception, a stop) or normally: end the trace if it is still on."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._rec is not None and self.report is None:
+                self.finish(error)
+        finally:
+            self._disarm()
+            self._arms.close()
 
     def _disarm(self) -> None:
         if self._lineage_mode is not None:
@@ -120,28 +191,35 @@ class RunSession:
 
     def _call(self, original: Any, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
         top_level = self._depth == 0 and threading.get_ident() == self._thread and os.getpid() == self._pid
+        is_model = False
         if top_level and self.report is None:
             if self.model is None and _has_parameters(module):
                 self._start(module, args, kwargs)
+                is_model = True
             elif module is self.model:
                 self.steps += 1
                 if self.steps <= self.max_steps:
-                    self._lineage = boundary_lineage(self.book, module, args, kwargs)
+                    self._lineage.update(boundary_lineage(self.book, module, args, kwargs))
+                    is_model = True
                 if self.steps > self.max_steps:
                     self.finish(None)
-                    if not self.keep_running:
+                    if not self.keep_running or self.simulate:
+                        if self.keep_running:
+                            self.note = "--keep-running: a simulated script cannot go on after the traced steps (its CUDA tensors hold no data); stopped"
                         raise StopScript()
             elif self.model is not None and _has_parameters(module):
                 return self._unrecorded(original, module, args, kwargs)
         self._depth += 1
+        self._model_depth += is_model
         try:
             return original(module, *args, **kwargs)
         except Exception as exc:
-            if top_level and module is self.model and self._rec is not None and self.report is None:
+            if is_model and self._rec is not None and self.report is None:
                 self._failure = _failure(self._rec, exc)
             raise
         finally:
             self._depth -= 1
+            self._model_depth -= is_model
 
     def _unrecorded(self, original: Any, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
         """A second model called in the step (a teacher, a frozen encoder): its ops are not this model's."""
@@ -157,26 +235,76 @@ class RunSession:
     def _start(self, model: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         self.model = model
         self.steps = 1
-        self._info = model_info(model)
-        self._rec = Recorder(model, recover=True)
+        self._info = model_info(model, None, self.alias)
+        predict = None
+        if self.simulate:
+            from dtype_doctor.trace.engine import _rules_predict
+            from dtype_doctor.trace.gpus import gpu_profile
+            from dtype_doctor.trace.probe import KernelProbe
+
+            predict = KernelProbe(cuda=True, gpu=gpu_profile(self.gpu), fallback=_rules_predict)
+        self._rec = Recorder(model, recover=True, device_alias=dict(self.alias), predict=predict)
+        rec = self._rec
+        self.book.is_step_tensor = lambda t: self.report is None and rec.prov.get(t) is not None
+        self._set_amp(self._simulation.amp_dtype if self._simulation else None)
         self._lineage = boundary_lineage(self.book, model, args, kwargs)
+        self.capture = StepCapture(model, named_inputs(model, args, kwargs), _user_site(), self._autocast_now(model),
+                                   self._conversions)
         self._rec.attach()  # before the call: the root's own pre-hook tags the forward's inputs
         self._modes = contextlib.ExitStack()
-        self._modes.enter_context(self._rec.function_mode())
         self._modes.enter_context(self._rec.dispatch_mode())
+        # Function modes go on and off by identity: the script's own modes may sit above them.
+        self._function_modes = [self._rec.function_mode(), _StepInputs(self)]
+        for mode in self._function_modes:
+            push_function_mode(mode)
+
+    def _set_amp(self, dtype: torch.dtype | None) -> None:
+        if self._rec is not None:
+            from dtype_doctor.trace.cuda_autocast import CudaAutocast
+
+            self._rec.amp = CudaAutocast(dtype) if dtype is not None else None
+
+    def _autocast_now(self, model: torch.nn.Module) -> str | None:
+        if self._simulation is not None:
+            dtype = self._simulation.amp_dtype
+            return dtype_name(dtype) if dtype is not None else None
+        p = next(model.parameters(), None)
+        kind = p.device.type if p is not None else "cpu"
+        if kind in ("cpu", "cuda") and torch.is_autocast_enabled(kind):
+            return dtype_name(torch.get_autocast_dtype(kind))
+        return None
+
+    def tag_step_input(self, name: str, t: torch.Tensor, consumer: str) -> None:
+        """A pipeline tensor used by the step outside the model (a loss target): name it, keep its lineage."""
+        assert self._rec is not None
+        taken = set(self._lineage) | {m.name for m in self._rec.boundary_inputs}
+        unique, i = name, 2
+        while unique in taken:
+            unique, i = f"{name}_{i}", i + 1
+        self._rec.tag_input(unique, t)
+        self._lineage[unique] = step_input_lineage(self.book, t, consumer)
 
     # ------------------------------------------------------------------ report
 
     def finish(self, error: BaseException | None) -> Report:
         """End the trace: `error` is what ended the script during the traced step(s), if anything."""
         assert self._rec is not None and self.model is not None and self._modes is not None
+        for mode in reversed(self._function_modes):
+            remove_function_mode(mode)
+        self._function_modes = []
         self._modes.close()
         self._rec.detach()
-        if self.keep_running:
+        if self.keep_running and not self.simulate:
             self._disarm()  # the rest of the run goes at full speed
         failure = self._failure
+        if isinstance(error, SimulationStop):
+            if error.in_forward and failure is None:
+                failure = TraceFailure("simulation", f"fake tensors hold no values, and {error.where} asks for one ({error.what})",
+                                       "", type(self.model).__name__, None)
+            self.note = (f"the simulation ends at {error.where}: {error.what} needs a value, and simulated CUDA tensors "
+                         f"hold none; {min(self.steps, self.max_steps)} of {self.max_steps} step(s) traced up to there, the script stopped")
         report = self._report(failure)
-        if failure is None and error is not None and not isinstance(error, (StopScript, SystemExit)):
+        if failure is None and error is not None and not isinstance(error, (StopScript, SystemExit, KeyboardInterrupt)):
             # Raised outside the model's forward (the loss, GradScaler, the optimizer). When no
             # error-level finding explains it, the step is not clean: the trace stopped early.
             if not report.at_or_above("error"):
@@ -192,8 +320,112 @@ class RunSession:
     def _report(self, failure: TraceFailure | None) -> Report:
         assert self._rec is not None and self.model is not None
         trace = live_trace(self._rec, self._info, failure, lineage=self._lineage, sources=sources_of(self._lineage))
+        if self.simulate:
+            trace = self._simulated(trace)
         request = TraceRequest(select=self.select, ignore=self.ignore, subject=Subject(model=self.label))
-        return report_from_trace(trace, self.model, request)
+        report = report_from_trace(trace, self.model, request)
+        findings = tuple(self._with_parameter_source(f) for f in report.findings)
+        environment = dict(report.environment)
+        if self.simulate or self.hide_cuda:
+            environment["cuda_available"] = _real_cuda_available()
+        return dataclasses.replace(report, findings=findings, environment=environment)
+
+    def _simulated(self, trace: Trace) -> Trace:
+        """The trace as a CUDA machine's: the stand-in named as the target; values asked of fake tensors dropped."""
+        from dtype_doctor.run.simulate import _NO_DATA
+        from dtype_doctor.trace.gpus import gpu_profile
+
+        ops = tuple(op for op in trace.ops if not (op.error and any(s in op.error for s in _NO_DATA)))
+        gpu = gpu_profile(self.gpu)
+        device = trace.device if trace.device != device_name(STAND_IN) else device_name(self.target)  # type: ignore[arg-type]
+        return dataclasses.replace(trace, ops=ops, device=device, simulated=True, gpu=str(gpu) if gpu else None)
+
+    def _with_parameter_source(self, finding: Any) -> Any:
+        """A finding about parameters names the user's line that converted them (model.half())."""
+        if finding.source is not None or self.model is None:
+            return finding
+        for t in finding.tensors:
+            if t.origin and t.origin.startswith(("param:", "buffer:")):
+                name = t.origin.split(":", 1)[1]
+                source = self._conversions.source_for(self.model, name, dtype=t.dtype)
+                if source is not None:
+                    return dataclasses.replace(finding, source=source)
+        return finding
+
+
+class _StepInputs(TorchFunctionMode):
+    """Where a pipeline tensor (one with a lineage) meets the step's own tensors outside the model —
+    `loss_fn(logits, target)`, `out @ proj` — it is named and tagged, so findings on it carry its lineage."""
+
+    def __init__(self, session: RunSession) -> None:
+        super().__init__()
+        self.session = session
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        s = self.session
+        rec = s._rec
+        if rec is not None and s._model_depth == 0 and not rec._suspended and s.report is None:
+            try:
+                self._tag(func, args, kwargs)
+            except Exception:  # noqa: BLE001 - naming must never break the script
+                pass
+        return func(*args, **kwargs)
+
+    def _tag(self, func: Any, args: tuple, kwargs: dict) -> None:
+        s = self.session
+        assert s._rec is not None
+        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        if len(tensors) < 2:
+            return
+        new = [t for t in tensors if s.book.chain(t) and s._rec.prov.get(t) is None]
+        if not new or len(new) == len(tensors):
+            return  # pipeline tensors among themselves (collate, stacking): not the step using them
+        from_pipeline = [(n, t) for n, t in _named_operands(func, args, kwargs) if any(t is x for x in new)]
+        consumer = getattr(func, "__name__", str(func))
+        for n, t in from_pipeline:
+            s.tag_step_input(n, t, consumer)
+
+
+def _named_operands(func: Any, args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
+    import inspect
+
+    try:
+        bound = inspect.signature(func).bind_partial(*args, **kwargs)
+        return list(bound.arguments.items())
+    except (TypeError, ValueError):
+        positional = ["input", "other"] + [f"arg{i}" for i in range(2, len(args))]
+        return [*zip(positional, args), *kwargs.items()]
+
+
+def _user_site() -> SourceLoc | None:
+    frame = sys._getframe(2)
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            return SourceLoc(display_path(frame.f_code.co_filename), frame.f_lineno)
+        frame = frame.f_back
+    return None
+
+
+@contextlib.contextmanager
+def _hidden_cuda() -> Any:
+    """`run --device cpu` on a machine with a GPU: the script sees none, as on a CPU-only machine."""
+    cuda = torch.cuda
+    saved = {name: cuda.__dict__[name] for name in ("is_available", "device_count")}
+    cuda.is_available = lambda: False  # type: ignore[assignment]
+    cuda.device_count = lambda: 0  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(cuda, name, fn)
+
+
+_REAL_IS_AVAILABLE = torch.cuda.is_available
+
+
+def _real_cuda_available() -> bool:
+    return bool(_REAL_IS_AVAILABLE())
 
 
 def _has_parameters(module: torch.nn.Module) -> bool:

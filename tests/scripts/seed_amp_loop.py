@@ -26,13 +26,13 @@ dataloader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(features
 model = MyModel().to(device)
 loss_fn = nn.CrossEntropyLoss()
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-scaler = torch.amp.GradScaler(device)
+scaler = torch.cuda.amp.GradScaler()  # Enables AMP
 
 for epoch in range(num_epochs):
     for step, (batch, target) in enumerate(dataloader):
         batch, target = batch.to(device), target.to(device)
         optimizer.zero_grad()
-        with torch.autocast(device_type=device, dtype=torch.float16):
+        with torch.cuda.amp.autocast():  # Enables autocasting to FP16
             outputs = model(batch)
             loss = loss_fn(outputs, target)
         scaler.scale(loss).backward()

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 from datasets import load_dataset
 from PIL import Image
+from torch.cuda.amp import autocast
 from transformers import AutoModelForImageClassification
 
 
@@ -67,7 +68,7 @@ processed_dataset = dataset.with_transform(custom_preprocessing)
 dataloader = torch.utils.data.DataLoader(processed_dataset, batch_size=4)
 
 for batch in dataloader:
-    input_tensor = batch["image"].to(device)
-    with torch.no_grad():
+    input_tensor = batch["image"].to(device)  # Send to CUDA
+    with torch.no_grad(), autocast():
         output = model(input_tensor)
     print("predicted", output.logits.argmax(-1).tolist())

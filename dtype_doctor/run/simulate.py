@@ -1,0 +1,282 @@
+"""`dtype-doctor run --simulate`: the user's script sees a CUDA machine on a CPU-only one.
+
+`torch.cuda.is_available()` is True and one device is there; `.cuda()`, `.to("cuda")`,
+`device="cuda"` (and `with torch.device("cuda")`) land on tensors without data. Those live
+on `meta`, which every build of torch has: a CPU-only build aborts on fake CUDA tensors
+(trace/engine.py's `simulation_device` says why), so the doctor labels meta as the CUDA
+device in the report, as `diagnose(simulate=True)` does. `torch.autocast("cuda")` and
+`torch.cuda.amp.autocast()` apply CUDA's autocast lists (trace/cuda_autocast.py) instead of
+being turned off, and `GradScaler("cuda")` is enabled, so the step is the one a GPU runs.
+
+Tensors without data cannot answer a question about their values (`loss.item()`, `if
+mask.any():`, `.cpu()`, `.tolist()`): where the script asks one, the simulation ends and the
+script is stopped there (`SimulationStop`); what was traced up to that point is reported.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+import warnings
+from typing import Any, Callable
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from dtype_doctor.records import SourceLoc
+from dtype_doctor.run.launch import StopScript
+from dtype_doctor.run.user_code import display_path, is_user_file
+from dtype_doctor.trace.gpus import GpuProfile
+
+STAND_IN = torch.device("meta")
+
+# What PyTorch says when an op needs values a meta tensor does not hold.
+_NO_DATA = (
+    "cannot be called on meta tensors",
+    "Cannot copy out of meta tensor",
+    "meta device type tensor to numpy",
+    "data-independent implementation",  # nonzero, masked_select: the output's shape depends on values
+    "with Meta tensors",  # an op without a meta kernel (_unique2, histc)
+)
+
+
+class SimulationStop(StopScript):
+    """Raised into the script where it needs a value a simulated tensor does not hold."""
+
+    def __init__(self, what: str, site: SourceLoc | None, in_user_code: bool, in_forward: bool) -> None:
+        super().__init__(what)
+        self.what = what
+        self.site = site
+        self.in_user_code = in_user_code
+        self.in_forward = in_forward  # raised inside the model's forward: the step is incomplete
+
+    @property
+    def where(self) -> str:
+        return f"{self.site.file}:{self.site.line}" if self.site else "library code"
+
+
+def is_cuda(device: Any) -> bool:
+    """A device argument that names CUDA: "cuda", "cuda:1", torch.device("cuda"), or an index."""
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    if isinstance(device, str):
+        return device.split(":")[0] == "cuda"
+    return isinstance(device, int) and not isinstance(device, bool)
+
+
+def _is_device_arg(a: Any) -> bool:
+    return isinstance(a, (str, torch.device)) or (isinstance(a, int) and not isinstance(a, bool))
+
+
+class _CudaMode(TorchFunctionMode):
+    """Every CUDA placement the script asks for lands on the stand-in device."""
+
+    def __init__(self, sim: "CudaSimulation") -> None:
+        super().__init__()
+        self.sim = sim
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        if func is torch.Tensor.cuda:
+            return args[0].to(STAND_IN, non_blocking=bool(kwargs.get("non_blocking", False)))
+        if func is torch.Tensor.to and args:
+            # .to("cuda"), .to(0), .to(torch.device("cuda"), torch.float16): the device is the first argument.
+            if len(args) > 1 and _is_device_arg(args[1]) and is_cuda(args[1]):
+                args = (args[0], STAND_IN, *args[2:])
+        elif func is torch.Tensor.pin_memory:
+            return args[0]  # page-locked host memory is a CUDA-machine optimisation; the data is the same
+        elif func is torch.Tensor.__format__ and args and _simulated(args[0]) and len(args) > 1 and args[1]:
+            self.sim.data_read("Tensor.__format__")
+        if "device" in kwargs and is_cuda(kwargs["device"]):
+            kwargs["device"] = STAND_IN
+        try:
+            return func(*args, **kwargs)
+        except (RuntimeError, NotImplementedError, TypeError) as exc:
+            if any(s in str(exc) for s in _NO_DATA) and _simulated_any(args, kwargs):
+                self.sim.data_read(_func_name(func))
+            raise
+
+
+def _simulated(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type == STAND_IN.type
+
+
+def _simulated_any(args: tuple, kwargs: dict) -> bool:
+    for a in (*args, *kwargs.values()):
+        if _simulated(a) or (isinstance(a, (list, tuple)) and any(_simulated(x) for x in a)):
+            return True
+    return False
+
+
+def _func_name(func: Any) -> str:
+    qual = getattr(func, "__qualname__", "") or getattr(func, "__name__", str(func))
+    if qual.startswith(("TensorBase.", "Tensor.", "_TensorBase.")):
+        return "Tensor." + qual.split(".", 1)[1]
+    return f"torch.{getattr(func, '__name__', qual)}"
+
+
+def _reading_frame() -> tuple[SourceLoc | None, bool]:
+    """Where the value was asked for: the nearest user frame, else the first frame outside torch."""
+    import os
+
+    torch_dir = os.path.dirname(torch.__file__) + os.sep
+    here = os.path.dirname(os.path.abspath(__file__))
+    frame = sys._getframe(2)
+    first_outside = None
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if is_user_file(name):
+            return SourceLoc(display_path(name), frame.f_lineno), True
+        if first_outside is None and not name.startswith(torch_dir) and not name.startswith(here) and not name.startswith("<"):
+            first_outside = SourceLoc(display_path(name), frame.f_lineno)
+        frame = frame.f_back
+    return first_outside, False
+
+
+class CudaSimulation:
+    """`with CudaSimulation(label, gpu, ...):` — the script sees one CUDA device (see the module doc).
+
+    `on_amp` is called with the autocast dtype in force (None when off) each time the script
+    enters or leaves a CUDA autocast region; `in_forward` says whether the model's forward is
+    running (a value asked for there leaves the step incomplete).
+    """
+
+    def __init__(
+        self,
+        label: torch.device,
+        gpu: GpuProfile | None = None,
+        *,
+        on_amp: Callable[[torch.dtype | None], None] = lambda _dtype: None,
+        in_forward: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.label = label
+        self.gpu = gpu
+        self.on_amp = on_amp
+        self.in_forward = in_forward
+        self.amp: list[torch.dtype | None] = []
+        self.stopped: SimulationStop | None = None
+        self._mode = _CudaMode(self)
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    @property
+    def amp_dtype(self) -> torch.dtype | None:
+        return self.amp[-1] if self.amp else None
+
+    def data_read(self, what: str) -> None:
+        site, user = _reading_frame()
+        self.stopped = SimulationStop(what, site, user, self.in_forward())
+        raise self.stopped
+
+    # ---------------------------------------------------------------- arming
+
+    def __enter__(self) -> "CudaSimulation":
+        index = self.label.index or 0
+        self._patch_cuda(index)
+        self._patch_autocast()
+        self._patch_transformers()
+        from dtype_doctor.run.modes import push_function_mode
+
+        push_function_mode(self._mode)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        from dtype_doctor.run.modes import remove_function_mode
+
+        remove_function_mode(self._mode)
+        for owner, name, original in reversed(self._saved):
+            setattr(owner, name, original)
+        self._saved.clear()
+
+    def _set(self, owner: Any, name: str, value: Any) -> None:
+        self._saved.append((owner, name, owner.__dict__.get(name, getattr(owner, name, None))))
+        setattr(owner, name, value)
+
+    def _patch_cuda(self, index: int) -> None:
+        cuda = torch.cuda
+        gpu = self.gpu
+        name = f"NVIDIA {gpu.name.upper()} (simulated)" if gpu else "CUDA GPU (simulated)"
+        capability = gpu.capability if gpu else (8, 0)
+        props = types.SimpleNamespace(name=name, major=capability[0], minor=capability[1], total_memory=80 * 2**30,
+                                      multi_processor_count=108, is_integrated=False)
+        answers: dict[str, Callable[..., Any]] = {
+            "is_available": lambda: True,
+            "is_initialized": lambda: True,
+            "init": lambda: None,
+            "device_count": lambda: index + 1,
+            "current_device": lambda: index,
+            "set_device": lambda device: None,
+            "get_device_name": lambda device=None: name,
+            "get_device_capability": lambda device=None: capability,
+            "get_device_properties": lambda device=None: props,
+            "is_bf16_supported": lambda including_emulation=True: gpu is None or gpu.bf16,
+            "synchronize": lambda device=None: None,
+            "empty_cache": lambda: None,
+            "memory_allocated": lambda device=None: 0,
+            "max_memory_allocated": lambda device=None: 0,
+            "memory_reserved": lambda device=None: 0,
+            "reset_peak_memory_stats": lambda device=None: None,
+            "mem_get_info": lambda device=None: (props.total_memory, props.total_memory),
+        }
+        for attr, fn in answers.items():
+            self._set(cuda, attr, fn)
+
+    def _patch_transformers(self) -> None:
+        """Transformers skips its value checks (`if padding_mask.all():`, made to pick a faster kernel)
+        on fake tensors, as under torch.compile; the stand-in tensors are fake tensors too."""
+        module = sys.modules.get("transformers.utils.import_utils")
+        if module is None:
+            try:
+                import transformers.utils.import_utils as module  # type: ignore[no-redef]
+            except ImportError:  # pragma: no cover - transformers is a dependency
+                return
+        original = module.is_fake_tensor
+
+        def is_fake_tensor(x: Any) -> bool:
+            return _simulated(x) or original(x)
+
+        self._set(module, "is_fake_tensor", is_fake_tensor)
+
+    def _patch_autocast(self) -> None:
+        from torch.amp import autocast_mode
+
+        cls = autocast_mode.autocast
+        original_init, original_enter, original_exit = cls.__init__, cls.__enter__, cls.__exit__
+        sim = self
+
+        def __init__(self: Any, device_type: str, dtype: torch.dtype | None = None, enabled: bool = True, cache_enabled: bool | None = None) -> None:
+            # "meta" is the stand-in: code that asks a tensor for its device type (x.device.type) means CUDA.
+            if device_type not in ("cuda", STAND_IN.type):
+                return original_init(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+            # What torch's own __init__ sets, without its "CUDA is not available: disabling".
+            self.device = "cuda"
+            self.fast_dtype = dtype if dtype is not None else torch.get_autocast_dtype("cuda")
+            self._cache_enabled = cache_enabled if cache_enabled is not None else torch.is_autocast_cache_enabled()
+            self.custom_backend_name = torch._C._get_privateuse1_backend_name()
+            self._dd_simulated = True
+            if enabled and self.fast_dtype == torch.bfloat16 and sim.gpu is not None and not sim.gpu.bf16:
+                raise RuntimeError("Current CUDA Device does not support bfloat16. Please switch dtype to float16.")
+            if enabled and self.fast_dtype not in (torch.float16, torch.bfloat16):
+                warnings.warn(f"In CUDA autocast, but the target dtype {self.fast_dtype} is not supported. Disabling autocast.", stacklevel=2)
+                enabled = False
+            self._enabled = enabled
+
+        def __enter__(self: Any) -> Any:
+            # torch's own __enter__ sets CUDA autocast's thread-local state, which a CPU-only build
+            # keeps too: model code that reads it (torch.is_autocast_enabled("cuda")) sees a GPU's answer.
+            out = original_enter(self)
+            if getattr(self, "_dd_simulated", False):
+                sim.amp.append(self.fast_dtype if self._enabled else None)
+                sim.on_amp(sim.amp_dtype)
+            return out
+
+        def __exit__(self: Any, *exc: Any) -> Any:
+            out = original_exit(self, *exc)
+            if getattr(self, "_dd_simulated", False):
+                if sim.amp:
+                    sim.amp.pop()
+                sim.on_amp(sim.amp_dtype)
+            return out
+
+        self._set(cls, "__init__", __init__)
+        self._set(cls, "__enter__", __enter__)
+        self._set(cls, "__exit__", __exit__)

@@ -1,0 +1,195 @@
+"""`dtype-doctor run --simulate --device cuda`: a CUDA training script checked on a CPU-only machine.
+
+The script sees a CUDA machine; its CUDA tensors hold no data. Each test runs a small real
+script, under the simulation and (where the verdicts must agree) on the CPU as well.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dtype_doctor.cli.main import run
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, dict | None, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        run(argv)
+    captured = capsys.readouterr()
+    return exit_info.value.code, (json.loads(captured.out) if captured.out.strip() else None), captured.err
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _script(workdir: Path, text: str, name: str = "train.py") -> str:
+    (workdir / name).write_text(text)
+    return name
+
+
+def _codes(report: dict, severity: str = "error") -> list[str]:
+    return [f["code"] for f in report["findings"] if f["severity"] == severity]
+
+
+CUDA_API = """\
+import torch
+
+print("available", torch.cuda.is_available(), "count", torch.cuda.device_count(), "bf16", torch.cuda.is_bf16_supported())
+device = torch.device("cuda")
+model = torch.nn.Linear(8, 4).cuda()
+head = torch.nn.Linear(4, 2, device="cuda")
+x = torch.randn(2, 8).to("cuda")
+with torch.device("cuda"):
+    bias = torch.zeros(2)
+scaler = torch.cuda.amp.GradScaler()
+print("scaler", scaler.is_enabled())
+print("params", {p.device.type for p in [*model.parameters(), *head.parameters()]}, "x", x.device.type, "bias", bias.device.type)
+for step in range(2):
+    out = head(model(x)) + bias
+    print("step", step, "out", out.shape)
+"""
+
+
+def test_the_script_sees_a_cuda_machine(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    code, report, err = _run(["run", "--simulate", "--gpu", "t4", "-f", "json", "--", "python", _script(workdir, CUDA_API)], capsys)
+    assert "available True count 1 bf16 False" in err  # a T4: no native bfloat16
+    assert "scaler True" in err  # GradScaler is on, as on a GPU
+    # Every placement landed on the data-less stand-in; the report names it as the CUDA device.
+    assert "params {'meta'} x meta bias meta" in err
+    assert "step 0 out torch.Size([2, 2])" in err and "step 1" not in err  # stopped before step 2
+    assert code == 0 and report["target"]["device"] == "cuda:0" and report["target"]["simulated"] is True
+    assert report["target"]["gpu"].startswith("t4")
+    assert report["environment"]["cuda_available"] is False
+    assert {s["device"] for chain in report["lineage"].values() for s in chain[-1:]} == {"cuda:0"}
+
+
+# The batch left on the CPU: real CUDA raises "Expected all tensors to be on the same device".
+FORGOT_TO_MOVE = """\
+import torch
+
+model = torch.nn.Linear(8, 4)
+if torch.cuda.is_available():
+    model.cuda()
+batch = torch.randn(2, 8)
+for step in range(2):
+    model(batch).sum().backward()
+"""
+
+
+def test_a_batch_left_on_the_cpu_is_found_only_when_the_target_is_cuda(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    script = _script(workdir, FORGOT_TO_MOVE)
+    code, report, _ = _run(["run", "-f", "json", "--", "python", script], capsys)
+    assert code == 0 and _codes(report) == []  # on this CPU machine everything is on the CPU
+    code, report, _ = _run(["run", "--simulate", "-f", "json", "--", "python", script], capsys)
+    assert code == 1 and _codes(report) == ["DD201"]
+    (finding,) = report["findings"]
+    assert {t["device"] for t in finding["tensors"]} == {"cpu", "cuda:0"}
+    assert finding["source"] == {"file": script, "line": 6}  # where the batch was made
+
+
+# fp32 activations meet an fp16 weight outside autocast: refused on CPU and CUDA alike.
+AGREE = """\
+import torch
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)).to(device)
+model[1].half()
+labels = torch.tensor([0, 1], dtype=torch.int32, device=device)
+for step in range(2):
+    logits = model(torch.randn(2, 8, device=device))
+    torch.nn.functional.cross_entropy(logits.float(), labels).backward()
+"""
+
+
+def test_verdicts_agree_with_the_cpu_where_cpu_and_cuda_agree(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    script = _script(workdir, AGREE)
+    _, cpu, _ = _run(["run", "-f", "json", "--", "python", script], capsys)
+    _, cuda, _ = _run(["run", "--simulate", "-f", "json", "--", "python", script], capsys)
+    assert _codes(cpu) == _codes(cuda) == ["DD101", "DD104"]
+    assert cpu["target"]["device"] == "cpu" and cuda["target"]["device"] == "cuda:0"
+    target = lambda r: next(f for f in r["findings"] if f["code"] == "DD104")  # noqa: E731
+    assert target(cpu)["source"] == target(cuda)["source"] == {"file": script, "line": 6}
+
+
+# A half model fed fp32 under autocast("cuda"): CUDA's autocast casts the input to fp16 for the
+# matmuls; on this CPU machine autocast("cuda") is turned off and the matmul is refused.
+AUTOCAST = """\
+import torch
+
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 2)).half()
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model.to(device)
+for step in range(2):
+    with torch.autocast("cuda", dtype=torch.float16):
+        out = model(torch.randn(2, 8, device=device))
+    print("out", out.dtype)
+"""
+
+
+def test_autocast_cuda_applies_cudas_lists(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    script = _script(workdir, AUTOCAST)
+    code, cpu, _ = _run(["run", "-f", "json", "--", "python", script], capsys)
+    assert code == 1 and "DD101" in _codes(cpu) and cpu["target"]["autocast"] is None
+    code, cuda, err = _run(["run", "--simulate", "-f", "json", "--", "python", script], capsys)
+    assert code == 0 and _codes(cuda) == [] and cuda["target"]["autocast"] == "float16"
+    assert "out torch.float16" in err
+
+
+def test_bfloat16_autocast_on_a_gpu_without_it_fails_as_on_that_gpu(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    script = _script(workdir, AUTOCAST.replace("torch.float16)", "torch.bfloat16)"))
+    code, report, err = _run(["run", "--simulate", "--gpu", "a100", "-f", "json", "--", "python", script], capsys)
+    assert code == 0 and report["target"]["autocast"] == "bfloat16"
+    code, report, err = _run(["run", "--simulate", "--gpu", "t4", "-f", "json", "--", "python", script], capsys)
+    assert code == 2 and "does not support bfloat16" in err  # torch's own words, before any model call
+
+
+# The script reads a value every step (loss.item()): the simulation ends there.
+READS_A_VALUE = """\
+import torch
+
+model = torch.nn.Linear(8, 2).cuda()
+for step in range(3):
+    loss = model(torch.randn(4, 8).cuda()).float().pow(2).mean()
+    loss.backward()
+    print("step", step)
+    print("loss", loss.item())
+"""
+
+
+def test_a_value_read_ends_the_simulation_after_the_step(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    script = _script(workdir, READS_A_VALUE)
+    code, report, err = _run(["run", "--simulate", "--steps", "2", "-f", "json", "--", "python", script], capsys)
+    assert code == 0 and report["target"]["train"] is True and "trace_failure" not in report
+    assert "step 0" in err and "step 1" not in err
+    assert f"the simulation ends at {script}:8: Tensor.item needs a value" in err and "1 of 2 step(s) traced" in err
+    # Without the read, --steps 2 traces two steps and stops the script at its third.
+    _script(workdir, READS_A_VALUE.replace('    print("loss", loss.item())\n', ""))
+    code, report, err = _run(["run", "--simulate", "--steps", "2", "--keep-running", "-f", "json", "--", "python", script], capsys)
+    assert "step 1" in err and "step 2" not in err
+    assert "--keep-running: a simulated script cannot go on" in err
+
+
+def test_a_value_read_before_the_model_is_one_line_and_exit_2(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    script = _script(workdir, "import torch\nx = torch.ones(2).cuda()\nif x.sum() > 1:\n    print('big')\n")
+    code, report, err = _run(["run", "--simulate", "--", "python", script], capsys)
+    assert code == 2 and report is None
+    assert f"asks a simulated CUDA tensor for its value at {script}:3" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--simulate", "--device", "cpu"], "--device cpu contradicts it"),
+        (["--gpu", "t4"], "add --simulate"),
+        (["--simulate", "--gpu", "z9"], "--gpu must be one of"),
+    ],
+)
+def test_bad_simulation_options_are_usage_errors(argv: list[str], says: str, workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    script = _script(workdir, "import torch\ntorch.nn.Linear(2, 2)(torch.ones(1, 2))\n")
+    code, _, err = _run(["run", *argv, "--", "python", script], capsys)
+    assert code == 2 and says in err
