@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from dtype_doctor.cli import options as o
+from dtype_doctor.cli.run import Steps
 
 EXAMPLES = """
 Examples:
@@ -17,8 +18,7 @@ Examples:
   dtype-doctor fix fixtures/demo/model fixtures/demo/data
 
 \b
-  dtype-doctor fix ./model ./images --preprocess prep.py:preprocess \\
-      --write-patch fix.patch
+  dtype-doctor fix --run --write-patch fix.patch -- python train.py --epochs 3
 
 \b
   dtype-doctor fix ./model ./data --script train.py --strategy autocast \\
@@ -30,11 +30,18 @@ Force = Annotated[bool, typer.Option("--force", help="Overwrite an existing --wr
 WritePatch = Annotated[Optional[Path], typer.Option("--write-patch", metavar="PATH", help="Write the verified fix as a unified diff (git apply) to PATH.")]
 Script = Annotated[Optional[Path], typer.Option("--script", metavar="FILE.py", help="Your pipeline script: the patch changes it (from_pretrained dtype=, autocast, batch casts).")]
 MaxRounds = Annotated[int, typer.Option("--max-rounds", metavar="N", help="Apply / re-trace rounds before giving up.")]
+Run = Annotated[bool, typer.Option("--run", help="Fix your own script instead of MODEL DATASET: trace its first step as `run` does; the patch edits your files.")]
+# With --run, MODEL and DATASET give way to the command after --: `fix --run -- python train.py ARGS`.
+FixModel = Annotated[Optional[str], typer.Argument(metavar="MODEL", help="Model directory (config.json + weights) or a hub id in the local cache.", show_default=False)]
+FixDataset = Annotated[Optional[str], typer.Argument(metavar="DATASET", help="save_to_disk directory, data file/folder (csv, json, jsonl, parquet, arrow, images) or a cached hub id.", show_default=False)]
+Command = Annotated[Optional[list[str]], typer.Argument(metavar="COMMAND", help="With --run, after --: python FILE ARGS or python -m MODULE ARGS, as you run your script.", show_default=False)]
 
 
 def fix_command(
-    model: o.Model,
-    dataset: o.Dataset,
+    model: FixModel = None,
+    dataset: FixDataset = None,
+    command: Command = None,
+    run: Run = False,
     strategy: Strategy = "auto",
     unsafe_fixes: UnsafeFixes = False,
     force: Force = False,
@@ -53,6 +60,7 @@ def fix_command(
     train: o.Train = False,
     simulate: o.Simulate = False,
     gpu: o.Gpu = None,
+    steps: Steps = 1,
     format: o.Format = None,
     output: o.Output = None,
     fail_on: o.FailOn = "error",
@@ -64,25 +72,34 @@ def fix_command(
 ) -> None:
     """Fix the mismatches in memory, re-run the trace to verify, and show what the fix costs.
 
+    With --run, your own script is traced as `dtype-doctor run` traces it, the fix is written
+    as a patch against your files, and the patched script is run again to verify it.
     Exit 0 when the re-run trace is clean at --fail-on, 1 when not.
     """
     from dtype_doctor.cli.output import check_format, emit, exit_code, progress, quiet_libraries
-    from dtype_doctor.pipeline import fix
+    from dtype_doctor.errors import UsageError
 
     check_format(format)
     exit_code(None, fail_on)
     if max_rounds < 1:
-        from dtype_doctor.errors import UsageError
-
         raise UsageError(f"--max-rounds must be at least 1, not {max_rounds}")
-    opts = o.scan_options(locals())
-    quiet_libraries()
-    report = fix(
-        model, dataset, opts, strategy=strategy, fail_on=fail_on if fail_on != "never" else "error",
-        unsafe_fixes=unsafe_fixes, force=force, max_rounds=max_rounds,
-        write_patch=str(write_patch) if write_patch else None, script=str(script) if script else None,
-        progress=progress(),
-    )
+    if run:
+        report = _fix_script([w for w in (model, dataset, *(command or [])) if w is not None], locals())
+    else:
+        from dtype_doctor.pipeline import fix
+
+        if model is None or dataset is None:
+            raise UsageError(f"Missing argument '{'MODEL' if model is None else 'DATASET'}' (or --run -- python SCRIPT.py to fix your own script)")
+        if command:
+            raise UsageError(f"Got unexpected extra argument ({command[0]}); a script to fix goes after --run --")
+        opts = o.scan_options(locals())
+        quiet_libraries()
+        report = fix(
+            model, dataset, opts, strategy=strategy, fail_on=fail_on if fail_on != "never" else "error",
+            unsafe_fixes=unsafe_fixes, force=force, max_rounds=max_rounds,
+            write_patch=str(write_patch) if write_patch else None, script=str(script) if script else None,
+            progress=progress(),
+        )
     emit(report, format, output, fail_on)
     outcome = report.fix
     assert outcome is not None
@@ -93,3 +110,33 @@ def fix_command(
     if fail_on == "never":
         raise typer.Exit(0)
     raise typer.Exit(0 if outcome.verified else 1)
+
+
+def _fix_script(words: list[str], values: dict) -> object:
+    """`fix --run -- python SCRIPT ARGS`: trace the script's step, fix it, patch the user's files, verify."""
+    from dtype_doctor.cli.output import quiet_libraries
+    from dtype_doctor.cli.run import check_command
+    from dtype_doctor.errors import UsageError
+    from dtype_doctor.run.command import parse_command
+    from dtype_doctor.run.fix import fix_script
+    from dtype_doctor.run.runner import RunOptions
+
+    # Options that shape a MODEL DATASET batch mean nothing for a script, which builds its own.
+    for name, flag, default in (("script", "--script", None), ("preprocess", "--preprocess", None), ("split", "--split", None),
+                                ("batch_size", "--batch-size", 2), ("dtype", "--dtype", "auto"), ("autocast", "--autocast", "off"),
+                                ("train", "--train", False)):
+        if values[name] != default:
+            raise UsageError(f"{flag} is for MODEL DATASET; with --run the script's own code decides it (its patch edits the script itself)")
+    check_command(words, "fix")
+    command = parse_command(words)
+    options = RunOptions(steps=values["steps"], select=o.split_codes(values["select"]), ignore=o.split_codes(values["ignore"]),
+                         simulate=values["simulate"], device=values["device"], gpu=values["gpu"])
+    options.validate()
+    quiet_libraries()
+    fail_on = values["fail_on"]
+    write_patch = values["write_patch"]
+    return fix_script(
+        command, options, strategy=values["strategy"], fail_on=fail_on if fail_on != "never" else "error",
+        unsafe_fixes=values["unsafe_fixes"], force=values["force"], max_rounds=values["max_rounds"],
+        write_patch=write_patch.resolve() if write_patch else None,
+    )

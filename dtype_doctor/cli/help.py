@@ -13,9 +13,14 @@ _REQUIRED = re.compile(r"\{([A-Z][A-Z0-9_.]*)\}")
 _ARGUMENT_TYPE = re.compile(r"^(  [A-Z][A-Z0-9_.]*)( <[\w\[\]]+>)", re.M)
 
 
+# `fix` takes MODEL DATASET, or with --run the command after `--`: the usage line says so.
+_USAGE_AS_WRITTEN = {"[MODEL]": "MODEL", "[DATASET]": "DATASET", "[COMMAND]...": "[-- COMMAND...]"}
+
+
 class Command(TyperCommand):
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
-        return [_REQUIRED.sub(r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
+        pieces = [_REQUIRED.sub(r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
+        return [_USAGE_AS_WRITTEN.get(p, p) for p in pieces]
 
     def get_help(self, ctx: Any) -> str:
         text = super().get_help(ctx)

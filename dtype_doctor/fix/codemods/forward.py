@@ -282,7 +282,9 @@ class CastBatch(_CSTCodemod):
     For ``model(**batch)``: ``batch["pixel_values"] = batch["pixel_values"].to(model.dtype)``
     is inserted on the line before, one per key not passed as a keyword; a keyword (or a
     positional variable of that name) is wrapped: ``pixel_values=x.to(model.dtype)``.
-    ``dtype=None`` casts to the model's own dtype; otherwise to ``torch.<dtype>``.
+    ``dtype=None`` casts to the model's own dtype; otherwise to ``torch.<dtype>``. ``positions``
+    (key → index) names the positional arguments the forward binds to a key, for a call such as
+    ``model(images)`` whose forward calls its first parameter ``pixel_values``.
     """
 
     DESCRIPTION = "Cast floating batch entries to the model's dtype right before the forward."
@@ -294,6 +296,7 @@ class CastBatch(_CSTCodemod):
         *,
         variable: str | None = None,
         line: int | None = None,
+        positions: Mapping[str, int] | None = None,
     ):
         if isinstance(keys, str):
             keys = (keys,)
@@ -303,16 +306,20 @@ class CastBatch(_CSTCodemod):
         self.dtype = normalize_dtype(dtype) if dtype else None
         self.variable = variable
         self.line = line
+        self.positions = dict(positions or {})
 
     def _edit(self, ctx: _Ctx) -> str:
         fwd = _select_forward(ctx, self.variable, self.line)
         target = f"{ctx.torch_name()}.{self.dtype}" if self.dtype else f"{fwd.model}.dtype"
         keyword = {_arg_name(a): i for i, a in enumerate(fwd.call.args) if a.keyword is not None}
+        plain = [i for i, a in enumerate(fwd.call.args) if a.keyword is None and not a.star]
         positional = {
             a.value.value: i
             for i, a in enumerate(fwd.call.args)
             if a.keyword is None and not a.star and isinstance(a.value, cst.Name)
         }
+        if not any(a.star == "*" for a in fwd.call.args):  # no *args: the indexes hold
+            positional.update({k: plain[i] for k, i in self.positions.items() if i < len(plain) and k not in positional})
         changes, edits, inserts = [], {}, []
         star = _star_batch(fwd)
         for key in self.keys:

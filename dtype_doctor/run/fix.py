@@ -1,0 +1,326 @@
+"""`dtype-doctor fix --run -- python SCRIPT.py ARGS`: fix the user's own script, as a patch, verified.
+
+    trace   run the script as `run` does; keep its model and the first step's inputs
+    fix     the fix engine (apply, re-trace, roll back) on that model and batch; a finding on
+            a tensor the step uses outside the model (a loss target) is cast where the
+            lineage says its dtype was made
+    patch   each change becomes an edit of the user's own files, first where the lineage
+            says the offending dtype was made, else at the forward call
+    verify  the script runs again, in this process, with the edited text of those files:
+            the fix is verified when that run has no finding at or above --fail-on
+    write   only a verified patch is written (--write-patch PATH), for `git apply`
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from dtype_doctor.errors import UsageError
+from dtype_doctor.fix import codemods as cm
+from dtype_doctor.fix.outcome import Change, CodemodOutcome, FixOutcome, PatchOutcome, Step
+from dtype_doctor.records import Report, SourceLoc, Subject, TraceRequest
+from dtype_doctor.run.command import ScriptCommand
+from dtype_doctor.run.runner import RunOptions, RunResult, run_script
+
+LABEL_KEYS = ("labels", "label", "label_ids")
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One codemod to try on one file, for one change."""
+
+    file: Path
+    codemod: cm.Codemod
+
+
+@dataclass(frozen=True)
+class Edits:
+    """What the codemods made of the user's files: the new texts, and each attempt's outcome."""
+
+    texts: Mapping[Path, str]
+    originals: Mapping[Path, str]
+    outcomes: tuple[CodemodOutcome, ...]
+    unexpressed: tuple[Change, ...]  # changes no codemod could write
+
+    @property
+    def changed(self) -> dict[Path, str]:
+        return {f: t for f, t in self.texts.items() if t != self.originals[f]}
+
+
+def fix_script(
+    command: ScriptCommand,
+    options: RunOptions,
+    *,
+    strategy: str = "auto",
+    fail_on: str = "error",
+    unsafe_fixes: bool = False,
+    force: bool = False,
+    max_rounds: int = 5,
+    write_patch: Path | None = None,
+) -> Report:
+    """Trace the script's step, fix it, express the fix as edits of the user's files, re-run to verify."""
+    from dtype_doctor.fix.strategies import NAMES
+
+    if strategy not in NAMES:
+        raise UsageError(f"unknown --strategy {strategy!r}; choose one of: {', '.join(NAMES)}")
+    if write_patch is not None and write_patch.exists() and not force:
+        raise UsageError(f"patch file {write_patch} already exists; pass --force to overwrite it")
+    options = dataclasses.replace(options, keep_running=False)
+    before = run_script(command, options=options)
+    steps, result = _fix_in_memory(before, options, strategy=strategy, fail_on=fail_on, unsafe_fixes=unsafe_fixes,
+                                   force=force, max_rounds=max_rounds)
+    applied = [s for s in steps if s.status == "applied"]
+    if not before.report.at_or_above(fail_on) and not applied:
+        return _report(before, strategy, steps, result, True, before.report, None, None, "nothing to fix")
+    edits = apply_edits(plan_edits(applied, before, options, command))
+    changed = edits.changed
+    if not changed:
+        why = "; ".join(f"{o.codemod}: {o.detail}" for o in edits.outcomes if o.status != "applied") or "no edit of your files expresses the fix"
+        return _report(before, strategy, steps, result, False, None, None, why,
+                       "the fix could not be written as an edit of your files")
+    after = run_script(command, options=options, sources={str(f): t for f, t in changed.items()})
+    verified = not after.report.at_or_above(fail_on) and not (after.report.trace and after.report.trace.failure)
+    patch = PatchOutcome(None, tuple(_shown(f) for f in changed), edits.outcomes)
+    skipped = None
+    if not verified:
+        failing = ", ".join(sorted({f.code for f in after.report.at_or_above(fail_on)})) or "DD001"
+        detail = f"the patched script still has findings at or above {fail_on} ({failing}) when run again"
+        skipped = "the patch was not verified, so it is not written" if write_patch else None
+    else:
+        detail = f"verified: the patched script, run again, has no finding at or above {fail_on}"
+        if edits.unexpressed:
+            detail += f" ({len(edits.unexpressed)} change(s) of the in-memory fix were not needed in your files)"
+        if write_patch is not None:
+            from dtype_doctor.fix.patch import make_patch, repo_root
+
+            root = repo_root(Path(command.target)) if command.kind == "file" else repo_root(Path.cwd())
+            written = make_patch(write_patch, [(f, edits.originals[f], t) for f, t in changed.items()], root=root, force=force)
+            patch = PatchOutcome(str(written.path), written.files, edits.outcomes)
+    return _report(before, strategy, steps, result, verified, after.report, patch, skipped, detail)
+
+
+# ----------------------------------------------------------------------- fix in memory
+
+
+def _fix_in_memory(before: RunResult, options: RunOptions, **kw: Any) -> tuple[list[Step], Any]:
+    """The engine's fix of the model's forward, and the casts of tensors the step uses outside it."""
+    from dtype_doctor.fix.engine import fix_model
+
+    capture: Any = before.capture
+    report = before.report
+    steps: list[Step] = []
+    result = None
+    inputs = {k: v for k, v in capture.inputs.items()}
+    trace = report.trace
+    request = TraceRequest(
+        device=report.target.device if options.simulate else None,
+        autocast=capture.autocast,
+        train=report.target.train,
+        simulate=options.simulate,
+        move_inputs=False,  # the batch stays where the script put it: a stray CPU input is the finding
+        gpu=options.gpu,
+        select=options.select,
+        ignore=options.ignore,
+        lineage={k: v for k, v in report.lineage.items() if k in inputs},
+        sources={k: v for k, v in (trace.sources if trace else {}).items() if k in inputs},
+        subject=Subject(model=report.target.model),
+    )
+    model_side = any(_is_model_input(f, inputs) for f in report.at_or_above(kw["fail_on"]))
+    if model_side:
+        result = fix_model(capture.model, inputs, request, measure=not options.simulate, **kw)
+        steps.extend(result.steps)
+    outside = _outside_changes(report, inputs, kw["fail_on"])
+    if outside:
+        steps.append(Step("cast-inputs", "applied", "; ".join(f"cast {c.target} {c.before} → {c.to} where it is made" for c in outside), tuple(outside)))
+    return steps, result
+
+
+def _is_model_input(finding: Any, inputs: Mapping[str, Any]) -> bool:
+    """A finding the engine can reproduce on the model and batch alone (not a loss target's)."""
+    targets = [r.target for r in finding.remedies if r.strategy in ("cast-inputs", "to-device")]
+    return not targets or any(t in inputs or not _is_name(t) for t in targets)
+
+
+def _is_name(target: str) -> bool:
+    return ":" not in target and "@" not in target
+
+
+def _outside_changes(report: Report, inputs: Mapping[str, Any], fail_on: str) -> list[Change]:
+    """Casts for the tensors the step uses outside the model (named by the run, e.g. a loss target)."""
+    changes: dict[str, Change] = {}
+    for f in report.at_or_above(fail_on):
+        for r in f.remedies:
+            if r.strategy != "cast-inputs" or r.target in inputs or not _is_name(r.target) or r.target in changes:
+                continue
+            now = next((t.dtype for t in f.tensors if t.origin == f"input:{r.target}"), None)
+            source = r.source or (report.trace.sources.get(r.target) if report.trace else None)
+            changes[r.target] = Change("cast-input", r.target, r.to, now, r.stage, source)
+    return list(changes.values())
+
+
+# ----------------------------------------------------------------------------- edits
+
+
+def plan_edits(applied: list[Step], before: RunResult, options: RunOptions, command: ScriptCommand) -> list[tuple[Change, str, list[Edit]]]:
+    """Each applied change → the edits to try in order: where its dtype was made, then at the forward."""
+    capture: Any = before.capture
+    call = _resolve(capture.call_site)
+    script = Path(command.target) if command.kind == "file" else call
+    model_dtype = before.report.target.model_dtype
+    device_type = (before.report.target.device or "cpu").split(":")[0]
+    positions = _positions(capture)
+    plans = []
+    for step in applied:
+        for c in step.changes:
+            edits: list[Edit] = []
+            if c.kind == "cast-input":
+                edits += _at_source(c)
+                if call is not None and c.target in capture.inputs:
+                    if c.target in LABEL_KEYS and c.to == "int64":
+                        edits.append(Edit(call, cm.LabelsToLong(key=c.target, line=capture.call_site.line)))
+                    else:
+                        dtype = None if c.to == model_dtype else c.to
+                        edits.append(Edit(call, cm.CastBatch(keys=(c.target,), dtype=dtype, line=capture.call_site.line, positions=positions)))
+                elif c.to == "int64" and script is not None:
+                    edits.append(Edit(script, cm.CastLabelsToLong()))
+            elif c.kind == "move-input" and call is not None:
+                edits.append(Edit(call, cm.MoveBatchToDevice(line=capture.call_site.line)))
+            elif c.kind == "autocast" and call is not None:
+                edits.append(Edit(call, cm.WrapForwardInAutocast(device_type=device_type, dtype=c.to, line=capture.call_site.line)))
+            elif c.kind in ("convert-model", "trainable-fp32"):
+                conversion = _last_conversion(capture)
+                where = _resolve(conversion.source) if conversion else script
+                if where is not None:
+                    if c.kind == "convert-model":
+                        edits.append(Edit(where, cm.AllOf([cm.SetLoadDtype(c.to), cm.RemoveModelConversion()])))
+                    else:
+                        edits += [Edit(where, cm.RemoveModelConversion(from_dtype=d)) for d in ("float16", "bfloat16")]
+                    if conversion is not None and conversion.source is not None:
+                        # A model the script builds itself: the conversion on the line that made it half.
+                        function = _enclosing_function(where, conversion.source.line)
+                        edits.append(Edit(where, cm.RetargetCast(function, c.to, lines=[conversion.source.line])))
+            plans.append((c, step.strategy, edits))
+    return plans
+
+
+def _at_source(c: Change) -> list[Edit]:
+    """Rewrite the cast on the line the lineage names, in the function (or top-level code) holding it."""
+    file = _resolve(c.source)
+    if file is None or c.source is None:
+        return []
+    function = _enclosing_function(file, c.source.line)
+    return [Edit(file, cm.RetargetCast(function, c.to, lines=[c.source.line]))]
+
+
+def _resolve(loc: SourceLoc | None) -> Path | None:
+    if loc is None:
+        return None
+    path = Path(loc.file)
+    path = path if path.is_absolute() else Path.cwd() / path
+    return path.resolve() if path.is_file() else None
+
+
+def _enclosing_function(file: Path, line: int) -> str | None:
+    """The qualified name of the innermost def around `line` ("Class.method"), None at top level."""
+    from dtype_doctor.fix.patch import read_source
+
+    try:
+        tree = ast.parse(read_source(file))
+    except (SyntaxError, UnicodeDecodeError, OSError):
+        return None
+    best: tuple[int, str] | None = None
+
+    def visit(node: ast.AST, owners: tuple[str, ...]) -> None:
+        nonlocal best
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = (*owners, child.name)
+                if isinstance(child, ast.ClassDef):
+                    visit(child, name)
+                    continue
+                if child.lineno <= line <= (child.end_lineno or child.lineno) and (best is None or child.lineno >= best[0]):
+                    best = (child.lineno, ".".join(name))
+                visit(child, name)
+            else:
+                visit(child, owners)
+
+    visit(tree, ())
+    return best[1] if best else None
+
+
+def _positions(capture: Any) -> dict[str, int]:
+    """Input name → its position in the model call, for inputs passed positionally."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(capture.model.forward).parameters)
+    except (TypeError, ValueError):
+        return {}
+    return {name: params.index(name) for name in capture.inputs if name in params}
+
+
+def _last_conversion(capture: Any) -> Any:
+    """The script's last dtype conversion of its model (`model.half()`), if it made one."""
+    events = [e for e in capture.conversions.of(capture.model) if e.dtype is not None]
+    return events[-1] if events else None
+
+
+def apply_edits(plans: list[tuple[Change, str, list[Edit]]]) -> Edits:
+    """Try each change's edits in order, in memory; the first that applies wins."""
+    from dtype_doctor.fix.patch import read_source
+
+    texts: dict[Path, str] = {}
+    originals: dict[Path, str] = {}
+    outcomes: list[CodemodOutcome] = []
+    unexpressed: list[Change] = []
+
+    def current(file: Path) -> str:
+        if file not in texts:
+            originals[file] = texts[file] = read_source(file)
+        return texts[file]
+
+    for change, _strategy, edits in plans:
+        for edit in edits:
+            result = edit.codemod.apply(current(edit.file), edit.file.name)
+            outcomes.append(CodemodOutcome(_shown(edit.file), result.codemod, result.status, result.detail))
+            if result.applied and result.new_source is not None:
+                texts[edit.file] = result.new_source
+                break
+        else:
+            unexpressed.append(change)
+    return Edits(texts, originals, tuple(outcomes), tuple(unexpressed))
+
+
+def _shown(file: Path) -> str:
+    from dtype_doctor.run.user_code import display_path
+
+    return display_path(str(file))
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def _report(before: RunResult, strategy: str, steps: list[Step], result: Any, verified: bool, after: Report | None,
+             patch: PatchOutcome | None, skipped: str | None, detail: str) -> Report:
+    after = after or (result.after if result is not None else before.report)
+    outcome = FixOutcome(
+        strategy=strategy,
+        steps=tuple(steps),
+        verified=verified,
+        after_findings=after.findings,
+        after_summary=after.summary,
+        converged=result.converged if result is not None else True,
+        rounds=result.rounds if result is not None else (1 if steps else 0),
+        detail=detail,
+        parity=result.parity if result is not None else None,
+        cost=result.cost if result is not None else None,
+        tradeoff=result.tradeoff if result is not None else None,
+        patch=patch,
+        patch_skipped=skipped,
+    )
+    return dataclasses.replace(before.report, fix=outcome)
+
