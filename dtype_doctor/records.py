@@ -6,6 +6,7 @@ on a hand-built Trace and a formatter on a hand-built Report.
 
 from __future__ import annotations
 
+import math as _math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
@@ -117,6 +118,27 @@ class ValueStats:
             "sampled": self.sampled,
             "numel": self.numel,
         }
+
+
+def merge_stats(stats: list[ValueStats]) -> ValueStats | None:
+    """Several tensors' statistics as one: the extremes, and shares weighted by samples."""
+    if not stats:
+        return None
+    if len(stats) == 1:
+        return stats[0]
+    sampled = sum(s.sampled for s in stats) or 1
+    mins = [s.min_nonzero for s in stats if s.min_nonzero is not None]
+    absmax = _math.nan if any(_math.isnan(s.absmax) for s in stats) else max(s.absmax for s in stats)
+    return ValueStats(
+        absmax=absmax,
+        nonfinite_any=any(s.nonfinite_any for s in stats),
+        min_nonzero=min(mins) if mins else None,
+        nonfinite=sum(s.nonfinite * s.sampled for s in stats) / sampled,
+        below_fp16_normal=sum(s.below_fp16_normal * s.sampled for s in stats) / sampled,
+        below_fp16_normal_scaled=sum(s.below_fp16_normal_scaled * s.sampled for s in stats) / sampled,
+        sampled=sum(s.sampled for s in stats),
+        numel=sum(s.numel for s in stats),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from dtype_doctor.records import FP16_MAX, OpCall, Remedy, Trace, ValueStats
+from dtype_doctor.records import FP16_MAX, OpCall, Remedy, Trace, ValueStats, merge_stats as merge
 from dtype_doctor.rules._common import main_dtype
 
 # The largest finite value of each dtype a number can be written into.
@@ -27,6 +27,25 @@ def overflowed(op: OpCall) -> bool:
     if s is None or op.phase != "forward" or not op.outputs or op.outputs[0].dtype != "float16":
         return False
     return math.isinf(s.absmax) and o is not None and o.finite  # a constant fill has no floating operands
+
+
+def module_outputs(trace: Trace) -> dict[str, ValueStats]:
+    """Each module's outputs over all its forward calls, merged."""
+    seen: dict[str, list[ValueStats]] = {}
+    for m in trace.modules:
+        if m.phase == "forward" and m.stats is not None:
+            seen.setdefault(m.name, []).append(m.stats)
+    return {name: s for name, stats in seen.items() if (s := merge(stats)) is not None}
+
+
+def escapes(op: OpCall, outputs: dict[str, ValueStats], threshold: float) -> bool:
+    """The op's large value reaches its module's output (as a large or non-finite value).
+
+    An intermediate that the module itself absorbs is no risk: GELU's tanh form cubes its
+    input (783³ = 4.8e8 is inf in fp16) and tanh(inf) = 1 gives the right answer.
+    """
+    out = outputs.get(op.module)
+    return out is None or not out.finite or out.absmax >= threshold
 
 
 def value(x: float) -> str:

@@ -12,7 +12,9 @@ from dtype_doctor.rules._numerics import (
     DTYPE_MAX,
     FORECAST_MARGIN,
     computes_in_fp16,
+    escapes,
     keep_fp32_remedy,
+    module_outputs,
     overflowed,
     span,
     value,
@@ -93,7 +95,9 @@ def _absmax(op: OpCall) -> float:
 
 
 def _overflows(trace: Trace) -> Iterator[Finding]:
-    for module, op in _by_module([op for op in trace.ops if overflowed(op)]).items():
+    outputs = module_outputs(trace)
+    hit = [op for op in trace.ops if overflowed(op) and escapes(op, outputs, FP16_MAX)]
+    for module, op in _by_module(hit).items():
         yield RULE.finding(
             f"{base_op(op.op).removeprefix('aten.')} in {op.module_type or 'the model'} overflowed float16: "
             f"finite inputs ({span(op.operand_stats)}) gave inf",
@@ -114,6 +118,7 @@ def made_here(op: OpCall) -> bool:
 
 def _forecast(trace: Trace) -> Iterator[Finding]:
     threshold = FP16_MAX / FORECAST_MARGIN
+    outputs = module_outputs(trace)
     risky = [
         op
         for op in trace.ops
@@ -123,6 +128,7 @@ def _forecast(trace: Trace) -> Iterator[Finding]:
         and base_op(op.op) not in WRITES
         and not op.attr("fp32_kept")
         and not keep_fp32(trace, op.module)
+        and escapes(op, outputs, threshold)
     ]
     for module, op in _by_module(risky).items():
         peak = op.stats.absmax  # type: ignore[union-attr]

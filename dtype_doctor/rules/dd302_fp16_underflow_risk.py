@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import FP16_TINY, GRAD_SCALE, Finding, FixSuggestion, Trace
+from dtype_doctor.records import FP16_TINY, GRAD_SCALE, Finding, FixSuggestion, Trace, merge_stats as merge
 from dtype_doctor.rules._numerics import computes_in_fp16
 from dtype_doctor.rules.base import Rule
-from dtype_doctor.trace.values import merge
 
 # Gradients: beyond this share a visible part of the update is lost or rounded (subnormal
 # fp16 keeps 1-10 bits); GradScaler exists for exactly this case.
@@ -20,39 +19,52 @@ GRAD_SCALER = FixSuggestion("autocast", "safe", "train under fp16 autocast with 
 
 
 def check(trace: Trace) -> Iterator[Finding]:
-    if not trace.values_measured:
+    # Only a step that computes in float16 loses these values; an fp32 or bf16 step keeps them.
+    if not trace.values_measured or not (computes_in_fp16(trace) or any(g.dtype == "float16" for g in trace.grads)):
         return
-    fp16 = computes_in_fp16(trace) or any(g.dtype == "float16" for g in trace.grads)
-    grads = merge([g.stats for g in trace.grads])
-    if grads is not None and grads.below_fp16_normal >= GRAD_SHARE:
-        scaled = grads.below_fp16_normal_scaled
-        if fp16 and (not trace.grad_scaler or scaled >= GRAD_SHARE):
-            yield RULE.finding(
-                f"{grads.below_fp16_normal:.0%} of non-zero gradients are below float16's smallest normal "
-                f"({FP16_TINY:.2g}) without loss scaling; {scaled:.0%} with GradScaler's scale {GRAD_SCALE:.0f}"
-                + ("" if scaled < GRAD_SHARE else ": even scaled, they underflow"),
-                stage="optimizer",
-                fixes=(GRAD_SCALER,) if scaled < GRAD_SHARE else (),
-            )
-        elif not fp16:
-            yield RULE.finding(
-                f"trained in float16 without loss scaling, {grads.below_fp16_normal:.0%} of non-zero gradients would fall "
-                f"below its smallest normal ({FP16_TINY:.2g}); {scaled:.0%} with GradScaler's scale {GRAD_SCALE:.0f}",
-                severity="info",
-                stage="optimizer",
-            )
+    yield from _gradients(trace)
     for m in trace.modules:
         s = m.stats
         if m.phase != "forward" or s is None or s.below_fp16_normal < ACTIVATION_SHARE or not m.name:
             continue
+        if not m.outputs or m.outputs[0].dtype != "float16":
+            continue
         yield RULE.finding(
-            f"{s.below_fp16_normal:.0%} of {m.module_type}'s non-zero outputs are below float16's smallest normal "
-            f"(smallest {s.min_nonzero:.2g})" + ("" if fp16 else ", if computed in float16"),
-            severity="warning" if fp16 else "info",
+            f"{s.below_fp16_normal:.0%} of {m.module_type}'s non-zero float16 outputs are below its smallest normal "
+            f"(smallest {s.min_nonzero:.2g}): they keep only a few bits",
             module=m.name,
             module_type=m.module_type,
             tensors=m.outputs[:1],
         )
+
+
+def _gradients(trace: Trace) -> Iterator[Finding]:
+    if trace.grad_scaler and not trace.grads:
+        return
+    grads = merge([g.stats for g in trace.grads])
+    total = sum(g.stats.numel for g in trace.grads)
+    # In an fp16 backward the smallest gradients are already gone: whole tensors of zeros.
+    zeroed = sum(g.stats.numel for g in trace.grads if g.stats.absmax == 0) / total if total else 0.0
+    if not trace.grad_scaler and zeroed >= GRAD_SHARE:
+        yield RULE.finding(
+            f"{zeroed:.0%} of gradient values are exactly zero: whole gradients flushed to zero in the float16 "
+            "backward without loss scaling",
+            stage="optimizer",
+            fixes=(GRAD_SCALER,),
+        )
+        return
+    if grads is None or grads.below_fp16_normal < GRAD_SHARE:
+        return
+    scaled = grads.below_fp16_normal_scaled
+    if trace.grad_scaler and scaled < GRAD_SHARE:
+        return  # what GradScaler is for: scaled, they are representable
+    yield RULE.finding(
+        f"{grads.below_fp16_normal:.0%} of non-zero gradients are below float16's smallest normal "
+        f"({FP16_TINY:.2g}) without loss scaling; {scaled:.0%} with GradScaler's scale {GRAD_SCALE:.0f}"
+        + ("" if scaled < GRAD_SHARE else ": even scaled, they underflow"),
+        stage="optimizer",
+        fixes=(GRAD_SCALER,) if scaled < GRAD_SHARE else (),
+    )
 
 
 RULE = Rule(
@@ -71,7 +83,8 @@ RULE = Rule(
     fix_safety="display-only: a training loop change.",
     check=check,
     device_note=(
-        f"Shares are measured on up to 4,096 evenly spaced values per tensor. Gradients: reported from "
-        f"{GRAD_SHARE:.0%} of non-zero values; activations from {ACTIVATION_SHARE:.0%}. Needs real values."
+        f"Shares are measured on up to 4,096 evenly spaced values per tensor. Judged only for a step that "
+        f"computes in float16. Gradients: reported from {GRAD_SHARE:.0%} of non-zero values (or of values "
+        f"flushed to zero); activations from {ACTIVATION_SHARE:.0%}. Needs real values."
     ),
 )

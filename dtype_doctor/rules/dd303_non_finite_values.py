@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import Finding, ModuleCall, OpCall, Trace
+from dtype_doctor.records import FP16_MAX, Finding, ModuleCall, OpCall, Trace
 from dtype_doctor.rules._common import base_op
-from dtype_doctor.rules._numerics import keep_fp32_remedy, overflowed, span
+from dtype_doctor.rules._numerics import escapes, keep_fp32_remedy, module_outputs, overflowed, span
 from dtype_doctor.rules.base import Rule
 
 
 def check(trace: Trace) -> Iterator[Finding]:
     if not trace.values_measured:
         return
-    explained = {op.module for op in trace.ops if overflowed(op)}  # DD301 names those
+    outputs = module_outputs(trace)
+    explained = {op.module for op in trace.ops if overflowed(op) and escapes(op, outputs, FP16_MAX)}  # DD301 names those
     first = next((m for m in trace.modules if m.phase == "forward" and _produced(m)), None)
     if first is not None:
         if not any(name == first.name or name.startswith(f"{first.name}.") or not first.name for name in explained):

@@ -19,7 +19,7 @@ import math
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-from dtype_doctor.records import FP16_TINY, GRAD_SCALE, ValueStats
+from dtype_doctor.records import FP16_TINY, GRAD_SCALE, ValueStats, merge_stats
 
 SAMPLE = 4096
 _FIELDS = 8  # min, max, min_nonzero, nonfinite, below, below_scaled, nonzero, sampled
@@ -106,7 +106,7 @@ class ValueProbe:
         return None if handle is None else self.resolve()[handle]
 
     def merged(self, handles: list[int | None]) -> ValueStats | None:
-        return merge([s for h in handles if (s := self.get(h)) is not None])
+        return merge_stats([s for h in handles if (s := self.get(h)) is not None])
 
 
 def _stats(row: list[float], numel: int) -> ValueStats:
@@ -121,27 +121,6 @@ def _stats(row: list[float], numel: int) -> ValueStats:
         below_fp16_normal_scaled=below_scaled / nonzero if nonzero else 0.0,
         sampled=int(sampled),
         numel=numel,
-    )
-
-
-def merge(stats: list[ValueStats]) -> ValueStats | None:
-    """Several tensors' statistics as one: the extremes, and shares weighted by samples."""
-    if not stats:
-        return None
-    if len(stats) == 1:
-        return stats[0]
-    sampled = sum(s.sampled for s in stats) or 1
-    mins = [s.min_nonzero for s in stats if s.min_nonzero is not None]
-    absmax = math.nan if any(math.isnan(s.absmax) for s in stats) else max(s.absmax for s in stats)
-    return ValueStats(
-        absmax=absmax,
-        nonfinite_any=any(s.nonfinite_any for s in stats),
-        min_nonzero=min(mins) if mins else None,
-        nonfinite=sum(s.nonfinite * s.sampled for s in stats) / sampled,
-        below_fp16_normal=sum(s.below_fp16_normal * s.sampled for s in stats) / sampled,
-        below_fp16_normal_scaled=sum(s.below_fp16_normal_scaled * s.sampled for s in stats) / sampled,
-        sampled=sum(s.sampled for s in stats),
-        numel=sum(s.numel for s in stats),
     )
 
 

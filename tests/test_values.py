@@ -1,0 +1,111 @@
+"""Value statistics measured during the trace (trace/values.py): exact extremes, sampled shares."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+import dtype_doctor
+from dtype_doctor.records import FP16_TINY
+from dtype_doctor.records import merge_stats as merge
+from dtype_doctor.trace.values import SAMPLE, ValueProbe
+
+
+def stats_of(t: torch.Tensor):
+    probe = ValueProbe()
+    return probe.get(probe.observe(t))
+
+
+def test_extremes_are_exact_and_shares_are_of_non_zero_values():
+    t = torch.tensor([0.0, 0.0, 1e-6, -3e-5, 2.0, -70000.0])
+    s = stats_of(t)
+    assert s.absmax == 70000.0 and s.finite
+    assert s.min_nonzero == torch.tensor(1e-6).item()
+    assert s.below_fp16_normal == 2 / 4  # 1e-6 and 3e-5 of the four non-zero values
+    assert s.below_fp16_normal_scaled == 0.0  # × 65536 both are normal in fp16
+    assert (s.sampled, s.numel) == (6, 6)
+
+
+def test_non_finite_values_are_seen_even_outside_the_sample():
+    t = torch.zeros(100_000)
+    t[12_345] = float("inf")  # not on the sampled grid
+    s = stats_of(t)
+    assert not s.finite and math.isinf(s.absmax)
+    assert s.sampled == SAMPLE and s.numel == 100_000
+    t[12_345] = float("nan")
+    assert math.isnan(stats_of(t).absmax)
+
+
+def test_half_and_non_contiguous_tensors():
+    t = (torch.arange(20_000, dtype=torch.float32) - 10_000).reshape(100, 200).t().half()
+    assert not t.is_contiguous()
+    s = stats_of(t)
+    assert s.absmax == 10_000.0  # exact over all 20,000
+    assert s.sampled == SAMPLE and 1.0 <= s.min_nonzero < 10.0  # the smallest of the sampled values
+
+
+def test_a_tensor_written_in_place_is_measured_again():
+    probe = ValueProbe()
+    t = torch.ones(8)
+    first = probe.observe(t)
+    t[0] = 5.0
+    again = probe.observe(t)
+    assert first != again
+    assert (probe.get(first).absmax, probe.get(again).absmax) == (1.0, 5.0)
+    assert probe.observe(t) == again  # unchanged since: the same handle
+
+
+def test_merge_keeps_extremes():
+    a, b = stats_of(torch.tensor([1.0, 2e-5])), stats_of(torch.tensor([float("inf"), 3.0]))
+    m = merge([a, b])
+    assert math.isinf(m.absmax) and not m.finite and m.min_nonzero == a.min_nonzero
+    assert merge([]) is None
+
+
+class TwoLinear(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.b(self.a(x) * 100)
+
+
+def test_ops_and_modules_carry_statistics_in_a_real_trace():
+    torch.manual_seed(0)
+    model, x = TwoLinear(), torch.randn(2, 4)
+    report = dtype_doctor.diagnose(model, {"x": x})
+    trace = report.trace
+    assert trace.values_measured
+    mul = next(op for op in trace.ops if op.op == "aten.mul.Tensor")
+    with torch.no_grad():
+        expected = (model.a(x) * 100).abs().max().item()
+    assert math.isclose(mul.stats.absmax, expected, rel_tol=1e-6)
+    b = next(m for m in trace.modules if m.name == "b")
+    assert math.isclose(b.input_stats.absmax, expected, rel_tol=1e-6)
+    assert report.to_dict()["values"] == {"measured": True, "note": "measured"}
+
+
+def test_simulated_traces_say_values_were_not_measured():
+    report = dtype_doctor.diagnose(TwoLinear(), {"x": torch.randn(2, 4)}, simulate=True, device="cuda")
+    assert not report.trace.values_measured
+    assert all(op.stats is None for op in report.trace.ops)
+    assert report.to_dict()["values"]["measured"] is False
+    assert "fake tensors" in report.trace.values
+
+
+def test_statistics_can_be_turned_off():
+    report = dtype_doctor.diagnose(TwoLinear(), {"x": torch.randn(2, 4)}, stats=False)
+    assert all(op.stats is None for op in report.trace.ops)
+    assert "turned off" in report.trace.values
+
+
+def test_gradients_are_measured_with_train():
+    torch.manual_seed(0)
+    report = dtype_doctor.diagnose(TwoLinear(), {"x": torch.randn(2, 4)}, train=True)
+    names = {g.name for g in report.trace.grads}
+    assert names == {"a.weight", "a.bias", "b.weight", "b.bias"}
+    assert all(g.stats.finite and g.stats.absmax > 0 for g in report.trace.grads)
+    assert FP16_TINY == torch.finfo(torch.float16).tiny
