@@ -485,6 +485,8 @@ def live_trace(
     """The Trace of what a recorder saw the user's own code run (watch(), `dtype-doctor run`)."""
     params = list(rec.model.parameters())
     fake = bool(params) and _holds_no_data(rec.model, {})
+    # The user's own backward leaves its gradients on the model (until their zero_grad).
+    grads = _observe_grads(rec, dict(rec.model.named_parameters())) if rec.values is not None and not fake else []
     return Trace(
         ops=rec.finished_ops(),
         modules=rec.finished_modules(),
@@ -497,6 +499,7 @@ def live_trace(
         failure=failure,
         sources=dict(sources or {}),
         values=_values_note(TraceRequest(stats=rec.values is not None), fake),
+        grads=_resolved_grads(rec, grads),
     )
 
 

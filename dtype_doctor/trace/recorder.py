@@ -271,11 +271,11 @@ class Recorder:
     # ------------------------------------------------------------------ values
 
     def _observe(self, tensors: Iterable[Any], *, as_last_seen: bool = False) -> list[int | None]:
-        self._suspended += 1  # the statistics' own kernels are not the model's ops
-        try:
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        # The statistics' own kernels are not the model's ops: they run outside every mode.
+        with _disable_current_modes(), torch._C.DisableTorchFunction():
             return [self.values.observe(t, as_last_seen=as_last_seen) for t in tensors]  # type: ignore[union-attr]
-        finally:
-            self._suspended -= 1
 
     def _observe_op(self, func: Any, out: Any, operands: list[tuple[torch.Tensor, str | None]]) -> None:
         if self.values is None:
@@ -288,7 +288,10 @@ class Recorder:
         skip = getattr(func, "is_view", False) or getattr(func, "__name__", "").split(".")[0] in _UNINITIALISED
         first = None if skip else next((o for o in _tensors(out) if o.is_floating_point()), None)
         # Operands as they were last seen (an in-place op has since changed them), the output as it is now.
-        before = self._observe((t for t, _ in operands), as_last_seen=_mutates(func))
+        # Parameters are left out: "made here" compares a result with the activations it came from,
+        # and measuring every weight (an embedding table is most of a small model) costs a pass each.
+        activations = (t for t, _ in operands if (self.prov.get(t) or _NOPROV).kind != "param")
+        before = self._observe(activations, as_last_seen=_mutates(func))
         handles = [*self._observe([first]), *before]
         self._op_values[len(self.ops)] = (handles[0], handles[1:])
 

@@ -1,15 +1,16 @@
 """Value statistics measured during the trace, where the tensors live, read back once.
 
-Each observed tensor gets one small float64 vector computed by a handful of kernels on its
-own device — no host synchronisation per tensor. `resolve()` stacks the vectors per device
-and reads them back in one transfer each (one synchronisation on CUDA for the whole trace).
+Each observed tensor costs three kernels on its own device and no host synchronisation:
+`resolve()` computes every tensor's statistics in one batch per device and reads them back
+in one transfer each (one synchronisation on CUDA for the whole trace).
 
 Exact over the whole tensor: the largest magnitude (one `aminmax` pass, which also shows
-any inf or nan). From at most `SAMPLE` evenly spaced elements (gathered with `take`, so a
-non-contiguous tensor is never copied whole): the share of non-finite values, the share of
-non-zero values below float16's smallest normal (with and without GradScaler's scale) and
-the smallest non-zero magnitude. A full pass for each would cost more than the forward on
-a 2-core CPU; 4,096 samples put a share within about ±1.5 % (95 %).
+any inf or nan). From at most `SAMPLE` evenly spaced elements (every step-th element of the
+flattened tensor): the share of non-finite values, the share of non-zero
+values below float16's smallest normal (with and without GradScaler's scale) and the
+smallest non-zero magnitude. A full pass for each would cost more than the forward on a
+2-core CPU; 4,096 samples put a share within about ±1.5 % (95 %). A view is measured as its
+base, whose values bound it.
 """
 
 from __future__ import annotations
@@ -22,17 +23,20 @@ from torch.utils.weak import WeakIdKeyDictionary
 from dtype_doctor.records import FP16_TINY, GRAD_SCALE, ValueStats, merge_stats
 
 SAMPLE = 4096
-_FIELDS = 8  # min, max, min_nonzero, nonfinite, below, below_scaled, nonzero, sampled
 
 
 class ValueProbe:
-    """Handles for tensors' statistics now, ValueStats after `resolve()`."""
+    """Handles for tensors' statistics now, ValueStats after `resolve()`.
+
+    Per tensor only three kernels run during the trace (one `aminmax`, a strided sample and
+    its copy); the shares are computed for all samples at once in `resolve()`.
+    """
 
     def __init__(self) -> None:
-        self._pending: list[torch.Tensor] = []
+        self._extremes: list[torch.Tensor] = []  # (min, max) per handle, on the tensor's device
+        self._samples: list[torch.Tensor] = []  # ≤ SAMPLE float64 values per handle
         self._numel: list[int] = []
         self._seen: WeakIdKeyDictionary = WeakIdKeyDictionary()
-        self._index: dict[tuple[int, str], torch.Tensor] = {}
         self._resolved: list[ValueStats] | None = None
 
     def observe(self, t: object, *, as_last_seen: bool = False) -> int | None:
@@ -46,60 +50,40 @@ class ValueProbe:
             return None
         if _holds_no_data(t):
             return None
+        if t._base is not None and t._base.dtype == t.dtype:
+            # A view (a transpose, a reshape, a slice) holds some of its base's values: the base's
+            # statistics bound it, and measuring every view would cost more than the forward.
+            t = t._base
         seen = self._seen.get(t)
         version = t._version
         if seen is not None and (as_last_seen or seen[1] == version):
             return seen[0]
         with torch.no_grad():
-            vector = self._measure(t.detach())
-        self._pending.append(vector)
-        self._numel.append(t.numel())
-        handle = len(self._pending) - 1
+            x = t.detach()
+            flat = x.reshape(-1)  # a view when contiguous, as nearly every op's result is
+            n = flat.numel()
+            self._extremes.append(torch.stack(torch.aminmax(flat)))
+            # Every step-th element: a strided view, copied as at most SAMPLE float64 values.
+            sample = flat[:: -(-n // SAMPLE)] if n > SAMPLE else flat
+            self._samples.append(sample.to(torch.float64, copy=True))
+        self._numel.append(n)
+        handle = len(self._numel) - 1
         self._seen[t] = (handle, version)
+        self._resolved = None
         return handle
 
-    def _measure(self, x: torch.Tensor) -> torch.Tensor:
-        n = x.numel()
-        lo, hi = torch.aminmax(x.reshape(-1) if x.is_contiguous() else x)
-        if n > SAMPLE:
-            key = (n, str(x.device))
-            idx = self._index.get(key)
-            if idx is None:
-                idx = torch.linspace(0, n - 1, SAMPLE, device=x.device).long()
-                self._index[key] = idx
-            s = torch.take(x, idx)
-        else:
-            s = x.reshape(-1)
-        s = s.double()
-        a = s.abs()
-        nonzero = a > 0
-        return torch.stack(
-            [
-                lo.double(),
-                hi.double(),
-                torch.where(nonzero, a, math.inf).amin(),
-                (~torch.isfinite(s)).sum().double(),
-                (nonzero & (a < FP16_TINY)).sum().double(),
-                (nonzero & (a * GRAD_SCALE < FP16_TINY)).sum().double(),
-                nonzero.sum().double(),
-                torch.tensor(float(s.numel()), dtype=torch.float64, device=s.device),
-            ]
-        )
-
     def resolve(self) -> list[ValueStats]:
-        """Every handle's ValueStats, read back in one transfer per device."""
+        """Every handle's ValueStats: computed per device in one batch, read back in one transfer."""
         if self._resolved is not None:
             return self._resolved
-        rows: list[list[float]] = [[] for _ in self._pending]
+        rows: list[list[float]] = [[] for _ in self._numel]
         by_device: dict[str, list[int]] = {}
-        for i, v in enumerate(self._pending):
-            by_device.setdefault(str(v.device), []).append(i)
+        for i, e in enumerate(self._extremes):
+            by_device.setdefault(str(e.device), []).append(i)
         for indices in by_device.values():
-            values = torch.stack([self._pending[i] for i in indices]).tolist()
-            for i, row in zip(indices, values):
+            for i, row in zip(indices, _batch([self._extremes[i] for i in indices], [self._samples[i] for i in indices])):
                 rows[i] = row
         self._resolved = [_stats(row, n) for row, n in zip(rows, self._numel)]
-        self._pending.clear()
         return self._resolved
 
     def get(self, handle: int | None) -> ValueStats | None:
@@ -109,8 +93,29 @@ class ValueProbe:
         return merge_stats([s for h in handles if (s := self.get(h)) is not None])
 
 
+def _batch(extremes: list[torch.Tensor], samples: list[torch.Tensor]) -> list[list[float]]:
+    """One row per tensor: min, max, min_nonzero, nonfinite, below, below_scaled, nonzero, sampled."""
+    lengths = torch.tensor([len(s) for s in samples], device=samples[0].device)
+    padded = torch.nn.utils.rnn.pad_sequence(samples, batch_first=True)
+    valid = torch.arange(padded.shape[1], device=padded.device)[None, :] < lengths[:, None]
+    a = padded.abs()
+    nonzero = valid & (a > 0)
+    table = torch.stack(
+        [
+            torch.where(nonzero, a, math.inf).amin(1),
+            (valid & ~torch.isfinite(padded)).sum(1).double(),
+            (nonzero & (a < FP16_TINY)).sum(1).double(),
+            (nonzero & (a * GRAD_SCALE < FP16_TINY)).sum(1).double(),
+            nonzero.sum(1).double(),
+            lengths.double(),
+        ],
+        dim=1,
+    )
+    return torch.cat([torch.stack(extremes).double(), table], dim=1).tolist()
+
+
 def _stats(row: list[float], numel: int) -> ValueStats:
-    lo, hi, min_nz, nonfinite, below, below_scaled, nonzero, sampled = row
+    lo, hi, min_nz, nonfinite, below, below_scaled, nonzero, sampled = row  # as _batch lays them out
     absmax = max(abs(lo), abs(hi)) if not (math.isnan(lo) or math.isnan(hi)) else math.nan
     return ValueStats(
         absmax=absmax,
