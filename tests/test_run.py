@@ -302,3 +302,20 @@ def test_a_relative_output_is_the_invoking_directorys(workdir: Path, capsys: pyt
 def test_an_unknown_option_before_the_script_is_named(workdir: Path, capsys: pytest.CaptureFixture) -> None:
     code, out, err = _run(["run", "--epochs", "3", "--", "python", "seed_amp_loop.py"], capsys)
     assert code == 2 and "no such option: --epochs" in err
+
+
+def test_weight_norm_parametrizations_are_not_taken_for_the_model(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    # wav2vec2's positional conv uses weight_norm: `.half()` calls its ParametrizationList at
+    # top level, with no input, before the real forward (which raises on fp32 features).
+    script = Path(__file__).parent / "pipelines" / "audio_half.py"
+    code, out, _ = _run(
+        ["run", "--format", "json", "--", "python", str(script), str(FIX / "models/wav2vec2-tiny"), str(FIX / "data/audio")],
+        capsys,
+    )
+    report = json.loads(out)
+    assert code == 1 and report["target"]["model"].endswith("audio_half.py")
+    assert [(f["code"], f["module"]) for f in report["findings"]] == [("DD101", "wav2vec2.feature_extractor.conv_layers.0.conv")]
+    assert report["findings"][0]["source"]["line"] == 18  # the feature extractor's fp32 batch
+    plain = subprocess.run([sys.executable, str(script), str(FIX / "models/wav2vec2-tiny"), str(FIX / "data/audio")], capture_output=True, text=True)
+    error, message = last_error(plain.stderr)
+    assert plain.returncode != 0 and error == "RuntimeError" and names_dtypes(message, "float16", "float32")

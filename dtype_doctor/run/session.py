@@ -193,7 +193,7 @@ class RunSession:
         top_level = self._depth == 0 and threading.get_ident() == self._thread and os.getpid() == self._pid
         is_model = False
         if top_level and self.report is None:
-            if self.model is None and _has_parameters(module):
+            if self.model is None and _is_model_call(module, args, kwargs):
                 self._start(module, args, kwargs)
                 is_model = True
             elif module is self.model:
@@ -430,3 +430,23 @@ def _real_cuda_available() -> bool:
 
 def _has_parameters(module: torch.nn.Module) -> bool:
     return next(module.parameters(), None) is not None
+
+
+def _is_model_call(module: torch.nn.Module, args: tuple, kwargs: dict) -> bool:
+    """A module with parameters called on data: not weight_norm's ParametrizationList, which
+    `.half()` or reading a parametrized weight calls at top level with no input."""
+    from torch.nn.utils.parametrize import ParametrizationList
+
+    if isinstance(module, ParametrizationList) or not _has_parameters(module):
+        return False
+    return any(_holds_tensor(v) for v in (*args, *kwargs.values()))
+
+
+def _holds_tensor(obj: Any) -> bool:
+    if isinstance(obj, torch.Tensor):
+        return True
+    if isinstance(obj, dict) or hasattr(obj, "keys"):
+        return any(_holds_tensor(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return any(_holds_tensor(v) for v in obj)
+    return False
