@@ -271,6 +271,7 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
         try:
             with contextlib.ExitStack() as stack:
                 if fake_mode is not None:
+                    stack.enter_context(_quiet_fake_kernels())
                     stack.enter_context(fake_mode)
                 stack.enter_context(rec.function_mode())
                 stack.enter_context(rec.dispatch_mode())
@@ -279,7 +280,7 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
                     if autocast and emulate_cuda_amp:
                         from dtype_doctor.trace.cuda_autocast import CudaAutocast
 
-                        rec.amp = CudaAutocast(AUTOCAST_DTYPES[autocast])
+                        rec.amp = amp.enter_context(CudaAutocast(AUTOCAST_DTYPES[autocast]))
                         amp.callback(setattr, rec, "amp", None)
                     elif autocast:
                         amp.enter_context(torch.autocast(amp_device, dtype=AUTOCAST_DTYPES[autocast]))
@@ -314,6 +315,21 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
         # scan's fp16 AMP step is checked as a GradScaler would take it (DD401).
         grad_scaler=request.train and autocast == "float16",
     )
+
+
+@contextlib.contextmanager
+def _quiet_fake_kernels() -> Iterable[None]:
+    """Fake tensors log a traceback for every meta kernel that raises; the recorder handles
+    those errors (records, repairs), so the user's stderr should not show them."""
+    import logging
+
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def _values_note(request: TraceRequest, simulated: bool) -> str:

@@ -124,6 +124,7 @@ class Recorder:
         self.predict = predict
         # A simulated CUDA autocast on a CPU-only build: CUDA's casts, applied per function.
         self.amp: Any = None
+        self.amp_state: str | None = None  # its dtype where the model last called a torch function
         self.device_alias = device_alias or {}
         self.recover = recover
         self.ops: list[OpCall] = []
@@ -217,17 +218,23 @@ class Recorder:
         kwargs: dict,
         run: Callable[[tuple, dict], Any],
         level: str,
+        *,
+        refusal: str | None = None,
     ) -> Any:
+        """Record one op and run it; `refusal` is an error the target would raise that this
+        machine would not (CUDA autocast's banned functions), handled as a predicted one."""
         operand_tensors = list(self._operands(func, args, kwargs))
         operands = tuple(self.meta(t, role) for t, role in operand_tensors)
         module, module_type = self.stack[-1]
         phase = "backward" if torch._C._current_autograd_node() is not None else "forward"
         if phase == "backward":
             module, module_type = "", ""
-        autocast = self.autocast_stack[-1] if phase == "forward" else None
+        # An emulated CUDA autocast knows its state per op (a disabled block inside a module), as
+        # the function mode last saw it: a dispatch mode runs with autocast's keys excluded.
+        autocast = (self.amp_state if self.amp is not None else self.autocast_stack[-1]) if phase == "forward" else None
         error: str | None = None
         recovered = False
-        predicted = (
+        predicted = refusal or (
             self.predict(func, args, kwargs, OpCall(0, op_name, module, module_type, operands, autocast=autocast, level=level))
             if self.predict is not None
             else None
@@ -392,14 +399,39 @@ class Recorder:
             h.remove()
         self._handles.clear()
 
-    def _pre_hook(self, mod: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+    def _pre_hook(self, mod: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         name = self._module_names.get(id(mod), "?")
         self.stack.append((name, type(mod).__name__))
-        self.autocast_stack.append(_dtype_name(self.amp.dtype) if self.amp is not None else _autocast_state())
+        self.autocast_stack.append(self.amp.current() if self.amp is not None else _autocast_state())
         if mod is self.model:
             self._in_root += 1
             if self._in_root == 1:
                 self._tag_boundary(mod, args, kwargs)
+        if isinstance(mod, torch.nn.RNNBase):
+            return self._rnn_input_checked(mod, name, args, kwargs)
+        return None
+
+    def _rnn_input_checked(self, mod: torch.nn.Module, name: str, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        """nn.RNNBase refuses an input of another dtype than its weights in Python, before any
+        kernel: record that refusal as an op with both operands, then (repairing) hand the
+        forward its input cast to the weights' dtype, as the fix would, so the trace goes on."""
+        from dtype_doctor.trace.recovery import RNN_INPUT_CHECK, rnn_input_refusal, rnn_input_repaired
+
+        self._suspended += 1  # the check's and the repair's own tensor calls are not the model's ops
+        try:
+            refusal = rnn_input_refusal(mod, args, kwargs)
+            if refusal is None:
+                return None
+            message, x, weight = refusal
+            repaired = rnn_input_repaired(args, kwargs, weight.dtype) if self.recover else None
+        finally:
+            self._suspended -= 1
+        operands = (self.meta(x, "input"), self.meta(weight, "weight"))
+        autocast = self.amp_state if self.amp is not None else self.autocast_stack[-1]
+        self.ops.append(
+            OpCall(len(self.ops), RNN_INPUT_CHECK, name, type(mod).__name__, operands, (), "forward", autocast, message, repaired is not None, "function")
+        )
+        return repaired
 
     def _post_hook(self, mod: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         name, module_type = self.stack.pop() if len(self.stack) > 1 else ("", type(mod).__name__)
@@ -465,13 +497,20 @@ class _FunctionRecorder(TorchFunctionMode):
     def __init__(self, rec: Recorder) -> None:
         super().__init__()
         self.rec = rec
+        self._opening: set[Any] = set()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
-        if self.rec.amp is not None and not self.rec._suspended:
+        amp = self.rec.amp if not self.rec._suspended else None
+        if amp is not None:
+            self.rec.amp_state = amp.current()
+        if amp is not None and amp.enabled:
+            refusal = amp.refusal(func)
+            if refusal is not None:
+                return self._refused_by_autocast(func, args, kwargs, refusal)
             self.rec._suspended += 1  # autocast's casts are not the model's ops
             try:
-                args, kwargs = self.rec.amp.cast(func, args, kwargs)
+                args, kwargs = amp.cast(func, args, kwargs)
             finally:
                 self.rec._suspended -= 1
         watched = _FUNCTIONS_TO_WATCH.get(func)
@@ -479,10 +518,77 @@ class _FunctionRecorder(TorchFunctionMode):
             # `scores[...] = 2**30`: the number becomes a half tensor (inf) before dispatch.
             watched = ("torch.Tensor.__setitem__", ("self", "key", "value"))
         if watched is None:
+            if amp is not None and amp.enabled:
+                return self._opened(func, args, kwargs)
             return func(*args, **kwargs)
         name, arg_names = watched
         run = _eager_checked(func) if func in _MODE_DEPENDENT and self.rec.predict is None else (lambda a, k: func(*a, **k))
-        return self.rec.record(_FunctionSchema(arg_names), name, args, kwargs, run, "function")
+        return self.rec.record(_FunctionSchema(arg_names, func), name, args, kwargs, run, "function")
+
+    def _opened(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Run a Python-level torch function with this mode on inside it.
+
+        A mode is off while its handler runs, so the torch functions that F.multi_head_attention_forward
+        (or F.softmax, torch.einsum …) calls would pass unseen, and CUDA autocast's casts with them.
+        The function's own code runs with its has_torch_function checks answering False (else
+        it would hand itself straight back here) and the mode on for everything it calls.
+        """
+        opened = _transparent(func) if func not in self._opening else None
+        if opened is None:
+            return func(*args, **kwargs)
+        self._opening.add(func)
+        try:
+            with self:
+                return opened(*args, **kwargs)
+        finally:
+            self._opening.discard(func)
+
+    def _refused_by_autocast(self, func: Any, args: tuple, kwargs: dict, refusal: str) -> Any:
+        """An op CUDA autocast refuses outright (binary_cross_entropy): recorded with CUDA's
+        error, then run as the fix would run it (in float32, outside autocast) so the trace goes on."""
+        from dtype_doctor.trace.cuda_autocast import to_float32
+
+        def run(a: tuple, k: dict) -> Any:
+            self.rec._suspended += 1
+            try:
+                a, k = to_float32(a, k)
+            finally:
+                self.rec._suspended -= 1
+            with self.rec.amp.disabled():
+                return func(*a, **k)
+
+        name = f"torch.nn.functional.{getattr(func, '__name__', 'function')}"
+        return self.rec.record(_FunctionSchema(("input", "target", "weight")), name, args, kwargs, run, "function", refusal=refusal)
+
+
+_HAS_TORCH_FUNCTION = ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic")
+_TRANSPARENT: dict[Any, Any] = {}
+
+
+def _never(*args: Any) -> bool:
+    return False
+
+
+def _transparent(func: Any) -> Any:
+    """`func` (a Python function of torch) with its has_torch_function checks answering False, or None."""
+    import types
+
+    if func in _TRANSPARENT:
+        return _TRANSPARENT[func]
+    opened = None
+    code = getattr(func, "__code__", None)
+    if (
+        isinstance(func, types.FunctionType)
+        and (func.__module__ or "").startswith("torch")
+        and code is not None
+        and any(n in code.co_names for n in _HAS_TORCH_FUNCTION)
+    ):
+        scope = dict(func.__globals__)
+        scope.update({n: _never for n in _HAS_TORCH_FUNCTION})
+        opened = types.FunctionType(code, scope, func.__name__, func.__defaults__, func.__closure__)
+        opened.__kwdefaults__ = func.__kwdefaults__
+    _TRANSPARENT[func] = opened
+    return opened
 
 
 def _eager_checked(func: Any) -> Callable[[tuple, dict], Any]:
@@ -497,11 +603,13 @@ def _eager_checked(func: Any) -> Callable[[tuple, dict], Any]:
 
 
 class _FunctionSchema:
-    """Gives a watched torch function the `_schema.arguments` shape aten ops have."""
+    """Gives a watched torch function the `_schema.arguments` shape aten ops have; `function`
+    is the torch function itself (a simulated trace's probe runs it on real CPU tensors)."""
 
-    def __init__(self, names: tuple[str, ...]) -> None:
+    def __init__(self, names: tuple[str, ...], function: Any = None) -> None:
         self._schema = self
         self.arguments = tuple(_Arg(n) for n in names)
+        self.function = function
 
     def __hash__(self) -> int:
         return hash(tuple(a.name for a in self.arguments))
