@@ -361,6 +361,8 @@ def expected_codes(message: str, kind: str | None) -> set[str]:
     """The rule that owns a real PyTorch dtype error, from its message and the layer's kind."""
     if "not implemented for" in message:
         return {"DD107"}
+    if "does not match weight dtype" in message:
+        return {"DD101"}  # nn.RNNBase's own input-vs-weight check: an input/weight mismatch
     if kind in GENERAL_KINDS or kind == "ce_weight":
         return {"DD100"}
     if "attn_mask" in message:

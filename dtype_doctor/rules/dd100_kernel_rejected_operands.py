@@ -19,9 +19,13 @@ def unexplained(op: OpCall) -> bool:
     """A dtype or device refusal of `op` that no specific rule explains."""
     from dtype_doctor.rules import rejected_by
 
-    if op.error is None or classify_error(op.error, op.operands) not in ("dtype", "device"):
+    kind = classify_error(op.error, op.operands) if op.error is not None else None
+    if kind not in ("dtype", "device"):
         return False
-    return rejected_by(op) is None
+    rule = rejected_by(op)
+    # An op refused for its dtypes whose operands also sit on two devices: DD201 explains the
+    # devices, not the dtypes (a real GPU raises for both, one after the other).
+    return rule is None or (kind == "dtype" and rule.code == "DD201")
 
 
 def check(trace: Trace) -> Iterator[Finding]:
@@ -54,7 +58,11 @@ def check(trace: Trace) -> Iterator[Finding]:
         )
     failure = trace.failure
     # A Python-level check (an RNN's input-vs-weight test) raises outside any op.
-    if failure is not None and failure.kind in ("dtype", "device") and not any(op.error == failure.message for op in trace.ops):
+    # The trace stopped at a refusal no op recorded (a fake kernel's own wording of a refusal
+    # the probe recorded counts as recorded: the same op).
+    if failure is not None and failure.kind in ("dtype", "device") and not any(
+        op.error and (op.error == failure.message or (failure.op is not None and op.op == failure.op)) for op in trace.ops
+    ):
         yield RULE.finding(
             f"{failure.module_type or 'the model'} refused its inputs' {failure.kind}s before running a kernel: {failure.message}",
             module=failure.module,

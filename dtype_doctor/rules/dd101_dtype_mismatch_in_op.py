@@ -15,6 +15,7 @@ from dtype_doctor.rules._common import (
     fix_half_model, is_half, kernel_dtype, main_dtype, refused, source_of, stage_of,
 )
 from dtype_doctor.rules.base import Rule
+from dtype_doctor.trace.recovery import RNN_INPUT_CHECK
 
 PARAM_ROLES = ("weight", "bias", "buffer")
 
@@ -40,6 +41,9 @@ def mismatched(op: OpCall) -> tuple[TensorMeta, ...] | None:
         dest = op.operands[0]
         values = [t for t in op.operands[1:] if t.role != "index"]
         return (dest, values[-1]) if values and values[-1].dtype != dest.dtype else None
+    if family == RNN_INPUT_CHECK:
+        # nn.RNNBase's own check: the input against the first weight (torch/nn/modules/rnn.py).
+        return tuple(op.operands[:2]) if len({t.dtype for t in op.operands[:2]}) > 1 else None
     if family in ATTENTION:
         qkv = [t for t in op.operands if t.role != "mask"][:3]
         return tuple(qkv) if len({kernel_dtype(op, t) for t in qkv}) > 1 else None

@@ -6,25 +6,31 @@ simulated trace — the op, each operand's dtype, rank and role, and the non-ten
 that select a kernel — the probe runs the op once for real on CPU tensors of the same dtypes
 (the recorded shapes when small, else shrunk consistently: equal sizes stay equal, index
 values stay in range), and the CPU↔CUDA table turns the CPU verdict into the target's.
-A probe that cannot run (a shape the shrinking broke, a value-dependent kernel) decides
-nothing; the rules' own judgement stands in for it.
+The torch functions whose checks run before dispatch (conv, SDPA, cross_entropy,
+take_along_dim, max_pool1d) are probed the same way, by calling the function. A probe that
+cannot run (a shape the shrinking broke, a value-dependent kernel) decides nothing; the
+rules' own judgement stands in for it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import Counter
 from typing import Any, Callable
 
 import torch
-from torch.utils._python_dispatch import _disable_current_modes
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from dtype_doctor.errors import first_line
 from dtype_doctor.records import OpCall
 from dtype_doctor.trace.gpus import GpuProfile
+from dtype_doctor.trace.recorder import _MODE_DEPENDENT
 from dtype_doctor.trace.verdicts import classify_error, unsupported_dtype
 
 _UNDECIDED = object()
+_DEFERRED = object()  # a torch function whose refusal comes from one of its own aten ops
+_NO_CPU_KERNEL = object()  # an op this CPU build has no kernel for at all
 _SMALL = 1 << 16  # elements: tensors up to this size are probed at their recorded shape
 _FLOATING_FILL = 0.5  # in the domain of log, sqrt, acos …; integers are 0, a valid index
 
@@ -42,7 +48,12 @@ class KernelProbe:
 
     def __call__(self, func: Any, args: tuple, kwargs: dict, op: OpCall) -> str | None:
         self.last_accepted = False
-        if not isinstance(func, torch._ops.OpOverload) or _metadata_only(func):
+        # A torch function the recorder watches (conv, SDPA, cross_entropy …) checks dtypes in
+        # C++ before any aten op: run the function itself.
+        function = getattr(func, "function", None)
+        if function is not None:
+            func = function
+        elif not isinstance(func, torch._ops.OpOverload) or _metadata_only(func):
             return self.fallback(op) if self.fallback and not isinstance(func, torch._ops.OpOverload) else None
         key = _signature(func, args, kwargs)
         verdict = self.cache.get(key, _UNDECIDED)
@@ -52,6 +63,15 @@ class KernelProbe:
             self.cache[key] = verdict
         else:
             self.counts["cached"] += 1
+        if verdict is _DEFERRED:
+            return None  # the function's own aten ops are probed as they run
+        if verdict is _NO_CPU_KERNEL:
+            # A CUDA-only op (flash attention): only op_db's CUDA list can judge it.
+            if not self.cuda:
+                return None
+            from dtype_doctor.trace.cuda_table import on_cuda
+
+            return on_cuda(op.op, op.operands, None, None, self.gpu, cpu_kernel=False)
         if verdict is _UNDECIDED:
             self.counts["undecided"] += 1
             return self.fallback(op) if self.fallback else None
@@ -73,14 +93,35 @@ class KernelProbe:
                 real_args, real_kwargs = _materialise((args, kwargs), shrink)
             except Exception:  # noqa: BLE001 - a shape we cannot rebuild decides nothing
                 return _UNDECIDED
+            # A torch function's refusal raised by one of its aten ops is that op's to report,
+            # where the recorder meets it (cross_entropy's integer targets are nll_loss's).
+            inner = _InFlight() if not isinstance(func, torch._ops.OpOverload) and func not in _MODE_DEPENDENT else None
             try:
-                func(*real_args, **real_kwargs)
+                with inner if inner is not None else contextlib.nullcontext():
+                    func(*real_args, **real_kwargs)
             except Exception as exc:  # noqa: BLE001 - the verdict is what the kernel says
                 message = first_line(exc, 500)
+                if message.startswith("Could not run") and "'CPU' backend" in message:
+                    return _NO_CPU_KERNEL
                 if classify_error(message, ()) in ("dtype", "overflow") or isinstance(exc, NotImplementedError):
-                    return message
+                    return _DEFERRED if inner is not None and inner.raised else message
                 return _UNDECIDED
         return None
+
+
+class _InFlight(TorchDispatchMode):
+    """Notes whether an exception left an aten op (else it came from checks before dispatch)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raised = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        try:
+            return func(*args, **(kwargs or {}))
+        except Exception:
+            self.raised = True
+            raise
 
 
 def _metadata_only(func: Any) -> bool:

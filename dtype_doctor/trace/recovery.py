@@ -24,14 +24,33 @@ def repair(
     kind: str,
 ) -> Iterator[tuple[tuple, dict]]:
     tensors = [t for t, _ in operands]
-    roles = {id(t): r for t, r in operands}
     if kind == "device":
         for device in _candidate_devices(tensors):
-            yield _rebuild(args, kwargs, lambda t: t.to(device) if t.dim() > 0 or t.device != device else t)
+            yield _rebuild(args, kwargs, _mover(device))
         return
     if kind == "overflow":
         yield _clamped(tensors, args, kwargs)
         return
+    yield from _dtype_repairs(op_name, operands, args, kwargs)
+    # A refusal for one reason may hide a second: an out= tensor of another dtype made
+    # without device= is refused for its dtype first, then for its device.
+    if len({t.device for t in tensors if t.dim() > 0}) > 1:
+        for device in _candidate_devices(tensors):
+            move = _mover(device)
+            moved = {id(t): move(t) for t in tensors}
+            new_args, new_kwargs = _rebuild(args, kwargs, lambda t: moved.get(id(t), t))
+            yield from _dtype_repairs(op_name, [(moved[id(t)], r) for t, r in operands], new_args, new_kwargs)
+
+
+def _mover(device: torch.device) -> Any:
+    return lambda t: t.to(device) if t.dim() > 0 or t.device != device else t
+
+
+def _dtype_repairs(
+    op_name: str, operands: list[tuple[torch.Tensor, str | None]], args: tuple, kwargs: dict
+) -> Iterator[tuple[tuple, dict]]:
+    tensors = [t for t, _ in operands]
+    roles = {id(t): r for t, r in operands}
     # dtype: each attempt casts operands to operands.required_dtype, the rules' own answer.
     class_target = "nll_loss" in op_name
     to_long = {
@@ -121,3 +140,49 @@ def _rebuild(args: tuple, kwargs: dict, f: Any) -> tuple[tuple, dict]:
         return a
 
     return tuple(one(a) for a in args), {k: one(v) for k, v in kwargs.items()}
+
+
+# The op name of nn.RNNBase's Python check of input vs weight dtype (rules read it).
+RNN_INPUT_CHECK = "torch.nn.RNNBase.check_input"
+
+
+def rnn_input_refusal(mod: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[str, torch.Tensor, torch.Tensor] | None:
+    """nn.RNNBase's own input-vs-weight dtype check, run before its forward: (PyTorch's message,
+    the input, the weight it was compared with), or None when the check passes.
+
+    The check raises a ValueError in Python before any kernel runs, so no op would record it.
+    """
+    from torch.nn.utils.rnn import PackedSequence
+
+    if not isinstance(mod, torch.nn.RNNBase):
+        return None
+    x = args[0] if args else kwargs.get("input")
+    packed = isinstance(x, PackedSequence)
+    data = x.data if packed else x
+    update = getattr(mod, "_update_flat_weights", None)
+    if update is not None:
+        update()  # as forward does first: functional_call may have swapped the parameters in
+    weights = getattr(mod, "_flat_weights", None)
+    if not isinstance(data, torch.Tensor) or not weights or not isinstance(weights[0], torch.Tensor):
+        return None
+    try:
+        mod.check_input(data, x.batch_sizes if packed else None)
+    except ValueError as exc:
+        return (str(exc).splitlines()[0][:500], data, weights[0]) if "dtype" in str(exc) else None
+    except Exception:  # noqa: BLE001 - a shape problem is the forward's own to raise
+        return None
+    return None
+
+
+def rnn_input_repaired(args: tuple, kwargs: dict, dtype: torch.dtype) -> tuple[tuple, dict]:
+    """The RNN's arguments with its input cast to `dtype`, as the fix (input.to(weight dtype)) does."""
+    from torch.nn.utils.rnn import PackedSequence
+
+    def cast(x: Any) -> Any:
+        if isinstance(x, PackedSequence):
+            return PackedSequence(x.data.to(dtype), x.batch_sizes, x.sorted_indices, x.unsorted_indices)
+        return x.to(dtype) if isinstance(x, torch.Tensor) else x
+
+    if args:
+        return (cast(args[0]), *args[1:]), kwargs
+    return args, {**kwargs, "input": cast(kwargs.get("input"))}

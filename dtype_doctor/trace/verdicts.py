@@ -10,11 +10,25 @@ import re
 
 from dtype_doctor.records import TensorMeta
 
-_DEVICE_ERROR = re.compile(r"device|cuda|meta!", re.I)
+# PyTorch's wording for tensors on different devices. Not any "device" or "cuda": "CUDA out of
+# memory", "only supported on CUDA" and "device-side assert" are not about where operands are.
+_DEVICE_ERROR = re.compile(
+    r"same device|different devices?|expected device|device type|on device|on the \w* ?device|to have device"
+    r"|device propagation|devices?,? (?:cuda|cpu|meta|mps|xpu)|does not equal (?:cuda|cpu|meta)|not at the same device"
+    r"|expected all tensors to be on",
+    re.I,
+)
+# A dtype refusal names a dtype in PyTorch's spelling (Half, c10::BFloat16, LongTensor, torch.int32),
+# which is case-sensitive: "padding should be at most half of kernel size" names none.
+_DTYPE_NAMES = re.compile(
+    r"\b(Half|Float|Double|BFloat16|Long|Int|Short|Char|Byte|Bool|ComplexFloat|ComplexDouble)(Tensor)?\b"
+    r"|torch\.(float|bfloat|int|uint|bool|complex)\d*\b"
+)
 _DTYPE_ERROR = re.compile(
-    r"dtype|scalar type|\b(Half|Float|Double|BFloat16|Long|Int|Byte|Bool)(Tensor)?\b|type \(|can't be cast|same type"
-    r"|not implemented for|\bbool\b|floating.point|integral|complex tensor"
-    r"|BoolTensor|LongTensor|should be type|converted to type",
+    r"dtype|scalar type|type \(|can't be cast|same type|not implemented for|\bbool\b|floating.point|integral"
+    r"|complex tensor|should be type|converted to type"
+    # CUDA autocast's refusal of an op it deems unsafe in half precision (binary_cross_entropy).
+    r"|unsafe to autocast",
     re.I,
 )
 # PyTorch's C++ scalar type names → ours.
@@ -33,18 +47,19 @@ _ONE_DTYPE = re.compile(
 )
 
 
-# "value cannot be converted to type c10::Half without overflow": a number beyond the dtype's range.
-_OVERFLOW = re.compile(r"without overflow")
+# "value cannot be converted to type c10::Half without overflow": a number beyond a floating
+# dtype's range (DD301's). An integer's ("… type int8_t without overflow") is a dtype refusal.
+_OVERFLOW = re.compile(r"converted to type (?:c10::|at::)?(?:Half|BFloat16|float|double) without overflow")
 
 
 def classify_error(message: str, operands: tuple[TensorMeta, ...]) -> str:
-    """'dtype', 'device', 'overflow' (a constant beyond the dtype's range) or 'other'."""
+    """'dtype', 'device', 'overflow' (a number beyond a floating dtype's range) or 'other'."""
     if _OVERFLOW.search(message):
         return "overflow"
     devices = {t.device for t in operands if not t.is_scalar}
-    if len(devices) > 1 and _DEVICE_ERROR.search(message):
+    if len(devices) > 1 and re.search(r"device", message, re.I):
         return "device"
-    if _DTYPE_ERROR.search(message):
+    if _DTYPE_ERROR.search(message) or _DTYPE_NAMES.search(message):
         return "dtype"
     if _DEVICE_ERROR.search(message):
         return "device"
