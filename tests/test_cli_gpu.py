@@ -12,13 +12,17 @@ ROOT = Path(__file__).resolve().parents[1]
 MODEL, DATA = ROOT / "fixtures/models/bert-tiny", ROOT / "fixtures/data/text-cls"
 
 
-@pytest.mark.parametrize("gpu, refused", [("t4", True), ("a100", False)])
-def test_bf16_on_a_gpu_before_ampere_is_dd107(capsys: pytest.CaptureFixture[str], gpu: str, refused: bool) -> None:
+@pytest.mark.parametrize("gpu, slow", [("t4", True), ("v100", True), ("a100", False)])
+def test_bf16_on_a_gpu_before_ampere_runs_slowly(capsys: pytest.CaptureFixture[str], gpu: str, slow: bool) -> None:
+    """bf16 matmul runs before compute capability 8.0, emulated (op_db lists bf16 mm/addmm/linear
+    for CUDA; pytorch/pytorch#124996): a DD107 warning, not an error, and exit code 0."""
     r = cli(capsys, "scan", MODEL, DATA, "--simulate", "--device", "cuda", "--dtype", "bfloat16", "--gpu", gpu, "--format", "json")
     report = r.json()
     assert report["target"]["gpu"].startswith(gpu) and report["target"]["simulated"] is True
-    assert ("DD107" in [f["code"] for f in report["findings"]]) is refused
-    assert r.code == (1 if refused else 0)
+    dd107 = [f for f in report["findings"] if f["code"] == "DD107"]
+    assert {f["severity"] for f in dd107} == ({"warning"} if slow else set())
+    assert not [f for f in report["findings"] if f["severity"] == "error"]
+    assert r.code == 0
 
 
 @pytest.mark.parametrize("argv, words", [(["--gpu", "t4"], "--simulate"), (["--simulate", "--gpu", "p100x"], "compute capability")])

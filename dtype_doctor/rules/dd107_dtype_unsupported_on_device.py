@@ -5,8 +5,13 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import INTEGER, Finding, FixSuggestion, OpCall, Trace
-from dtype_doctor.rules._common import SAFE, base_op, describe, is_half, reraised, source_of, stage_of
+from dtype_doctor.rules._common import (
+    SAFE, UNSAFE, autocast_remedy, base_op, describe, family, fix_autocast, half_model_remedy, is_half, reraised,
+    source_of, stage_of,
+)
 from dtype_doctor.rules.base import Rule
+from dtype_doctor.trace.cuda_table import op_name
+from dtype_doctor.trace.gpus import capability_of
 from dtype_doctor.trace.verdicts import data_operands, unsupported_dtype
 
 
@@ -41,6 +46,44 @@ def check(trace: Trace) -> Iterator[Finding]:
             fixes=(_fix(dtype),),
             pytorch_error=op.error,
         )
+    yield from _without_bf16_tensor_cores(trace)
+
+
+def _without_bf16_tensor_cores(trace: Trace) -> Iterator[Finding]:
+    """bfloat16 matmul, conv and attention on a GPU before compute capability 8.0: PyTorch runs
+    them (cuBLAS emulates bf16 GEMMs, conv leaves cuDNN for the native CUDA kernel, SDPA falls
+    back to its math kernel) without bf16 tensor cores. Slow, not refused: a warning."""
+    capability = capability_of(trace.gpu)
+    if capability is None or capability >= (8, 0):
+        return
+    ops = [
+        op for op in trace.ops
+        if op.phase == "forward" and op.error is None and family(op.op) in ("matmul", "conv", "attention")
+        and any(t.dtype == "bfloat16" for t in data_operands(op.operands))
+    ]
+    seen: set[str] = set()
+    for op in ops:
+        kind = family(op.op)
+        if kind in seen:
+            continue
+        seen.add(kind)
+        count = sum(family(o.op) == kind for o in ops)
+        where = f" in {op.module_type}" if op.module_type else ""
+        yield RULE.finding(
+            f"{op_name(op.op)}{where} runs in bfloat16 on {trace.gpu}, which has no bfloat16 tensor "
+            f"cores: PyTorch runs it emulated, far slower than float16 ({count} bfloat16 {kind} op{'s' if count != 1 else ''})",
+            severity="warning",
+            module=op.module,
+            module_type=op.module_type,
+            op=op.op,
+            stage="model-loading",
+            tensors=tuple(t for t in data_operands(op.operands) if t.dtype == "bfloat16")[:3],
+            fixes=(
+                fix_autocast("float16"),
+                FixSuggestion("half-model", UNSAFE, "load the model in float16 for this GPU (train with a GradScaler)"),
+            ),
+            remedies=(autocast_remedy("float16"), half_model_remedy("float16")),
+        )
 
 
 def _fix(dtype: str) -> FixSuggestion:
@@ -57,7 +100,11 @@ RULE = Rule(
     code="DD107",
     name="dtype-unsupported-on-device",
     severity="error",
-    summary="An op whose kernel on the target device does not implement an operand's dtype (integer gelu, half kernels missing on CPU, bf16 on a GPU before compute capability 8.0).",
+    summary=(
+        "An op whose kernel on the target device does not implement an operand's dtype (integer gelu, half kernels "
+        "missing on CPU, bf16 flash attention before compute capability 8.0); bf16 matmul/conv/attention on a GPU "
+        "before 8.0 runs emulated, without tensor cores (a warning)."
+    ),
     why=(
         "PyTorch registers each kernel for a list of dtypes per device. An op given a dtype outside that list "
         "raises (\"not implemented for 'Int'\"); the lists differ between CPU and CUDA, between torch versions "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from dtype_doctor.errors import UsageError
@@ -17,12 +18,24 @@ class GpuProfile:
 
     @property
     def bf16(self) -> bool:
-        """Native bfloat16 (tensor cores, cuBLAS/cuDNN bf16 kernels) starts with Ampere, 8.0;
-        torch.cuda.is_bf16_supported(including_emulation=False) says the same."""
+        """Native bfloat16 (bf16 tensor cores, cuDNN bf16 convolution) starts with Ampere, 8.0:
+        what torch.cuda.is_bf16_supported(including_emulation=False) answers. Before it, bf16
+        kernels still run (emulated, slow), see bf16_supported."""
         return self.capability >= (8, 0)
+
+    def bf16_supported(self, including_emulation: bool = True) -> bool:
+        """torch.cuda.is_bf16_supported(including_emulation) on this GPU: with emulation, any GPU
+        that can hold a bf16 tensor (CUDA 11+ builds: all of them) says True."""
+        return self.bf16 or including_emulation
 
     def __str__(self) -> str:
         return f"{self.name} (compute capability {self.capability[0]}.{self.capability[1]})"
+
+
+def capability_of(label: str | None) -> tuple[int, int] | None:
+    """The capability in a profile's label, "t4 (compute capability 7.5)" → (7, 5) (Trace.gpu)."""
+    m = re.search(r"compute capability (\d+)\.(\d+)", label or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def gpu_profile(spec: str | None) -> GpuProfile | None:
