@@ -98,16 +98,21 @@ def _overflows(trace: Trace) -> Iterator[Finding]:
     outputs = module_outputs(trace)
     hit = [op for op in trace.ops if overflowed(op) and escapes(op, outputs, FP16_MAX)]
     for module, op in _by_module(hit).items():
-        yield RULE.finding(
-            f"{base_op(op.op).removeprefix('aten.')} in {op.module_type or 'the model'} overflowed float16: "
-            f"finite inputs ({span(op.operand_stats)}) gave inf",
-            module=module,
-            module_type=op.module_type,
-            op=op.op,
-            tensors=tuple(t for t in op.operands if not t.is_scalar)[:2],
-            fixes=(KEEP_FP32,),
-            remedies=(keep_fp32_remedy(module),),
-        )
+        yield _at_module(module, op, f"overflowed float16: finite inputs ({span(op.operand_stats)}) gave inf")
+
+
+def _at_module(module: str, op: OpCall, what: str, severity: str | None = None) -> Finding:
+    """A finding at the module whose op made the value, with keep-fp32 as its remedy."""
+    return RULE.finding(
+        f"{base_op(op.op).removeprefix('aten.')} in {op.module_type or 'the model'} {what}",
+        severity=severity,
+        module=module,
+        module_type=op.module_type,
+        op=op.op,
+        tensors=tuple(t for t in op.operands if not t.is_scalar)[:2],
+        fixes=(KEEP_FP32,),
+        remedies=(keep_fp32_remedy(module),),
+    )
 
 
 def made_here(op: OpCall) -> bool:
@@ -133,18 +138,9 @@ def _forecast(trace: Trace) -> Iterator[Finding]:
     for module, op in _by_module(risky).items():
         peak = op.stats.absmax  # type: ignore[union-attr]
         beyond = peak > FP16_MAX
-        yield RULE.finding(
-            f"{base_op(op.op).removeprefix('aten.')} in {op.module_type or 'the model'} reaches |x| = {value(peak)} in "
-            f"{trace.autocast or (op.outputs[0].dtype if op.outputs else 'this trace')}: "
-            + ("beyond float16's 65504, inf once converted" if beyond else f"within {FORECAST_MARGIN:g}× of float16's 65504"),
-            severity="warning" if beyond else "info",
-            module=module,
-            module_type=op.module_type,
-            op=op.op,
-            tensors=tuple(t for t in op.operands if not t.is_scalar)[:2],
-            fixes=(KEEP_FP32,),
-            remedies=(keep_fp32_remedy(module),),
-        )
+        where = trace.autocast or (op.outputs[0].dtype if op.outputs else "this trace")
+        limit = "beyond float16's 65504, inf once converted" if beyond else f"within {FORECAST_MARGIN:g}× of float16's 65504"
+        yield _at_module(module, op, f"reaches |x| = {value(peak)} in {where}: {limit}", "warning" if beyond else "info")
 
 
 RULE = Rule(
