@@ -159,3 +159,41 @@ def test_a_gelu_cube_that_tanh_absorbs_is_not_an_overflow():
     x = torch.tensor([[800.0, -800.0, 1.0]], dtype=torch.float16)
     assert torch.isfinite(Gelu()(x)).all()
     assert not found(dtype_doctor.diagnose(Gelu(), {"x": x}), "DD301")
+
+
+class Adapted(nn.Module):
+    """A frozen fp16 base with fp32 trainable adapters, the recommended AMP setup."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.base = nn.Linear(16, 16).half().requires_grad_(False)
+        self.adapter = nn.Linear(16, 16)
+
+    def forward(self, x):
+        h = self.base(x.half())
+        return h.float() + self.adapter(h.float())
+
+
+@pytest.mark.parametrize(
+    "name, options",
+    [("bert-tiny", {"autocast": "float16"}), ("llama-tiny", {"autocast": "float16", "train": True}),
+     ("t5-tiny", {"dtype": torch.float16}), ("llama-tiny", {"dtype": torch.float16})],
+)
+def test_correct_half_setups_are_silent(name, options):
+    model = load_fixture(name, **({"dtype": options["dtype"]} if "dtype" in options else {}))
+    ids = torch.tensor([[5, 6, 7, 1], [8, 9, 1, 0]])
+    inputs = {"input_ids": ids, "attention_mask": (ids != 0).long()}
+    if name.startswith("t5"):
+        inputs["decoder_input_ids"] = ids
+    if options.get("train"):
+        inputs["labels"] = ids
+    trace_options = {k: v for k, v in options.items() if k != "dtype"}
+    report = dtype_doctor.diagnose(model, inputs, **trace_options)
+    assert report.trace.values_measured
+    assert [f.code for f in report.findings if f.code.startswith("DD3")] == []
+
+
+def test_fp32_adapters_on_a_half_base_are_silent():
+    model, x = Adapted(), torch.randn(4, 16)
+    report = dtype_doctor.diagnose(model, {"x": x}, train=True)
+    assert [f.code for f in report.findings if f.code.startswith("DD3")] == []
