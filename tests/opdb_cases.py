@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Iterator
 
@@ -26,9 +26,10 @@ _SKIP = {
     "tolist", "cuda", "cpu", "to", "nonzero_static", "torch._scaled_mm", "nn.functional.feature_alpha_dropout",
     "resize_", "resize_as_", "equal", "allclose", "isclose",
 }
-# An error input is about dtypes when PyTorch's expected message names one.
+# An error input is about dtypes when PyTorch's expected message names one (type names are
+# case-sensitive: "pad should be at most half of kernel size" names none).
 _DTYPE_WORDS = re.compile(
-    r"dtype|scalar type|not implemented for|Half|\bFloat|Double|BFloat16|\bLong|\bInt\b|Bool|to type|type int", re.I
+    r"(?i:dtype|scalar type|not implemented for|to type|type int)|Half|\bFloat|Double|BFloat16|\bLong|\bInt\b|Bool"
 )
 
 
@@ -42,6 +43,7 @@ class Case:
     kwargs: dict
     what: str  # the perturbation, e.g. "args[0] float32→float16"
     aten: str = ""  # the aten op it calls (OpInfo.aten_name)
+    info: Any = field(default=None, compare=False)  # its OpInfo (a module case: its op's, if op_db has one)
 
     def fresh(self) -> tuple[tuple, dict]:
         """Copies of the arguments (in-place ops must not see each other's writes)."""
@@ -51,8 +53,23 @@ class Case:
         return f"{self.op} [{self.kind}] {self.what}"
 
 
+def _recent_gpu() -> None:
+    """op_db reads its CUDA dtype lists' capability gates (SM53OrLater, SM80OrLater) from the GPU
+    it runs on when first imported; a CPU build closes them all. Open them, as on the recent GPU a
+    simulated CUDA trace targets by default, before anything imports op_db."""
+    import sys
+
+    import torch.testing._internal.common_cuda as common_cuda
+
+    assert "torch.testing._internal.common_methods_invocations" not in sys.modules, "op_db was imported first"
+    for name in dir(common_cuda):
+        if name.startswith("SM") and name.endswith("OrLater"):
+            setattr(common_cuda, name, True)
+
+
 @lru_cache(maxsize=1)
 def ops() -> tuple[Any, ...]:
+    _recent_gpu()
     from torch.testing._internal.common_methods_invocations import op_db
 
     return tuple(
@@ -79,19 +96,32 @@ def _targets(dtype: torch.dtype) -> tuple[torch.dtype, ...]:
     return (torch.int32 if dtype == torch.int64 else torch.int64, torch.float32)
 
 
-def cases(*, samples_per_op: int = 2, kinds: tuple[str, ...] = ("perturbed", "clean", "error-input", "module")) -> Iterator[Case]:
+KINDS = ("perturbed", "clean", "error-input", "module", "module-clean", "module-error-input")
+
+
+def cases(*, samples_per_op: int = 2, kinds: tuple[str, ...] = KINDS) -> Iterator[Case]:
     for o in ops():
         yield from op_cases(o, samples_per_op=samples_per_op, kinds=kinds)
-    if "module" in kinds:
+    if any(k.startswith("module") for k in kinds):
         for m in modules():
-            yield from module_cases(m, samples=samples_per_op)
+            yield from module_cases(m, samples=samples_per_op, kinds=kinds)
 
 
 @lru_cache(maxsize=1)
 def modules() -> tuple[Any, ...]:
+    ops()  # op_db first, with the capability gates of a recent GPU
     from torch.testing._internal.common_modules import module_db
 
     return tuple(m for m in module_db if not m.module_cls.__name__.startswith("Lazy") and torch.float32 in m.dtypes)
+
+
+@lru_cache(maxsize=None)
+def opinfo(aten: str) -> Any:
+    """The OpInfo of an aten op name ("conv2d" → nn.functional.conv2d), or None."""
+    for o in ops():
+        if not o.variant_test_name and o.aten_name.removeprefix("nn.functional.") == aten:
+            return o
+    return None
 
 
 # The aten op a module's forward runs, where its snake_case name is not it.
@@ -103,23 +133,50 @@ def _module_op(cls_name: str) -> str:
     return _MODULE_OPS.get(cls_name) or re.sub(r"(?<!^)(?=[A-Z])", "_", cls_name).lower()
 
 
-def module_cases(m: Any, *, samples: int = 2) -> Iterator[Case]:
-    """A float32 module from module_db with one forward tensor cast to another dtype."""
+def module_cases(m: Any, *, samples: int = 2, kinds: tuple[str, ...] = ("module",)) -> Iterator[Case]:
+    """A float32 module from module_db as sampled ("module-clean"), with one forward tensor cast to
+    another dtype ("module"), and its own forward error inputs ("module-error-input")."""
     name = f"nn.{m.module_cls.__name__}"
+    aten = _module_op(m.module_cls.__name__)
+    info = opinfo(aten)
     try:
         inputs = m.module_inputs_func(m, device="cpu", dtype=torch.float32, requires_grad=False, training=False)[:samples]
     except Exception:  # noqa: BLE001 - an inputs generator that fails on this build is skipped
-        return
+        inputs = []
     for mi in inputs:
-        try:
-            module = m.module_cls(*mi.constructor_input.args, **mi.constructor_input.kwargs).to(torch.float32).eval()
-        except Exception:  # noqa: BLE001
+        module = _build(m, mi)
+        if module is None:
             continue
         args, kwargs = tuple(mi.forward_input.args), dict(mi.forward_input.kwargs)
-        for path, t in _tensor_paths(args, kwargs):
-            for d in _targets(t.dtype):
-                a, k = _replace(args, kwargs, path, t.to(d))
-                yield Case(name, "nn.Module", "module", module, a, k, f"{path} {_n(t.dtype)}→{_n(d)}", _module_op(m.module_cls.__name__))
+        if "module-clean" in kinds:
+            yield Case(name, "nn.Module", "module-clean", module, args, kwargs, "as sampled", aten, info)
+        if "module" in kinds:
+            for path, t in _tensor_paths(args, kwargs):
+                for d in _targets(t.dtype):
+                    a, k = _replace(args, kwargs, path, t.to(d))
+                    yield Case(name, "nn.Module", "module", module, a, k, f"{path} {_n(t.dtype)}→{_n(d)}", aten, info)
+    if "module-error-input" in kinds and m.module_error_inputs_func is not None:
+        from torch.testing._internal.common_modules import ModuleErrorEnum
+
+        try:
+            errors = m.module_error_inputs_func(m, device="cpu", dtype=torch.float32, requires_grad=False, training=False)
+        except Exception:  # noqa: BLE001
+            errors = []
+        for e in errors:
+            if e.error_on != ModuleErrorEnum.FORWARD_ERROR:
+                continue
+            mi = e.module_error_input
+            module = _build(m, mi)
+            if module is not None:
+                args, kwargs = tuple(mi.forward_input.args), dict(mi.forward_input.kwargs)
+                yield Case(name, "nn.Module", "module-error-input", module, args, kwargs, str(e.error_regex)[:60], aten, info)
+
+
+def _build(m: Any, mi: Any) -> torch.nn.Module | None:
+    try:
+        return m.module_cls(*mi.constructor_input.args, **mi.constructor_input.kwargs).to(torch.float32).eval()
+    except Exception:  # noqa: BLE001 - a constructor this build rejects is skipped
+        return None
 
 
 def op_cases(o: Any, *, samples_per_op: int = 2, kinds: tuple[str, ...] = ("perturbed", "clean", "error-input")) -> Iterator[Case]:
@@ -136,12 +193,12 @@ def op_cases(o: Any, *, samples_per_op: int = 2, kinds: tuple[str, ...] = ("pert
     for s in samples:
         args = (s.input, *s.args)
         if "clean" in kinds:
-            yield Case(name, fam, "clean", o.op, args, dict(s.kwargs), "as sampled", o.aten_name)
+            yield Case(name, fam, "clean", o.op, args, dict(s.kwargs), "as sampled", o.aten_name, o)
         if "perturbed" in kinds:
             for path, t in _tensor_paths(args, s.kwargs):
                 for d in _targets(t.dtype):
                     a, k = _replace(args, s.kwargs, path, t.to(d))
-                    yield Case(name, fam, "perturbed", o.op, a, k, f"{path} {_n(t.dtype)}→{_n(d)}", o.aten_name)
+                    yield Case(name, fam, "perturbed", o.op, a, k, f"{path} {_n(t.dtype)}→{_n(d)}", o.aten_name, o)
     if "error-input" in kinds and o.error_inputs_func is not None:
         try:
             errors = list(o.error_inputs("cpu"))
@@ -151,7 +208,7 @@ def op_cases(o: Any, *, samples_per_op: int = 2, kinds: tuple[str, ...] = ("pert
             if e.error_type not in (RuntimeError, TypeError) or not _DTYPE_WORDS.search(str(e.error_regex)):
                 continue
             s = e.sample_input
-            yield Case(name, fam, "error-input", o.op, (s.input, *s.args), dict(s.kwargs), str(e.error_regex)[:60], o.aten_name)
+            yield Case(name, fam, "error-input", o.op, (s.input, *s.args), dict(s.kwargs), str(e.error_regex)[:60], o.aten_name, o)
 
 
 def sampled(n_ops: int, per_op: int = 2, seed: int = 0) -> list[Case]:
@@ -166,12 +223,14 @@ def sampled(n_ops: int, per_op: int = 2, seed: int = 0) -> list[Case]:
 
 
 def sampled_modules(n_modules: int, per_module: int = 2, seed: int = 0) -> list[Case]:
-    """A reproducible sample of module_db cases."""
+    """A reproducible sample of module_db cases: perturbed, clean and (every) forward error input."""
     rng = random.Random(seed)
     out: list[Case] = []
     for m in rng.sample(list(modules()), min(n_modules, len(modules()))):
-        found = list(module_cases(m, samples=1))
-        out.extend(rng.sample(found, min(per_module, len(found))))
+        found = list(module_cases(m, samples=1, kinds=("module", "module-clean", "module-error-input")))
+        perturbed = [c for c in found if c.kind == "module"]
+        out.extend(rng.sample(perturbed, min(per_module, len(perturbed))))
+        out.extend(c for c in found if c.kind != "module")
     return out
 
 
@@ -210,33 +269,95 @@ class OpModule(torch.nn.Module):
         return dict(zip(self.slots, found))
 
 
+# Value rules (DD301-DD303) judge numbers, which PyTorch does not raise on: the oracle cannot
+# judge them, and op_db's samples (igammac of random inputs is NaN) are not models.
+VALUE_RULES = "DD3"
+
+
 def doctor_report(case: Case, *, simulate: bool = False, device: str | None = None) -> Any:
     import dtype_doctor
 
     args, kwargs = case.fresh()
     module = OpModule(case.call, args, kwargs)
-    return dtype_doctor.diagnose(module, module.inputs(args, kwargs), simulate=simulate, device=device)
+    return dtype_doctor.diagnose(module, module.inputs(args, kwargs), simulate=simulate, device=device, ignore=VALUE_RULES)
 
 
 def expected_on_cuda(case: Case, real: BaseException | None) -> str | None:
-    """The real CPU outcome turned into the CUDA one by the documented CPU↔CUDA table."""
-    from dtype_doctor.records import TensorMeta
-    from dtype_doctor.trace.cuda_table import on_cuda
-    from dtype_doctor.trace.verdicts import unsupported_dtype
+    """The real CPU outcome turned into the CUDA one, read from PyTorch's own declarations and
+    sources, not from dtype-doctor's table code (trace/cuda_table.py), which this checks:
 
-    conv = case.aten.removeprefix("nn.functional.").startswith("conv")
-    metas = tuple(
-        TensorMeta(dtype=_n(t.dtype), device="cuda:0", shape=tuple(t.shape), role="bias" if conv and path == "args[2]" else "input")
-        for path, t in _tensor_paths(case.args, case.kwargs)
-    )
-    cpu_error = None if real is None else (str(real).splitlines() or [type(real).__name__])[0]
-    unsupported = unsupported_dtype(cpu_error, metas) if cpu_error else None
-    name = case.aten.removeprefix("nn.functional.")
-    return on_cuda(name if conv else f"aten.{name}", metas, cpu_error, unsupported, None)
+    * the case's OpInfo `dtypes` / `dtypesIfCUDA` (op_db, capability gates open: a recent GPU):
+      a first tensor's dtype listed for CPU but not for CUDA is refused on CUDA; a CPU refusal
+      "not implemented for 'X'" of a dtype CUDA lists is accepted there;
+    * conv with a bias dtype other than the input's: cuDNN checks it, the CPU slow path does not
+      (aten/src/ATen/native/Convolution.cpp, check_input_same_type_as_parameters);
+    * integer max_pool1d: CUDA always takes max_pool2d_with_indices, floating only
+      (aten/src/ATen/native/MaxPooling.cpp).
+    """
+    tensors = list(_tensor_paths(case.args, case.kwargs))
+    first = tensors[0][1] if tensors else None
+    cpu_error = None if real is None else ((str(real).splitlines() or [type(real).__name__])[0] or type(real).__name__)
+    cpu, cuda = (set(case.info.supported_dtypes("cpu")), set(case.info.supported_dtypes("cuda"))) if case.info is not None else (set(), set())
+    if cpu_error is not None:
+        named = re.search(r"not implemented for '(\w+)'", cpu_error)
+        if named and _SCALAR_NAMES.get(named.group(1)) in cuda and _SCALAR_NAMES.get(named.group(1)) not in cpu:
+            return None
+        return cpu_error
+    if first is not None and first.dtype in cpu and first.dtype not in cuda:
+        return f"{case.aten}: op_db lists {_n(first.dtype)} for CPU, not CUDA"
+    op = case.aten.removeprefix("nn.functional.")
+    if op.startswith("conv") and first is not None and not case.kind.startswith("module"):
+        bias = case.kwargs.get("bias", case.args[2] if len(case.args) > 2 else None)
+        if isinstance(bias, torch.Tensor) and bias.dtype != first.dtype:
+            return "cuDNN: Input type and bias type should be the same"
+    if op == "max_pool1d" and first is not None and not first.is_floating_point():
+        return "CUDA max_pool1d takes max_pool2d_with_indices, which has floating kernels only"
+    return None
+
+
+_SCALAR_NAMES = {
+    "Half": torch.float16, "BFloat16": torch.bfloat16, "Float": torch.float32, "Double": torch.float64,
+    "Long": torch.int64, "Int": torch.int32, "Short": torch.int16, "Char": torch.int8, "Byte": torch.uint8, "Bool": torch.bool,
+}
 
 
 def errors_in(report: Any) -> list[Any]:
     return [f for f in report.findings if f.severity == "error"]
+
+
+def warnings_in(report: Any) -> list[Any]:
+    return [f for f in report.findings if f.severity == "warning"]
+
+
+CLEAN = ("clean", "module-clean")
+
+
+def cannot_follow(finding: Any) -> bool:
+    """DD001 for a step fake tensors cannot take (data-dependent output shape, no meta kernel)."""
+    return finding.code == "DD001" and "could not be simulated" in finding.message
+
+
+def about_dtypes(exc: BaseException) -> bool:
+    return bool(_DTYPE_WORDS.search(str(exc)))
+
+
+# Where a simulated verdict differs from the real one for a reason outside dtypes and the
+# CPU↔CUDA table: the sweep (benchmarks/oracle_sweep.py) and the README list them.
+SIMULATION_LIMITS = {
+    "tensor_split": "its index tensor must stay on the CPU; simulation moves every input to the target",
+    "_segment_reduce": "the kernel reads its lengths' values, which fake tensors do not have",
+    "nn.functional.linear_cross_entropy": "a chunked composite whose CPU path casts internally; the probe calls its parts",
+    "inner": "integer inner decomposes into ops whose CUDA lists the table does not hold for inner itself",
+    "linalg.matrix_power": "its integer decomposition meets a float identity in the fake path",
+}
+
+
+def simulation_limit(case: Case) -> str | None:
+    """Why the simulation cannot judge `case` (SIMULATION_LIMITS), or None."""
+    for name in (case.op, case.op.split(".")[0], case.op.rsplit(".", 1)[0]):
+        if name in SIMULATION_LIMITS:
+            return SIMULATION_LIMITS[name]
+    return None
 
 
 # ------------------------------------------------------------------ helpers
