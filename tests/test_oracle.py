@@ -180,6 +180,28 @@ def test_simulated_verdict_agrees_with_the_real_kernel(case: oc.Case) -> None:
         assert not other, f"warning on a clean sample: {[f.message for f in other]}"
 
 
+# Rows of the shipped op_dtypes.json, each checked by hand against PyTorch's sources (not read
+# from the generator): scripts/gen_op_dtypes.py must reproduce them on any build.
+TABLE_FACTS = [
+    # op, dtype, CPU runs it, CUDA runs it, capability CUDA needs for it, where PyTorch says so
+    ("mm", "int64", True, False, None, 'aten/src/ATen/native/cuda/Blas.cpp: "addmm_cuda" dispatches floating and complex types only'),
+    ("linear", "bfloat16", True, True, None, "op_db: linear's dtypesIfCUDA lists bfloat16 unconditionally"),
+    ("matmul", "bfloat16", True, True, "5.3", "op_db: matmul's dtypesIfCUDA adds bfloat16 if SM53OrLater"),
+    ("_flash_attention_forward", "bfloat16", False, True, "8.0", "op_db: bfloat16 if SM80OrLater (flash attention has no sm_7x bf16 kernel)"),
+    ("max_pool2d", "int32", True, False, None, "max_pool2d_with_indices_out_cuda dispatches floating types, Half and BFloat16 only"),
+    ("histogram", "float32", True, False, None, "torch.histogram has CPU kernels only"),
+]
+
+
+@pytest.mark.parametrize("op, dtype, cpu, cuda, needs, where", TABLE_FACTS, ids=[f"{r[0]}-{r[1]}" for r in TABLE_FACTS])
+def test_shipped_table_rows_match_pytorch(op: str, dtype: str, cpu: bool, cuda: bool, needs: str | None, where: str) -> None:
+    import json
+    from importlib import resources
+
+    row = json.loads(resources.files("dtype_doctor.data").joinpath("op_dtypes.json").read_text())["ops"][op]
+    assert (dtype in row["cpu"], dtype in row["cuda"], row.get("cuda_needs", {}).get(dtype)) == (cpu, cuda, needs), where
+
+
 def test_a_simulated_trace_asks_each_signature_once() -> None:
     """The probe is cached by signature: six identical layers cost one addmm probe."""
     import dtype_doctor.trace.probe as probe_module
@@ -249,6 +271,82 @@ def test_simulated_cuda_autocast_runs_layer_norm_in_fp32() -> None:
     assert _errors(report) == []
     norm = next(op for op in report.trace.ops if "layer_norm" in op.op)
     assert {t.dtype for t in norm.operands} == {"float32"} and norm.autocast == "float16"
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, layer: str) -> None:
+        super().__init__()
+        self.layer = nn.MultiheadAttention(8, 2) if layer == "mha" else nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x, x, x, need_weights=False)[0] if isinstance(self.layer, nn.MultiheadAttention) else self.layer(x)
+
+
+def _matmuls(trace) -> list[tuple[str, list[str]]]:  # noqa: ANN001
+    return [(o.op.split(".")[1], [t.dtype for t in o.operands if not t.is_scalar]) for o in trace.ops
+            if o.op.split(".")[1] in ("addmm", "mm", "bmm", "baddbmm") and o.phase == "forward"]
+
+
+@pytest.mark.parametrize("layer", ["mha", "encoder"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_simulated_cuda_autocast_casts_inside_python_functions(layer: str, dtype: str) -> None:
+    """nn.MultiheadAttention runs F.multi_head_attention_forward, a Python function whose linear
+    and bmm calls autocast casts (CPU's and CUDA's lists agree on them): fp32 weights and an fp16
+    input run under autocast, for real on this CPU and in a simulated CUDA trace."""
+    model, x = SelfAttention(layer).eval(), torch.rand(3, 2, 8).half()
+    with torch.autocast("cpu", dtype=getattr(torch, dtype)):
+        model(x)  # real CPU autocast runs it
+    real = dtype_doctor.diagnose(model, {"x": x}, autocast=dtype)
+    sim = dtype_doctor.diagnose(model, {"x": x}, autocast=dtype, simulate=True, device="cuda")
+    assert _errors(real) == [] and _errors(sim) == [], sim.findings
+    linear = [ops for name, ops in _matmuls(sim.trace) if name == "addmm"]
+    assert linear and all(set(ops) == {dtype} for ops in linear), _matmuls(sim.trace)
+
+
+class Disabled(nn.Module):
+    """A block the model keeps out of autocast, as rotary embeddings do."""
+
+    def __init__(self, device_type: str) -> None:
+        super().__init__()
+        self.device_type, self.proj = device_type, nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.autocast(self.device_type, enabled=False):
+            scores = x.float() @ x.float().T
+        return self.proj(x), scores
+
+
+def test_simulated_cuda_autocast_honours_a_disabled_block() -> None:
+    x = torch.rand(2, 4)
+    real = dtype_doctor.diagnose(Disabled("cpu"), {"x": x}, autocast="float16")
+    sim = dtype_doctor.diagnose(Disabled("cuda"), {"x": x}, autocast="float16", simulate=True, device="cuda")
+    assert _matmuls(sim.trace) == _matmuls(real.trace) == [("mm", ["float32", "float32"]), ("addmm", ["float16", "float16", "float16"])]
+    mm = next(o for o in sim.trace.ops if o.op.startswith("aten.mm"))
+    assert mm.autocast is None
+
+
+def test_cuda_autocast_refuses_binary_cross_entropy() -> None:
+    """A CPU↔CUDA table row: CPU autocast runs binary_cross_entropy in float32, CUDA's registers
+    binary_cross_entropy_banned (aten/src/ATen/autocast_mode.cpp)."""
+    call = Call(lambda x, y: F.binary_cross_entropy(call.head(x), y))
+    call.head = nn.Sequential(nn.Linear(4, 4), nn.Sigmoid())
+    x, y = torch.rand(2, 4), torch.rand(2, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        call(x=x, y=y)  # CPU autocast runs it
+    assert _errors(dtype_doctor.diagnose(call, {"x": x, "y": y}, autocast="bfloat16")) == []
+    report = dtype_doctor.diagnose(call, {"x": x, "y": y}, autocast="float16", simulate=True, device="cuda")
+    assert _errors(report) == ["DD100"]
+    bce = report.findings[0]
+    assert "unsafe to autocast" in bce.pytorch_error and "with_logits" in bce.fixes[0].description
+    assert report.trace.failure is None, "the trace goes on past the refusal"
+
+
+def test_simulated_cuda_autocast_runs_an_rnn_in_half_as_cudnn_does() -> None:
+    """cuDNN's RNN autocast wrapper casts input, weights and states to float16, and nn.RNNBase
+    skips its input-dtype check under autocast: no refusal."""
+    rnn, x = nn.GRU(4, 3), torch.rand(2, 1, 4).half()
+    report = dtype_doctor.diagnose(rnn, {"input": x}, autocast="bfloat16", simulate=True, device="cuda")
+    assert _errors(report) == []
 
 
 def test_a_model_without_parameters_reports_the_simulated_device() -> None:

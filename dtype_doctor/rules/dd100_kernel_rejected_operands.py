@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import Finding, OpCall, Trace
-from dtype_doctor.rules._common import base_op, describe, reraised, source_of, stage_of
+from dtype_doctor.records import Finding, FixSuggestion, OpCall, TensorMeta, Trace
+from dtype_doctor.rules._common import base_op, describe, fix_cast_inputs, fix_to_device, reraised, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 from dtype_doctor.trace.verdicts import classify_error
 
@@ -45,21 +45,22 @@ def check(trace: Trace) -> Iterator[Finding]:
         data = [t for t in op.operands if not t.is_scalar]
         shown = ", ".join(f"{describe(t)} {t.dtype if kind == 'dtype' else t.device}" for t in data[:4])
         odd = _odd_one(op, kind)
+        name = f"{base_op(op.op).removeprefix('aten.').removeprefix('torch.nn.functional.')}{' in ' + op.module_type if op.module_type else ''}"
+        message, fixes = _explained(op, name, kind, shown, odd)
         yield RULE.finding(
-            f"{base_op(op.op).removeprefix('aten.')}{' in ' + op.module_type if op.module_type else ''} refused its operands' "
-            f"{'dtypes' if kind == 'dtype' else 'devices'} ({shown})",
+            message,
             module=op.module,
             module_type=op.module_type,
             op=op.op,
             stage=stage_of(trace, odd, what="dtype" if kind == "dtype" else "device") if odd is not None else "model-code",
             tensors=tuple(data[:4]),
             source=source_of(trace, odd) if odd is not None else None,
+            fixes=fixes,
             pytorch_error=op.error,
         )
     failure = trace.failure
-    # A Python-level check (an RNN's input-vs-weight test) raises outside any op.
-    # The trace stopped at a refusal no op recorded (a fake kernel's own wording of a refusal
-    # the probe recorded counts as recorded: the same op).
+    # The trace stopped at a refusal no op recorded, raised outside any op (a fake kernel's own
+    # wording of a refusal the probe recorded counts as recorded: the same op).
     if failure is not None and failure.kind in ("dtype", "device") and not any(
         op.error and (op.error == failure.message or (failure.op is not None and op.op == failure.op)) for op in trace.ops
     ):
@@ -70,6 +71,33 @@ def check(trace: Trace) -> Iterator[Finding]:
             op=failure.op,
             pytorch_error=failure.message,
         )
+
+
+def _explained(op: OpCall, name: str, kind: str, shown: str, odd: TensorMeta | None) -> tuple[str, tuple[FixSuggestion, ...]]:
+    """The finding's message and fixes for a refusal of `kind`."""
+    error = op.error or ""
+    if "unsafe to autocast" in error:
+        return (
+            f"{name} is refused under CUDA autocast: binary_cross_entropy is unsafe in half precision (CPU autocast "
+            f"runs it in float32, CUDA raises)",
+            (FixSuggestion("cast-inputs", "display-only", "compute the loss from the logits with binary_cross_entropy_with_logits "
+                           "(BCEWithLogitsLoss), which autocast runs in float32, or call binary_cross_entropy on .float() "
+                           "inputs inside torch.autocast(enabled=False)"),),
+        )
+    if "without overflow" in error:
+        target = next((t for t in op.operands if not t.is_scalar and t.role not in ("mask", "index")), odd)
+        written = target.dtype if target is not None else "its dtype"
+        return (
+            f"{name} writes a number beyond the range of {written} ({shown}): PyTorch refuses it",
+            (FixSuggestion("cast-inputs", "display-only", f"use a value within {written}'s range (torch.iinfo) or a wider dtype"),),
+        )
+    message = f"{name} refused its operands' {'dtypes' if kind == 'dtype' else 'devices'} ({shown})"
+    others = [t for t in op.operands if not t.is_scalar and t is not odd]
+    if odd is None or not others:
+        return message, ()
+    if kind == "dtype":
+        return message, (fix_cast_inputs(others[0].dtype),)
+    return message, (fix_to_device(others[0].device),)
 
 
 def _odd_one(op: OpCall, kind: str):  # noqa: ANN202 - a TensorMeta or None
@@ -98,7 +126,10 @@ RULE = Rule(
         "out.scatter_add_(0, index, src)          # src float32\n"
         "RuntimeError: scatter(): Expected self.dtype to be equal to src.dtype"
     ),
-    fix="Cast the odd operand to the dtype (or move it to the device) of the others where it is produced.",
+    fix=(
+        "Cast the odd operand to the dtype (or move it to the device) of the others where it is produced. Under CUDA "
+        "autocast, compute a binary cross entropy from logits (BCEWithLogitsLoss)."
+    ),
     fix_safety="no automatic fix beyond the general strategies (cast-inputs, to-device).",
     check=check,
     device_note="On a real trace the kernel of this machine decides; a simulated trace asks the real CPU kernel (see DD107 for CUDA differences).",
