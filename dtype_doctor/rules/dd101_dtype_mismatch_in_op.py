@@ -15,7 +15,7 @@ from dtype_doctor.rules._common import (
     fix_half_model, is_half, kernel_dtype, main_dtype, refused, source_of, stage_of,
 )
 from dtype_doctor.rules.base import Rule
-from dtype_doctor.trace.recovery import RNN_INPUT_CHECK
+from dtype_doctor.trace.verdicts import RNN_INPUT_CHECK
 
 PARAM_ROLES = ("weight", "bias", "buffer")
 

@@ -47,6 +47,9 @@ _ONE_DTYPE = re.compile(
 )
 
 
+# The op name under which an RNN's own input-vs-weight check (torch/nn/modules/rnn.py) is recorded.
+RNN_INPUT_CHECK = "torch.nn.RNNBase.check_input"
+
 # "value cannot be converted to type c10::Half without overflow": a number beyond a floating
 # dtype's range (DD301's). An integer's ("… type int8_t without overflow") is a dtype refusal.
 _OVERFLOW = re.compile(r"converted to type (?:c10::|at::)?(?:Half|BFloat16|float|double) without overflow")
