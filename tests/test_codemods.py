@@ -895,10 +895,56 @@ def test_new_fix_module_fp32_trainable_runs():
     assert model.body.weight.dtype == torch.float16
 
 
+def test_one_fix_module_holds_every_strategy_the_fix_needs():
+    import torch
+
+    parts = [
+        ("autocast", {"dtype": "bfloat16", "device_type": "cpu"}),
+        ("cast-inputs", {"casts": {"labels": "int64", "pixel_values": "float16"}}),
+        ("fp32-trainable", {}),
+    ]
+    result = NewFixModule(parts=parts, findings=["DD401 x", "DD104 y"]).apply("", "dtype_doctor_fix.py")
+    assert result.applied and "fp32_trainable(), cast_inputs(), autocast_context()" in result.detail
+    ns: dict = {}
+    exec(compile(result.new_source, "dtype_doctor_fix.py", "exec"), ns)
+    assert ns["__doc__"].startswith("Fix written by dtype-doctor (strategy: fp32-trainable, cast-inputs, autocast).")
+    assert "with autocast_context(model, batch):" in ns["__doc__"] and "- DD104 y" in ns["__doc__"]
+    model = tiny_model().half()
+    model.body.requires_grad_(False)
+    batch = ns["apply_fix"](model, {"pixel_values": torch.randn(2, 4), "labels": torch.tensor([0, 2], dtype=torch.int32)})
+    assert model.head.weight.dtype == torch.float32 and model.body.weight.dtype == torch.float16  # converted in place
+    assert batch["pixel_values"].dtype == torch.float16 and batch["labels"].dtype == torch.int64
+    with ns["autocast_context"](model, batch):
+        logits, loss = model(**batch)
+    assert torch.isfinite(loss)
+
+
+def test_a_fix_module_s_preprocess_casts_what_the_user_s_function_returns(tmp_path):
+    import runpy
+
+    import torch
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "prep.py").write_text("def prep(example, tokenizer=None):\n    return {'x': [float(example['v'])], 'n': tokenizer}\n")
+    transform = {"kind": "user", "path": "sub/prep.py", "function": "prep", "batched": False, "accepts": ["tokenizer"]}
+    text = NewFixModule("cast-inputs", {"casts": {"x": "float16"}}, transform=transform).apply("", "f.py").new_source
+    (tmp_path / "dtype_doctor_fix.py").write_text(text)
+    ns = runpy.run_path(str(tmp_path / "dtype_doctor_fix.py"))
+    out = ns["preprocess"]({"v": [1, 2], "other": ["a", "b"]}, tokenizer="tok")
+    assert [t.dtype for t in out["x"]] == [torch.float16, torch.float16] and out["n"] == ["tok", "tok"]
+    assert out["other"] == ["a", "b"]  # what the function leaves alone stays, as with Dataset.map
+
+
+def test_an_existing_fix_module_is_replaced_only_when_asked():
+    assert NewFixModule("autocast", replace=True).apply("x = 1\n", "dtype_doctor_fix.py").detail.startswith(
+        "replaced dtype_doctor_fix.py"
+    )
+
+
 def test_new_fix_module_skips():
     assert skipped(NewFixModule("nope"), "", "dtype_doctor_fix.py").startswith("no fix module for strategy 'nope'")
     assert skipped(NewFixModule("autocast"), "x = 1\n", "dtype_doctor_fix.py") == (
-        "dtype_doctor_fix.py already exists; not replacing it with a generated fix module"
+        "dtype_doctor_fix.py already exists; pass --force to replace it with the generated fix module"
     )
 
 

@@ -41,7 +41,7 @@ def _arrays(batch: dict[str, list[Any]], column: str) -> tuple[list[Any], list[A
     return arrays, rates
 
 
-def _transcript_column(state: BatchState, ctx: BatchContext, audio: str) -> str | None:
+def transcript_column(state: BatchState, ctx: BatchContext, audio: str) -> str | None:
     if not (ctx.encoder_decoder and "labels" in ctx.forward) or "labels" in state.columns:
         return None
     return columns.text_columns(state.dataset.features, {audio})[0]
@@ -51,7 +51,7 @@ def run(state: BatchState, ctx: BatchContext) -> BatchState:
     column = columns.audio_column(state.dataset, ctx.forward)
     assert column is not None
     fe = require(ctx.feature_extractor, column, "holds audio", ctx.loaded, "feature extractor", "preprocessor_config.json")
-    transcript = _transcript_column(state, ctx, column)
+    transcript = transcript_column(state, ctx, column)
     tokenizer = None
     if transcript is not None:
         tokenizer = require(ctx.tokenizer, transcript, "is a transcript", ctx.loaded, "tokenizer", "tokenizer.json")

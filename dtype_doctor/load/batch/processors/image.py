@@ -17,12 +17,18 @@ def applies(state: BatchState, ctx: BatchContext) -> bool:
     return "pixel_values" in ctx.forward and "pixel_values" not in state.columns and columns.image_column(state.dataset) is not None
 
 
-def rgb_images(images: list[Any], loaded: Any) -> list[Any]:
-    """``.convert("RGB")`` as the example scripts do, for a model that takes 3 channels."""
+def wants_rgb(loaded: Any) -> bool:
+    """Whether the model takes 3 channels, so images are ``.convert("RGB")``-ed first."""
     channels = getattr(loaded.config, "num_channels", None)
     if channels is None:
         channels = getattr(getattr(loaded.config, "vision_config", None), "num_channels", 3)
-    return [im.convert("RGB") if channels == 3 and hasattr(im, "convert") else im for im in images]
+    return channels == 3
+
+
+def rgb_images(images: list[Any], loaded: Any) -> list[Any]:
+    """``.convert("RGB")`` as the example scripts do, for a model that takes 3 channels."""
+    rgb = wants_rgb(loaded)
+    return [im.convert("RGB") if rgb and hasattr(im, "convert") else im for im in images]
 
 
 def run(state: BatchState, ctx: BatchContext) -> BatchState:

@@ -24,7 +24,7 @@ def _target_column(state: BatchState, ctx: BatchContext) -> str | None:
     return None
 
 
-def _columns(state: BatchState, ctx: BatchContext) -> tuple[str | None, str | None, str | None]:
+def input_columns(state: BatchState, ctx: BatchContext) -> tuple[str | None, str | None, str | None]:
     target = _target_column(state, ctx)
     text, pair = columns.text_columns(state.dataset.features, {target} if target else set())
     return text, pair, target
@@ -32,7 +32,7 @@ def _columns(state: BatchState, ctx: BatchContext) -> tuple[str | None, str | No
 
 def applies(state: BatchState, ctx: BatchContext) -> bool:
     cols = set(state.columns)
-    return "input_ids" in ctx.forward and not ({"input_ids", "inputs_embeds"} & cols) and _columns(state, ctx)[0] is not None
+    return "input_ids" in ctx.forward and not ({"input_ids", "inputs_embeds"} & cols) and input_columns(state, ctx)[0] is not None
 
 
 def ensure_pad_token(tokenizer: Any, state: BatchState) -> BatchState:
@@ -56,7 +56,7 @@ def call_kwargs(tokenizer: Any, ctx: BatchContext) -> dict[str, Any]:
 
 
 def run(state: BatchState, ctx: BatchContext) -> BatchState:
-    text, pair, target = _columns(state, ctx)
+    text, pair, target = input_columns(state, ctx)
     assert text is not None
     tokenizer = require(ctx.tokenizer, text, "is raw text", ctx.loaded, "tokenizer", "tokenizer.json / tokenizer_config.json")
     state = ensure_pad_token(tokenizer, state)
