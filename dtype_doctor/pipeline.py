@@ -209,28 +209,89 @@ def fix(
         p.loaded.model, p.batch.inputs, p.request(), strategy=strategy, fail_on=fail_on, unsafe_fixes=unsafe_fixes,
         force=force, max_rounds=max_rounds,
     )
-    patch = None
-    # An unverified fix is not written as a patch: it would not make the pipeline run.
-    if patch_path is not None and result.verified and result.applied:
-        from dtype_doctor.fix import patches
-
-        root = patches.default_root(script_path, p.options.preprocess.rpartition(":")[0] if p.options.preprocess else None)
-        code = patches.UserCode(
-            preprocess=p.options.preprocess,
-            preprocess_mode=p.options.preprocess_mode,
-            dataset_format=p.options.dataset_format,
-            script=script_path,
-        )
-        device_type = p.device.split(":")[0]
-        plan = patches.plan_patch(
-            result.applied,
-            code=code,
-            device_type=device_type,
-            model_dtype=result.before.target.model_dtype,
-            findings=[f"{f.code} {f.module or '<model>'}: {f.message}" for f in result.before.findings],
-            root=root,
-        )
-        patch = patches.write(plan, patch_path, root=root, force=force, device_type=device_type)
-    elif patch_path is not None:
+    if patch_path is None:
+        return result.report(None)
+    if not result.verified:
         return result.report(None, patch_skipped="the fix was not verified, so it is not written")
-    return result.report(patch)
+    if not result.applied:
+        return result.report(None)  # nothing to fix, so nothing to patch: no file written
+    return result.report(_write_patch(p, result, patch_path, script_path, fail_on=fail_on, force=force))
+
+
+def _write_patch(p: Prepared, result: Any, patch_path: Any, script_path: Any, *, fail_on: str, force: bool) -> Any:
+    """Write the verified fix as a patch against the user's code, re-running the patched pipeline first."""
+    from pathlib import Path
+
+    from dtype_doctor.fix import patches
+    from dtype_doctor.fix.rerun import PatchedRun
+
+    o = p.options
+    root = patches.default_root(script_path, o.preprocess.rpartition(":")[0] if o.preprocess else None)
+    code = patches.UserCode(
+        preprocess=o.preprocess,
+        preprocess_mode=o.preprocess_mode,
+        dataset_format=o.dataset_format,
+        script=script_path,
+        outputs=frozenset(k for k, steps in p.batch.lineage.items() if any(s.stage == "preprocess" for s in steps)),
+        transform=_transform(p, root),
+        scan=_scan_words(p, fail_on),
+        dtype=o.dtype,
+        autocast=o.autocast,
+    )
+    device_type = p.device.split(":")[0]
+    plan = patches.plan_patch(
+        result.applied,
+        code=code,
+        device_type=device_type,
+        model_dtype=result.before.target.model_dtype,
+        findings=[f"{f.code} {f.module or '<model>'}: {f.message}" for f in result.before.findings],
+        root=root,
+    )
+    verify = PatchedRun(p, result.pipeline.model, result.pipeline.request, fail_on, root, root / Path(plan.module_file).name)
+    return patches.write(plan, patch_path, root=root, force=force, device_type=device_type, verify=verify)
+
+
+def _transform(p: Prepared, root: Any) -> dict[str, Any] | None:
+    """How the fix module's datasets transform builds the batch: the user's own function (by its
+    path from the root), else the model's processor called as the processor stage calls it."""
+    import os
+    from pathlib import Path
+
+    o = p.options
+    if o.preprocess:
+        from dtype_doctor.load.batch.preprocess import SIDE_KWARGS
+        from dtype_doctor.source_analysis import FunctionSource
+
+        file, _, name = o.preprocess.rpartition(":")
+        rel = os.path.relpath(Path(file).resolve(), root)
+        source = FunctionSource(file, name)
+        if rel.startswith("..") or source.fn is None:
+            return None
+        params = source.params()
+        return {
+            "kind": "user", "path": rel, "function": name, "batched": source.batched(),
+            "accepts": [n for n in SIDE_KWARGS if n in params],
+        }
+    from dtype_doctor.load.batch.processors import processor_call
+
+    return processor_call(p.rows.dataset, p.loaded, max_length=o.max_length)
+
+
+def _scan_words(p: Prepared, fail_on: str) -> tuple[str, ...]:
+    """`dtype-doctor scan MODEL DATASET` with the options of this pipeline that a fix module
+    leaves as they are (not --preprocess, --preprocess-mode, --dtype or --autocast)."""
+    o = p.options
+    words = ["dtype-doctor", "scan", p.model_spec, p.dataset_spec]
+    for flag, value, default in (
+        ("--split", o.split, None), ("--batch-size", o.batch_size, 2), ("--dataset-format", o.dataset_format, "torch"),
+        ("--collator", o.collator, "auto"), ("--device", o.device, "auto"), ("--gpu", o.gpu, None),
+        ("--fail-on", fail_on, "error"),
+        ("--select", ",".join(o.select) if o.select else None, None), ("--ignore", ",".join(o.ignore) if o.ignore else None, None),
+    ):
+        if value != default:
+            words += [flag, str(value)]
+    for flag, on in (("--train", o.train), ("--simulate", o.simulate), ("--trust-remote-code", o.trust_remote_code),
+                     ("--allow-pickle", o.allow_pickle)):
+        if on:
+            words.append(flag)
+    return tuple(words)

@@ -1,14 +1,17 @@
 """End to end on real user code: the script fails with a real PyTorch error, `dtype-doctor fix
 --write-patch` writes a patch, `git apply` applies it, and the script then runs for real.
 
-Scripts live in tests/pipelines/. Where the patched pipeline can be expressed with scan's
-options (--preprocess, --autocast, --train), `scan` is run on it too and must be clean.
+Scripts live in tests/pipelines/. After the patch every scenario is scanned again and must be
+clean: with `scan` where the patched pipeline is expressed with scan's options (--preprocess,
+--autocast, --train), else with `dtype-doctor run` on the patched script itself (which must
+have seen the unpatched script's error, or its clean verdict would mean nothing).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -89,6 +92,17 @@ def _script(repo: Path, s: Scenario) -> subprocess.CompletedProcess:
     )
 
 
+def _run(repo: Path, s: Scenario) -> dict:
+    """`dtype-doctor run` on the scenario's script, as the user runs it: the JSON report."""
+    done = subprocess.run(
+        [sys.executable, "-m", "dtype_doctor", "run", "--format", "json", "--", sys.executable, s.script,
+         str(FIX / s.model), str(repo / "data-copy")],
+        cwd=repo, env=_env(FIX / s.model), capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
 def _cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str]:
     with pytest.raises(SystemExit) as exit_info:
         run(argv)
@@ -116,6 +130,7 @@ def test_fix_patch_apply_run(s: Scenario, repo: Path, capsys: pytest.CaptureFixt
     error, dtypes = last_error(before.stderr)
     assert before.returncode != 0 and error == s.error[0], before.stderr[-2000:]
     assert names_dtypes(before.stderr.strip().splitlines()[-1], *s.error[1]), before.stderr[-2000:]
+    run_before = _run(repo, s) if s.scan_after is None else None
 
     code, out = _cli(["fix", str(FIX / s.model), str(FIX / s.data), *s.fix_args, "--write-patch", "fix.patch", "--format", "json"], capsys)
     report = json.loads(out)
@@ -139,6 +154,10 @@ def test_fix_patch_apply_run(s: Scenario, repo: Path, capsys: pytest.CaptureFixt
         code, out = _cli(["scan", str(FIX / s.model), str(FIX / s.data), *s.scan_after, "--format", "json"], capsys)
         assert code == 0, out
         assert json.loads(out)["summary"]["error"] == 0
+        return
+    run_after = _run(repo, s)
+    assert run_after["summary"]["error"] == 0, run_after["findings"]
+    assert run_before is not None and run_before["summary"]["error"] >= 1, "run saw the unpatched script's error"
 
 
 def test_patch_never_overwrites_without_force(repo: Path, capsys: pytest.CaptureFixture) -> None:
@@ -157,6 +176,9 @@ def test_without_user_code_the_patch_adds_a_fix_module(repo: Path, capsys: pytes
     subprocess.run(["git", "apply", "fix.patch"], cwd=repo, check=True)
     module = (repo / "dtype_doctor_fix.py").read_text()
     assert "def apply_fix(model, batch)" in module and "DD101" in module
+    # scan is clean on the pipeline with the module in it, checked as the fix said to.
+    code, out = _cli(shlex.split(fix["patch"]["check"])[1:] + ["--format", "json"], capsys)
+    assert code == 0 and json.loads(out)["summary"]["error"] == 0, out
     # The module does what the fix did: the demo's fp16 model runs on the fixed batch.
     check = (
         "import torch, dtype_doctor_fix\n"

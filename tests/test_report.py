@@ -625,6 +625,15 @@ def test_a_parity_that_could_not_be_measured_says_why_instead_of_a_blank_row():
     assert "not measured: RuntimeError: the reference failed" in text
 
 
+def test_the_fix_says_how_to_check_the_patch_and_what_it_leaves_out():
+    patch = PatchOutcome("fix.patch", ("dtype_doctor_fix.py",), unwritten=("cast labels int32 → int64 (why)",),
+                         check="dtype-doctor scan m d --preprocess dtype_doctor_fix.py:preprocess --preprocess-mode transform")
+    text = _rich(full_report(fix=replace(FIX_BLOCK, patch=patch)), width=140)
+    assert "left out  cast labels int32 → int64 (why)" in text
+    assert "check     dtype-doctor scan m d --preprocess dtype_doctor_fix.py:preprocess --preprocess-mode transform" in text
+    assert patch.to_dict()["check"].startswith("dtype-doctor scan") and patch.to_dict()["unwritten"] == list(patch.unwritten)
+
+
 def test_rich_module_tree_shows_only_off_majority_modules():
     text = _rich(full_report(), width=100)
     assert "parameter dtypes" in text

@@ -103,10 +103,14 @@ def fix_command(
     emit(report, format, output, fail_on)
     outcome = report.fix
     assert outcome is not None
-    if write_patch and not (outcome.patch and outcome.patch.path):
+    patch = outcome.patch
+    if write_patch and not (patch and patch.path):
         print(f"dtype-doctor: no patch written: {outcome.patch_skipped or outcome.detail}", file=sys.stderr)
         if outcome.patch_skipped:
             raise typer.Exit(1)  # a patch was asked for and the fix could not be written as one
+    if patch and patch.path and patch.unwritten:
+        print(f"dtype-doctor: {patch.path} leaves out: {'; '.join(patch.unwritten)}", file=sys.stderr)
+        raise typer.Exit(1)  # a patch without every verified change is not the fix
     if fail_on == "never":
         raise typer.Exit(0)
     raise typer.Exit(0 if outcome.verified else 1)

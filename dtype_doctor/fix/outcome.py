@@ -31,6 +31,23 @@ class Change:
         }
 
 
+def describe(c: Change) -> str:
+    verb = {
+        "cast-input": f"cast {c.target} {c.before} → {c.to}",
+        "convert-model": f"convert the model {c.before} → {c.to} (declared fp32 modules and buffers kept)",
+        "autocast": f"run the forward under torch.autocast(dtype=torch.{c.to})",
+        "move-input": f"move {c.target} {c.before} → {c.to}",
+        "trainable-fp32": f"keep the {c.target} parameters in float32 (were {c.before})",
+        "keep-fp32": (
+            f"keep {c.target} float32 instead of {c.before}"
+            if c.target != "model"
+            else (f"convert the model {c.before} → {c.to}" if c.before != c.to else f"keep the model {c.to}")
+            + " except the modules kept float32 (and those it declares fp32); each module casts its inputs to its own dtype"
+        ),
+    }
+    return verb.get(c.kind, f"{c.kind} {c.target} → {c.to}")
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     """The outcome of one strategy in one round: a value, never an exception."""
@@ -64,21 +81,30 @@ class CodemodOutcome:
 
 @dataclass(frozen=True, slots=True)
 class PatchOutcome:
-    """The patch written (path, files) or, with path None, why none could be."""
+    """The patch written (path, files) or, with path None, why none could be. `unwritten`:
+    the verified changes the patch leaves out, each with why (a patch that leaves one out is
+    not the fix); `check`: the command that checks the patched pipeline, where one can."""
 
     path: str | None
     files: tuple[str, ...] = ()
     edits: tuple[CodemodOutcome, ...] = ()
     notes: tuple[str, ...] = ()
     skipped: str | None = None
+    unwritten: tuple[str, ...] = ()
+    check: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "path": self.path,
             "files": list(self.files),
             "edits": [e.to_dict() for e in self.edits],
             "notes": list(self.notes),
         }
+        if self.unwritten:
+            out["unwritten"] = list(self.unwritten)
+        if self.check:
+            out["check"] = self.check
+        return out
 
 
 @dataclass(frozen=True)

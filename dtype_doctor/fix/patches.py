@@ -1,31 +1,43 @@
 """Turn the changes a verified fix applied into a unified diff against the user's code.
 
-Each change gets an ordered chain of codemods, and the first that applies wins:
+Each change gets an ordered chain of codemods, and the first that applies (and, where the
+pipeline can be re-run, leaves it running) wins:
   1. rewrite the cast at the lineage's source location in the --preprocess function, in
      any dtype family (float → int included);
-  2. cast the value where that function returns it;
-  3. the --script pipeline, right before the forward;
-  4. the documented fix module (a new dtype_doctor_fix.py).
-keep-fp32 always lands in the fix module: its keep_fp32(model) carries the module list and
-the input-casting hooks, which no one-line edit of a script could.
-A preprocess edit is offered only where it survives to the model: datasets' torch formatter
-turns every stored float into float32 and every int into int64, so a half or int32 cast
-made inside a `Dataset.map` function is undone before the batch is built.
+  2. rewrite the cast that builds the output of that name, wherever it is;
+  3. cast the value at every return of that function;
+  4. the --script pipeline, right before the forward;
+  5. the documented fix module (dtype_doctor_fix.py), one for every change no user code took.
+The preprocess attempts are offered only for a value that passes through the function (a
+label the collator renames from the dataset's column never does) and only where the cast
+survives to the model: datasets' torch formatter turns every stored float into float32 and
+every int into int64, so a half or int32 cast made inside a `Dataset.map` function is undone
+before the batch is built. keep-fp32 always lands in the fix module: its keep_fp32(model)
+carries the module list and the input-casting hooks, which no one-line edit of a script could.
+
+A patch is written whole or not at all: `verify` re-runs the patched pipeline (the caller
+builds it on temporary copies of the patched files) after each preprocess attempt and on the
+whole patch; a change that lands nowhere is named in `PatchOutcome.unwritten`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from dtype_doctor.fix import codemods as cm
-from dtype_doctor.fix.outcome import Change, CodemodOutcome, PatchOutcome, Step
+from dtype_doctor.fix.outcome import Change, CodemodOutcome, PatchOutcome, Step, describe
 from dtype_doctor.fix.patch import make_patch, read_source, repo_root
 
 LABEL_KEYS = ("labels", "label", "label_ids")
 # What datasets' torch formatter makes of a stored column: the dtypes that survive it.
 FORMATTER_KEEPS = frozenset({"float32", "int64", "bool"})
+
+# Re-runs the pipeline with these file texts: None when it runs (and, given a change, that
+# change's input reaches the model in its dtype), else why not.
+Verify = Callable[[Mapping[Path, str], "Change | None"], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -46,13 +58,6 @@ class Chain:
 
 
 @dataclass(frozen=True)
-class PatchPlan:
-    chains: tuple[Chain, ...]
-    findings: tuple[str, ...] = ()
-    module_file: Path | None = None  # where the fix module goes
-
-
-@dataclass(frozen=True)
 class UserCode:
     """The user's code a patch may edit, and how the batch reaches the model."""
 
@@ -60,6 +65,15 @@ class UserCode:
     preprocess_mode: str = "map"
     dataset_format: str = "torch"
     script: Path | None = None
+    # The model inputs whose value passes through the preprocess function (None: not known).
+    outputs: frozenset[str] | None = None
+    # How the fix module's `preprocess` builds the batch (NewFixModule's `transform`).
+    transform: Mapping[str, Any] | None = None
+    # `dtype-doctor scan MODEL DATASET` and the options of the scanned pipeline, less those the
+    # fix module changes (--preprocess, --preprocess-mode, --dtype, --autocast, given apart).
+    scan: tuple[str, ...] = ()
+    dtype: str = "auto"
+    autocast: str = "off"
 
     @property
     def preprocess_file(self) -> Path | None:
@@ -72,6 +86,18 @@ class UserCode:
     def survives_preprocess(self, dtype: str) -> bool:
         """Whether a dtype set in the preprocess function reaches the model as it is."""
         return self.preprocess_mode != "map" or self.dataset_format != "torch" or dtype in FORMATTER_KEEPS
+
+    def passes_through(self, key: str) -> bool:
+        """Whether model input `key` is a value the preprocess function returns."""
+        return self.outputs is None or key in self.outputs
+
+
+@dataclass(frozen=True)
+class PatchPlan:
+    chains: tuple[Chain, ...]
+    findings: tuple[str, ...] = ()
+    module_file: Path | None = None  # where the fix module goes
+    code: UserCode = field(default_factory=UserCode)
 
 
 def plan_patch(
@@ -90,20 +116,19 @@ def plan_patch(
         for c in step.changes:
             attempts = [*_preprocess_attempts(c, code), *_script_attempts(c, code.script, device_type, model_dtype)]
             chains.append(Chain(c, step.strategy, tuple(attempts)))
-    return PatchPlan(tuple(chains), tuple(findings), root / cm.NewFixModule.FILENAME)
+    return PatchPlan(tuple(chains), tuple(findings), root / cm.NewFixModule.FILENAME, code)
 
 
 def _preprocess_attempts(c: Change, code: UserCode) -> list[Attempt]:
     file, func = code.preprocess_file, code.preprocess_function
-    if c.kind != "cast-input" or file is None or func is None or not code.survives_preprocess(c.to):
+    if c.kind != "cast-input" or file is None or func is None:
         return []
-    at_source = c.source is not None and Path(c.source.file).resolve() == file
+    if not code.passes_through(c.target) or not code.survives_preprocess(c.to):
+        return []
     attempts = []
-    if at_source:
+    if c.source is not None and Path(c.source.file).resolve() == file:
         attempts.append(Attempt(file, cm.RetargetCast(func, c.to, key=c.target, lines=[c.source.line])))
     attempts.append(Attempt(file, cm.RetargetCast(func, c.to, key=c.target)))
-    # A cast the key analysis cannot tie to the output: the one cast of the right family.
-    attempts.append(Attempt(file, cm.RetargetCast(func, c.to, from_dtype=c.before)))
     attempts.append(Attempt(file, cm.CastReturnedValue(func, c.target, c.to)))
     return attempts
 
@@ -133,22 +158,17 @@ def _script_attempts(c: Change, script: Path | None, device_type: str, model_dty
     return [Attempt(script, mods[0] if len(mods) == 1 else cm.AllOf(mods))]
 
 
-def _module_params(strategy: str, c: Change, device_type: str) -> tuple[str, dict[str, Any]]:
-    if c.kind == "cast-input":
-        return "cast-inputs", {"dtype": c.to, "keys": [c.target]} if c.to not in ("int64", "bool") else {"index_keys": [c.target]}
-    if c.kind == "convert-model":
-        return "half-model", {"dtype": c.to}
-    if c.kind == "autocast":
-        return ("fp32-trainable" if strategy == "fp32-trainable" else "autocast"), {"dtype": c.to, "device_type": device_type}
-    if c.kind == "move-input":
-        return "to-device", {"device": c.to}
-    if c.kind == "keep-fp32":
-        return "keep-fp32", {"dtype": c.to} if c.target == "model" else {"modules": [c.target]}
-    return strategy, {}
-
-
-def write(plan: PatchPlan, path: Path, *, root: Path, force: bool, device_type: str = "cpu") -> PatchOutcome:
-    """Try each change's chain, write PATH (and nothing else), or say why nothing could be written."""
+def write(
+    plan: PatchPlan,
+    path: Path,
+    *,
+    root: Path,
+    force: bool,
+    device_type: str = "cpu",
+    verify: Verify | None = None,
+) -> PatchOutcome:
+    """Try each change's chain, re-run the patched pipeline, and write PATH (and nothing else);
+    or say why nothing could be written."""
     texts: dict[Path, str] = {}
     originals: dict[Path, str] = {}
     outcomes: list[CodemodOutcome] = []
@@ -162,46 +182,103 @@ def write(plan: PatchPlan, path: Path, *, root: Path, force: bool, device_type: 
     for chain in plan.chains:
         for attempt in chain.attempts:
             result = attempt.codemod.apply(current(attempt.file), attempt.file.name)
+            if result.applied and result.new_source is not None and verify is not None and attempt.file == plan.code.preprocess_file:
+                problem = verify({**texts, attempt.file: result.new_source}, chain.change)
+                if problem:
+                    outcomes.append(CodemodOutcome(str(attempt.file), result.codemod, "failed", f"{result.detail}; re-run: {problem}"))
+                    continue
             outcomes.append(CodemodOutcome(str(attempt.file), result.codemod, result.status, result.detail))
             if result.applied and result.new_source is not None:
                 texts[attempt.file] = result.new_source
                 break
         else:
             leftover.append(chain)
-    notes: list[str] = []
+    unwritten: list[str] = []
     if leftover and plan.module_file is not None:
-        module, notes = _fix_module(leftover, plan.findings, device_type)
+        module = _fix_module(leftover, plan, device_type, force)
         result = module.apply(current(plan.module_file), plan.module_file.name)
         outcomes.append(CodemodOutcome(str(plan.module_file), result.codemod, result.status, result.detail))
         if result.applied and result.new_source is not None:
             texts[plan.module_file] = result.new_source
+        else:
+            unwritten = [f"{describe(ch.change)} ({result.detail})" for ch in leftover]
     edits = [(f, originals[f], texts[f]) for f in texts if texts[f] != originals[f]]
     if not edits:
         # Nothing to write: say why instead of leaving an empty patch git apply rejects.
         reasons = "; ".join(f"{o.codemod}: {o.detail}" for o in outcomes if o.status != "applied") or "no edit planned"
-        return PatchOutcome(None, (), tuple(outcomes), tuple(notes), skipped=reasons)
+        return PatchOutcome(None, (), tuple(outcomes), skipped=reasons)
+    if verify is not None and not unwritten:
+        problem = verify({f: texts[f] for f, _, _ in edits}, None)
+        if problem:
+            return PatchOutcome(None, (), tuple(outcomes), skipped=f"the patched pipeline was re-run and {problem}")
     patch = make_patch(path, edits, root=root, force=force)
-    return PatchOutcome(str(patch.path), tuple(patch.files), tuple(outcomes), tuple(notes))
+    module_written = plan.module_file in texts and texts[plan.module_file] != originals.get(plan.module_file)
+    check = _check_command(_module_parts(leftover, device_type), plan) if module_written and not unwritten else None
+    return PatchOutcome(str(patch.path), tuple(patch.files), tuple(outcomes), unwritten=tuple(unwritten), check=check)
 
 
-def _fix_module(chains: list[Chain], findings: tuple[str, ...], device_type: str) -> tuple[cm.NewFixModule, list[str]]:
-    """One fix module for the changes no user code took (one strategy per module)."""
-    params = [_module_params(ch.strategy, ch.change, device_type) for ch in chains]
-    strategy, first = params[0]
-    notes = [f"{other}: one fix module per patch; apply it by hand or pass --script" for other, _ in params[1:] if other != strategy]
-    merged = dict(first)
-    keys = sorted({k for s, p in params if s == strategy for k in p.get("keys", ())})
-    if keys:
-        merged["keys"] = keys
-    index_keys = sorted({k for s, p in params if s == strategy for k in p.get("index_keys", ())})
-    if index_keys:
-        merged["index_keys"] = index_keys
-    modules = list(dict.fromkeys(m for s, p in params if s == strategy for m in p.get("modules", ())))
-    if modules:
-        merged["modules"] = modules
-        merged.setdefault("dtype", next((p["dtype"] for s, p in params if s == strategy and "dtype" in p), None))
-    merged["findings"] = list(findings)
-    return cm.NewFixModule(strategy, merged), notes
+def _fix_module(chains: list[Chain], plan: PatchPlan, device_type: str, force: bool) -> cm.NewFixModule:
+    """One fix module holding every change no user code took."""
+    parts = _module_parts(chains, device_type)
+    transform = plan.code.transform if "cast-inputs" in parts else None
+    return cm.NewFixModule(
+        parts=list(parts.items()), findings=plan.findings, transform=transform, check=_check_command(parts, plan), replace=force
+    )
+
+
+def _check_command(parts: Mapping[str, Any], plan: PatchPlan) -> str | None:
+    """The `scan` that checks the pipeline with the fix module in it; None where scan cannot
+    express it (apply_fix in a training loop of the user's, keep-fp32's hooks)."""
+    import shlex
+
+    code = plan.code
+    if not code.scan or plan.module_file is None or {"keep-fp32", "to-device"} & set(parts):
+        return None
+    words = list(code.scan)
+    if "cast-inputs" in parts:
+        if code.transform is None:
+            return None  # apply_fix only: scan cannot see a batch the user's own loop casts
+        words += ["--preprocess", f"{_relative(plan.module_file)}:preprocess", "--preprocess-mode", "transform"]
+    elif code.preprocess:
+        words += ["--preprocess", code.preprocess, "--preprocess-mode", code.preprocess_mode]
+    dtype = parts["half-model"]["dtype"] if "half-model" in parts else "float32" if "fp32-trainable" in parts else code.dtype
+    autocast = parts["autocast"]["dtype"] if "autocast" in parts else code.autocast
+    words += ["--dtype", dtype] if dtype != "auto" else []
+    words += ["--autocast", autocast] if autocast != "off" else []
+    return shlex.join(words)
+
+
+def _relative(file: Path) -> str:
+    import os
+
+    return os.path.relpath(file)
+
+
+def _module_parts(chains: list[Chain], device_type: str) -> dict[str, dict[str, Any]]:
+    """NewFixModule's parts for the changes in `chains`, one part a strategy."""
+    parts: dict[str, dict[str, Any]] = {}
+    for ch in chains:
+        c = ch.change
+        if c.kind == "cast-input":
+            casts = parts.setdefault("cast-inputs", {"casts": {}})["casts"]
+            # The function may return a label under the dataset's name; the collator renames it.
+            for key in LABEL_KEYS if c.target in LABEL_KEYS else (c.target,):
+                casts[key] = c.to
+        elif c.kind == "move-input":
+            parts.setdefault("to-device", {"device": c.to})
+        elif c.kind == "autocast":
+            parts.setdefault("autocast", {"dtype": c.to, "device_type": device_type})
+        elif c.kind == "convert-model":
+            parts.setdefault("half-model", {"dtype": c.to})
+        elif c.kind == "trainable-fp32":
+            parts.setdefault("fp32-trainable", {})
+        elif c.kind == "keep-fp32":
+            part = parts.setdefault("keep-fp32", {"modules": []})
+            if c.target == "model":
+                part["dtype"] = c.to
+            else:
+                part["modules"].append(c.target)
+    return parts
 
 
 def default_root(*paths: str | Path | None) -> Path:

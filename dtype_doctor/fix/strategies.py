@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from dtype_doctor.fix.outcome import Change, Step
+from dtype_doctor.fix.outcome import Change, Step, describe
 from dtype_doctor.records import HALF, Finding, Remedy, Report, TraceRequest
 from dtype_doctor.trace.recorder import device_name, dtype_name
 
@@ -84,23 +84,6 @@ class Strategy(ABC):
 
     @abstractmethod
     def apply(self, pipeline: Pipeline, changes: tuple[Change, ...]) -> Pipeline: ...
-
-
-def describe(c: Change) -> str:
-    verb = {
-        "cast-input": f"cast {c.target} {c.before} → {c.to}",
-        "convert-model": f"convert the model {c.before} → {c.to} (declared fp32 modules and buffers kept)",
-        "autocast": f"run the forward under torch.autocast(dtype=torch.{c.to})",
-        "move-input": f"move {c.target} {c.before} → {c.to}",
-        "trainable-fp32": f"keep the {c.target} parameters in float32 (were {c.before})",
-        "keep-fp32": (
-            f"keep {c.target} float32 instead of {c.before}"
-            if c.target != "model"
-            else (f"convert the model {c.before} → {c.to}" if c.before != c.to else f"keep the model {c.to}")
-            + " except the modules kept float32 (and those it declares fp32); each module casts its inputs to its own dtype"
-        ),
-    }
-    return verb.get(c.kind, f"{c.kind} {c.target} → {c.to}")
 
 
 class CastInputs(Strategy):

@@ -320,6 +320,10 @@ def fix_fields(fix: FixOutcome) -> list[tuple[str, str]]:
     if patch is not None and patch.path:
         files = ", ".join(patch.files)
         rows.append(("patch", f"{patch.path}" + (f" ({files})" if files else "")))
+        if patch.unwritten:
+            rows.append(("left out", "; ".join(patch.unwritten)))
+        if patch.check:
+            rows.append(("check", patch.check))
     if fix.detail and not verified:
         rows.append(("why", fix.detail))
     return rows
