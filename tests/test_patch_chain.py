@@ -240,3 +240,22 @@ def test_an_attempt_whose_patched_pipeline_fails_gives_way_to_the_next(tmp_path:
     out = patches.write(plan, tmp_path / "fix.patch", root=tmp_path, force=False, verify=fails_whole)
     assert out.path is None and not (tmp_path / "fix.patch").exists()
     assert out.skipped == "the patched pipeline was re-run and still has 1 finding(s) at or above error, first DD103: …"
+
+
+def test_a_fix_module_transform_that_fails_leaves_apply_fix_and_says_scan_cannot_check_it(tmp_path: Path) -> None:
+    from dtype_doctor.fix import patches
+    from dtype_doctor.fix.outcome import Step
+
+    code = patches.UserCode(transform={"kind": "audio", "column": "audio"}, scan=("dtype-doctor", "scan", "m", "d"))
+    change = Change("cast-input", "input_values", "bfloat16", "float32", "processor")
+    plan = patches.plan_patch([Step("cast-inputs", "applied", "", (change,))], code=code, device_type="cpu",
+                              model_dtype="bfloat16", root=tmp_path)
+
+    def verify(texts, change):
+        module = texts[tmp_path / "dtype_doctor_fix.py"]
+        return "does not run: TypeError: Got unsupported ScalarType BFloat16" if "\ndef preprocess(" in module else None
+
+    out = patches.write(plan, tmp_path / "fix.patch", root=tmp_path, force=False, verify=verify)
+    assert [(e.codemod, e.status) for e in out.edits] == [("NewFixModule", "failed"), ("NewFixModule", "applied")]
+    assert out.path and out.check is None and "scan cannot check" in out.notes[0]
+    assert "def preprocess(" not in (tmp_path / "fix.patch").read_text()

@@ -194,12 +194,23 @@ def write(
         else:
             leftover.append(chain)
     unwritten: list[str] = []
+    transform = False  # whether the fix module's `preprocess` is in the patch
     if leftover and plan.module_file is not None:
-        module = _fix_module(leftover, plan, device_type, force)
-        result = module.apply(current(plan.module_file), plan.module_file.name)
-        outcomes.append(CodemodOutcome(str(plan.module_file), result.codemod, result.status, result.detail))
+        file = plan.module_file
+        module = _fix_module(leftover, plan, device_type, force, transform=True)
+        result = module.apply(current(file), file.name)
+        if result.applied and result.new_source is not None and verify is not None and module.transform is not None:
+            problem = verify({**texts, file: result.new_source}, None)
+            if problem:
+                # The transform cannot carry the casts (say, bfloat16 rows the collator's numpy
+                # cannot hold): the module keeps apply_fix for the user's own loop.
+                outcomes.append(CodemodOutcome(str(file), result.codemod, "failed", f"{result.detail}; re-run: {problem}"))
+                module = _fix_module(leftover, plan, device_type, force, transform=False)
+                result = module.apply(current(file), file.name)
+        outcomes.append(CodemodOutcome(str(file), result.codemod, result.status, result.detail))
         if result.applied and result.new_source is not None:
-            texts[plan.module_file] = result.new_source
+            texts[file] = result.new_source
+            transform = module.transform is not None
         else:
             unwritten = [f"{describe(ch.change)} ({result.detail})" for ch in leftover]
     edits = [(f, originals[f], texts[f]) for f in texts if texts[f] != originals[f]]
@@ -207,26 +218,31 @@ def write(
         # Nothing to write: say why instead of leaving an empty patch git apply rejects.
         reasons = "; ".join(f"{o.codemod}: {o.detail}" for o in outcomes if o.status != "applied") or "no edit planned"
         return PatchOutcome(None, (), tuple(outcomes), skipped=reasons)
-    if verify is not None and not unwritten:
+    parts = _module_parts(leftover, device_type) if leftover and not unwritten else {}
+    # The whole patch, re-run; not when the module casts only in apply_fix, which scan cannot see.
+    if verify is not None and not unwritten and not ("cast-inputs" in parts and not transform):
         problem = verify({f: texts[f] for f, _, _ in edits}, None)
         if problem:
             return PatchOutcome(None, (), tuple(outcomes), skipped=f"the patched pipeline was re-run and {problem}")
     patch = make_patch(path, edits, root=root, force=force)
-    module_written = plan.module_file in texts and texts[plan.module_file] != originals.get(plan.module_file)
-    check = _check_command(_module_parts(leftover, device_type), plan) if module_written and not unwritten else None
-    return PatchOutcome(str(patch.path), tuple(patch.files), tuple(outcomes), unwritten=tuple(unwritten), check=check)
+    check = _check_command(parts, plan, transform) if parts else None
+    notes = ()
+    if "cast-inputs" in parts and not transform:
+        notes = (f"{plan.module_file.name if plan.module_file else 'the fix module'}: call apply_fix(model, batch) on each "
+                 "batch before the forward; scan cannot check a cast made in your own loop",)
+    return PatchOutcome(str(patch.path), tuple(patch.files), tuple(outcomes), notes, unwritten=tuple(unwritten), check=check)
 
 
-def _fix_module(chains: list[Chain], plan: PatchPlan, device_type: str, force: bool) -> cm.NewFixModule:
-    """One fix module holding every change no user code took."""
+def _fix_module(chains: list[Chain], plan: PatchPlan, device_type: str, force: bool, *, transform: bool) -> cm.NewFixModule:
+    """One fix module holding every change no user code took (with `transform`, the casts also
+    as a datasets transform, where the pipeline gives one)."""
     parts = _module_parts(chains, device_type)
-    transform = plan.code.transform if "cast-inputs" in parts else None
-    return cm.NewFixModule(
-        parts=list(parts.items()), findings=plan.findings, transform=transform, check=_check_command(parts, plan), replace=force
-    )
+    spec = plan.code.transform if transform and "cast-inputs" in parts else None
+    check = _check_command(parts, plan, spec is not None)
+    return cm.NewFixModule(parts=list(parts.items()), findings=plan.findings, transform=spec, check=check, replace=force)
 
 
-def _check_command(parts: Mapping[str, Any], plan: PatchPlan) -> str | None:
+def _check_command(parts: Mapping[str, Any], plan: PatchPlan, transform: bool) -> str | None:
     """The `scan` that checks the pipeline with the fix module in it; None where scan cannot
     express it (apply_fix in a training loop of the user's, keep-fp32's hooks)."""
     import shlex
@@ -236,7 +252,7 @@ def _check_command(parts: Mapping[str, Any], plan: PatchPlan) -> str | None:
         return None
     words = list(code.scan)
     if "cast-inputs" in parts:
-        if code.transform is None:
+        if not transform:
             return None  # apply_fix only: scan cannot see a batch the user's own loop casts
         words += ["--preprocess", f"{_relative(plan.module_file)}:preprocess", "--preprocess-mode", "transform"]
     elif code.preprocess:

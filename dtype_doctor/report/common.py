@@ -324,6 +324,7 @@ def fix_fields(fix: FixOutcome) -> list[tuple[str, str]]:
             rows.append(("left out", "; ".join(patch.unwritten)))
         if patch.check:
             rows.append(("check", patch.check))
+        rows += [("note", note) for note in patch.notes]
     if fix.detail and not verified:
         rows.append(("why", fix.detail))
     return rows
