@@ -119,9 +119,24 @@ class CudaAutocast:
         """The autocast dtype in force here ("float16"), or None in a disabled region."""
         return str(torch.get_autocast_dtype("cuda")).removeprefix("torch.") if self.enabled else None
 
-    def refusal(self, func: Any) -> str | None:
-        """CUDA autocast's own error for `func`, when it refuses to run it at all."""
-        return BANNED.get(getattr(func, "__name__", "")) if self.enabled else None
+    def refusal(self, func: Any, args: tuple, kwargs: dict) -> str | None:
+        """CUDA autocast's own error for this call, when it refuses to run it at all: a banned
+        function, or a promote op given two different half dtypes (at::autocast::prioritize)."""
+        if not self.enabled:
+            return None
+        name = getattr(func, "__name__", "")
+        if name in BANNED:
+            return BANNED[name]
+        if name in PROMOTE:
+            lower, current = torch.get_autocast_dtype("cuda"), torch.get_autocast_dtype("cuda")
+            for t in _tensors(args, kwargs):
+                if not _eligible(t):
+                    continue
+                if current == torch.float32 or t.dtype == torch.float32:
+                    current = torch.float32
+                elif t.dtype != lower:
+                    return "Unexpected floating ScalarType in at::autocast::prioritize"
+        return None
 
     def cast(self, func: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         if not self.enabled:

@@ -505,7 +505,7 @@ class _FunctionRecorder(TorchFunctionMode):
         if amp is not None:
             self.rec.amp_state = amp.current()
         if amp is not None and amp.enabled:
-            refusal = amp.refusal(func)
+            refusal = amp.refusal(func, args, kwargs)
             if refusal is not None:
                 return self._refused_by_autocast(func, args, kwargs, refusal)
             self.rec._suspended += 1  # autocast's casts are not the model's ops
@@ -557,8 +557,10 @@ class _FunctionRecorder(TorchFunctionMode):
             with self.rec.amp.disabled():
                 return func(*a, **k)
 
-        name = f"torch.nn.functional.{getattr(func, '__name__', 'function')}"
-        return self.rec.record(_FunctionSchema(("input", "target", "weight")), name, args, kwargs, run, "function", refusal=refusal)
+        short = getattr(func, "__name__", "function")
+        name = f"torch.nn.functional.{short}" if short == "binary_cross_entropy" else f"torch.{short}"
+        arg_names = ("input", "target", "weight") if short == "binary_cross_entropy" else ()
+        return self.rec.record(_FunctionSchema(arg_names), name, args, kwargs, run, "function", refusal=refusal)
 
 
 _HAS_TORCH_FUNCTION = ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic")

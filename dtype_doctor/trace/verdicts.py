@@ -25,7 +25,7 @@ _DTYPE_NAMES = re.compile(
     r"|torch\.(float|bfloat|int|uint|bool|complex)\d*\b"
 )
 _DTYPE_ERROR = re.compile(
-    r"dtype|scalar type|type \(|can't be cast|same type|not implemented for|\bbool\b|floating.point|integral"
+    r"dtype|scalar ?type|type \(|can't be cast|same type|not implemented for|\bbool\b|floating.point|integral"
     r"|complex tensor|should be type|converted to type"
     # CUDA autocast's refusal of an op it deems unsafe in half precision (binary_cross_entropy).
     r"|unsafe to autocast",
