@@ -352,11 +352,17 @@ SIMULATION_LIMITS = {
 }
 
 
-def simulation_limit(case: Case) -> str | None:
-    """Why the simulation cannot judge `case` (SIMULATION_LIMITS), or None."""
+# Real errors about values, not dtypes: fake tensors hold none, so no simulation sees them.
+_VALUE_ERRORS = re.compile(r"index out of range|out of bounds|index \d+ is out of", re.I)
+
+
+def simulation_limit(case: Case, real: BaseException | None = None) -> str | None:
+    """Why the simulation cannot judge `case` (SIMULATION_LIMITS, or a real error about values), or None."""
     for name in (case.op, case.op.split(".")[0], case.op.rsplit(".", 1)[0]):
         if name in SIMULATION_LIMITS:
             return SIMULATION_LIMITS[name]
+    if real is not None and _VALUE_ERRORS.search(str(real)):
+        return "the real error is about values (an index out of range), which fake tensors do not hold"
     return None
 
 

@@ -165,12 +165,13 @@ def test_simulated_verdict_agrees_with_the_real_kernel(case: oc.Case) -> None:
     """simulate=True on a CUDA target: the real CPU outcome, turned into CUDA's by PyTorch's own
     declarations (oc.expected_on_cuda reads op_db and kernel sources, not the table under test).
     A real error the simulation only reports as "fake tensors cannot follow" is a disagreement."""
-    limit = oc.simulation_limit(case)
+    real = oc.real_error(case)
+    limit = oc.simulation_limit(case, real)
     if limit:
         pytest.skip(limit)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        expected = oc.expected_on_cuda(case, oc.real_error(case))
+        expected = oc.expected_on_cuda(case, real)
         report = oc.doctor_report(case, simulate=True, device="cuda")
     errors = oc.errors_in(report)
     assert bool(errors) == (expected is not None), f"expected on CUDA: {expected}; doctor: {[f.message for f in report.findings]}"

@@ -9,6 +9,7 @@ from dtype_doctor.rules.base import Rule
 
 
 def check(trace: Trace) -> Iterator[Finding]:
+    yield from _assumed(trace)
     failure = trace.failure
     if failure is None:
         return
@@ -27,6 +28,26 @@ def check(trace: Trace) -> Iterator[Finding]:
         op=failure.op,
         stage="model-code",
         pytorch_error=failure.message,
+    )
+
+
+def _assumed(trace: Trace) -> Iterator[Finding]:
+    """Conditions on tensor values a simulated trace took as False (fake tensors hold none)."""
+    assumed = [op for op in trace.ops if op.attr("assumed") is not None]
+    if not assumed:
+        return
+    first = assumed[0]
+    where = f" in {first.module_type}" if first.module_type else ""
+    more = f" (and {len(assumed) - 1} more)" if len(assumed) > 1 else ""
+    yield RULE.finding(
+        f"a condition on tensor values{where} was taken as {first.attr('assumed')}{more}: fake tensors hold no values, "
+        "so the simulated trace followed that branch (the one valid inputs take in torch's own checks); a real run "
+        "may take the other",
+        severity="info",
+        module=first.module,
+        module_type=first.module_type,
+        op=first.op,
+        stage="model-code",
     )
 
 

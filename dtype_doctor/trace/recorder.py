@@ -518,7 +518,10 @@ class _FunctionRecorder(TorchFunctionMode):
             # `scores[...] = 2**30`: the number becomes a half tensor (inf) before dispatch.
             watched = ("torch.Tensor.__setitem__", ("self", "key", "value"))
         if watched is None:
-            if amp is not None and amp.enabled:
+            simulated = self.rec.predict is not None and not self.rec._suspended
+            if func is torch.Tensor.__bool__ and simulated:
+                return self._assumed_condition(func, args, kwargs)
+            if (amp is not None and amp.enabled) or simulated:
                 return self._opened(func, args, kwargs)
             return func(*args, **kwargs)
         name, arg_names = watched
@@ -529,9 +532,11 @@ class _FunctionRecorder(TorchFunctionMode):
         """Run a Python-level torch function with this mode on inside it.
 
         A mode is off while its handler runs, so the torch functions that F.multi_head_attention_forward
-        (or F.softmax, torch.einsum …) calls would pass unseen, and CUDA autocast's casts with them.
-        The function's own code runs with its has_torch_function checks answering False (else
-        it would hand itself straight back here) and the mode on for everything it calls.
+        (or F.softmax, torch.einsum …) calls would pass unseen: CUDA autocast's casts, the watched
+        functions' checks and, in a simulated trace, the value conditions fake tensors cannot
+        decide (F.gaussian_nll_loss's `torch.any(var < 0)`). The function's own code runs with its
+        has_torch_function checks answering False (else it would hand itself straight back here)
+        and the mode on for everything it calls.
         """
         opened = _transparent(func) if func not in self._opening else None
         if opened is None:
@@ -542,6 +547,25 @@ class _FunctionRecorder(TorchFunctionMode):
                 return opened(*args, **kwargs)
         finally:
             self._opening.discard(func)
+
+    def _assumed_condition(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """`if torch.any(var < 0): raise ...` on fake tensors, which hold no values: the condition
+        is taken as False (the path of valid inputs in torch's own checks) and the assumption
+        recorded, instead of ending the simulated trace (DD001 reports it)."""
+        from torch._subclasses.fake_tensor import DataDependentOutputException
+
+        try:
+            return func(*args, **kwargs)
+        except DataDependentOutputException:
+            rec = self.rec
+            module, module_type = rec.stack[-1]
+            operands = tuple(rec.meta(t) for t in args if isinstance(t, torch.Tensor))
+            autocast = rec.amp_state if rec.amp is not None else rec.autocast_stack[-1]
+            rec.ops.append(
+                OpCall(len(rec.ops), "torch.Tensor.__bool__", module, module_type, operands, (), "forward", autocast,
+                       None, False, "function", (("assumed", False),))
+            )
+            return False
 
     def _refused_by_autocast(self, func: Any, args: tuple, kwargs: dict, refusal: str) -> Any:
         """An op CUDA autocast refuses outright (binary_cross_entropy): recorded with CUDA's
