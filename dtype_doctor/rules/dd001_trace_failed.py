@@ -13,8 +13,8 @@ def check(trace: Trace) -> Iterator[Finding]:
     failure = trace.failure
     if failure is None:
         return
-    if failure.kind in ("dtype", "device"):
-        return  # a refusal: the rule that explains it, or DD100, reports it
+    if failure.kind in ("dtype", "device", "overflow"):
+        return  # a refusal: the rule that explains it (DD301 for a number beyond a dtype), or DD100, reports it
     what = {
         "other": "failed for a reason that is not dtype or device",
         "simulation": "could not be simulated with fake tensors",

@@ -58,7 +58,10 @@ def _lists(op: str) -> dict | None:
     name = op_name(op)
     table = op_dtypes()
     bare = name.lstrip("_").removeprefix("native_").rstrip("_")
-    for key in (name, bare, bare.removesuffix("_forward"), bare.removesuffix("_with_indices"), bare.removesuffix("_out_frame")):
+    # The aten ops an OpInfo's op decomposes into: max_pool2d_with_indices, nll_loss_forward,
+    # _histogramdd_bin_edges / _from_bin_cts / _from_bin_tensors (torch.histogramdd).
+    suffixes = ("_forward", "_with_indices", "_out_frame", "_bin_edges", "_from_bin_cts", "_from_bin_tensors")
+    for key in (name, bare, *(bare.removesuffix(s) for s in suffixes)):
         if key in table:
             return table[key]
     return None
