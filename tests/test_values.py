@@ -109,3 +109,13 @@ def test_gradients_are_measured_with_train():
     assert names == {"a.weight", "a.bias", "b.weight", "b.bias"}
     assert all(g.stats.finite and g.stats.absmax > 0 for g in report.trace.grads)
     assert FP16_TINY == torch.finfo(torch.float16).tiny
+
+
+def test_half_tensors_met_under_another_half_autocast_are_measured():
+    # CPU autocast bf16 refuses to stack two fp16 tensors (at::autocast::prioritize): the
+    # statistics must not use such ops while the model's autocast is on.
+    model = nn.Sequential(nn.Identity(), nn.Linear(4, 4))
+    report = dtype_doctor.diagnose(model, {"input": torch.randn(2, 4).half()}, autocast="bfloat16")
+    assert report.trace.failure is None and report.trace.values_measured
+    identity = next(m for m in report.trace.modules if m.name == "0")
+    assert identity.stats is not None and identity.stats.finite

@@ -33,7 +33,7 @@ class ValueProbe:
     """
 
     def __init__(self) -> None:
-        self._extremes: list[torch.Tensor] = []  # (min, max) per handle, on the tensor's device
+        self._extremes: list[tuple[torch.Tensor, torch.Tensor]] = []  # (min, max) per handle, on the tensor's device
         self._samples: list[torch.Tensor] = []  # ≤ SAMPLE float64 values per handle
         self._numel: list[int] = []
         self._seen: WeakIdKeyDictionary = WeakIdKeyDictionary()
@@ -62,7 +62,7 @@ class ValueProbe:
             x = t.detach()
             flat = x.reshape(-1)  # a view when contiguous, as nearly every op's result is
             n = flat.numel()
-            self._extremes.append(torch.stack(torch.aminmax(flat)))
+            self._extremes.append(torch.aminmax(flat))  # no stack here: autocast would "promote" it
             # Every step-th element: a strided view, copied as at most SAMPLE float64 values.
             sample = flat[:: -(-n // SAMPLE)] if n > SAMPLE else flat
             self._samples.append(sample.to(torch.float64, copy=True))
@@ -78,10 +78,13 @@ class ValueProbe:
             return self._resolved
         rows: list[list[float]] = [[] for _ in self._numel]
         by_device: dict[str, list[int]] = {}
-        for i, e in enumerate(self._extremes):
-            by_device.setdefault(str(e.device), []).append(i)
-        for indices in by_device.values():
-            for i, row in zip(indices, _batch([self._extremes[i] for i in indices], [self._samples[i] for i in indices])):
+        for i, s in enumerate(self._samples):
+            by_device.setdefault(str(s.device), []).append(i)
+        for device, indices in by_device.items():
+            # The user's own autocast may still be on (watch() inside an autocast block).
+            with torch.autocast(torch.device(device).type, enabled=False):
+                batch = _batch([self._extremes[i] for i in indices], [self._samples[i] for i in indices])
+            for i, row in zip(indices, batch):
                 rows[i] = row
         self._resolved = [_stats(row, n) for row, n in zip(rows, self._numel)]
         return self._resolved
@@ -93,7 +96,7 @@ class ValueProbe:
         return merge_stats([s for h in handles if (s := self.get(h)) is not None])
 
 
-def _batch(extremes: list[torch.Tensor], samples: list[torch.Tensor]) -> list[list[float]]:
+def _batch(extremes: list[tuple[torch.Tensor, torch.Tensor]], samples: list[torch.Tensor]) -> list[list[float]]:
     """One row per tensor: min, max, min_nonzero, nonfinite, below, below_scaled, nonzero, sampled."""
     lengths = torch.tensor([len(s) for s in samples], device=samples[0].device)
     padded = torch.nn.utils.rnn.pad_sequence(samples, batch_first=True)
@@ -111,7 +114,9 @@ def _batch(extremes: list[torch.Tensor], samples: list[torch.Tensor]) -> list[li
         ],
         dim=1,
     )
-    return torch.cat([torch.stack(extremes).double(), table], dim=1).tolist()
+    lows = torch.stack([lo.double() for lo, _ in extremes])
+    highs = torch.stack([hi.double() for _, hi in extremes])
+    return torch.cat([lows[:, None], highs[:, None], table], dim=1).tolist()
 
 
 def _stats(row: list[float], numel: int) -> ValueStats:
