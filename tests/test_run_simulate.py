@@ -39,7 +39,8 @@ def _codes(report: dict, severity: str = "error") -> list[str]:
 CUDA_API = """\
 import torch
 
-print("available", torch.cuda.is_available(), "count", torch.cuda.device_count(), "bf16", torch.cuda.is_bf16_supported())
+print("available", torch.cuda.is_available(), "count", torch.cuda.device_count(), "bf16", torch.cuda.is_bf16_supported(),
+      "native", torch.cuda.is_bf16_supported(including_emulation=False))
 device = torch.device("cuda")
 model = torch.nn.Linear(8, 4).cuda()
 head = torch.nn.Linear(4, 2, device="cuda")
@@ -57,7 +58,8 @@ for step in range(2):
 
 def test_the_script_sees_a_cuda_machine(workdir: Path, capsys: pytest.CaptureFixture) -> None:
     code, report, err = _run(["run", "--simulate", "--gpu", "t4", "-f", "json", "--", "python", _script(workdir, CUDA_API)], capsys)
-    assert "available True count 1 bf16 False" in err  # a T4: no native bfloat16
+    # A T4 as torch sees one: bfloat16 runs (emulated), but not natively (compute capability 7.5).
+    assert "available True count 1 bf16 True native False" in err
     assert "scaler True" in err  # GradScaler is on, as on a GPU
     # Every placement landed on the data-less stand-in; the report names it as the CUDA device.
     assert "params {'meta'} x meta bias meta" in err

@@ -208,7 +208,7 @@ class CudaSimulation:
             "get_device_name": lambda device=None: name,
             "get_device_capability": lambda device=None: capability,
             "get_device_properties": lambda device=None: props,
-            "is_bf16_supported": lambda including_emulation=True: gpu is None or gpu.bf16,
+            "is_bf16_supported": lambda including_emulation=True: gpu is None or gpu.bf16_supported(including_emulation),
             "synchronize": lambda device=None: None,
             "empty_cache": lambda: None,
             "memory_allocated": lambda device=None: 0,
@@ -253,7 +253,8 @@ class CudaSimulation:
             self._cache_enabled = cache_enabled if cache_enabled is not None else torch.is_autocast_cache_enabled()
             self.custom_backend_name = torch._C._get_privateuse1_backend_name()
             self._dd_simulated = True
-            if enabled and self.fast_dtype == torch.bfloat16 and sim.gpu is not None and not sim.gpu.bf16:
+            # torch asks is_bf16_supported() with emulation, which every CUDA 11+ GPU passes.
+            if enabled and self.fast_dtype == torch.bfloat16 and sim.gpu is not None and not sim.gpu.bf16_supported():
                 raise RuntimeError("Current CUDA Device does not support bfloat16. Please switch dtype to float16.")
             if enabled and self.fast_dtype not in (torch.float16, torch.bfloat16):
                 warnings.warn(f"In CUDA autocast, but the target dtype {self.fast_dtype} is not supported. Disabling autocast.", stacklevel=2)
