@@ -142,12 +142,16 @@ def test_autocast_cuda_applies_cudas_lists(workdir: Path, capsys: pytest.Capture
     assert "out torch.float16" in err
 
 
-def test_bfloat16_autocast_on_a_gpu_without_it_fails_as_on_that_gpu(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+def test_bfloat16_autocast_on_a_gpu_without_bf16_tensor_cores_runs_as_on_that_gpu(workdir: Path, capsys: pytest.CaptureFixture) -> None:
     script = _script(workdir, AUTOCAST.replace("torch.float16)", "torch.bfloat16)"))
     code, report, err = _run(["run", "--simulate", "--gpu", "a100", "-f", "json", "--", "python", script], capsys)
     assert code == 0 and report["target"]["autocast"] == "bfloat16"
+    assert "DD107" not in {f["code"] for f in report["findings"]}
+    # On a T4 torch's autocast asks is_bf16_supported(), which is True with emulation: the step
+    # runs, and DD107 warns that its bfloat16 matmuls have no tensor cores there.
     code, report, err = _run(["run", "--simulate", "--gpu", "t4", "-f", "json", "--", "python", script], capsys)
-    assert code == 2 and "does not support bfloat16" in err  # torch's own words, before any model call
+    assert code == 0 and report["target"]["autocast"] == "bfloat16"
+    assert {f["severity"] for f in report["findings"] if f["code"] == "DD107"} == {"warning"}
 
 
 # The script reads a value every step (loss.item()): the simulation ends there.

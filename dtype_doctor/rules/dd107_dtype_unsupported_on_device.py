@@ -101,9 +101,8 @@ RULE = Rule(
     name="dtype-unsupported-on-device",
     severity="error",
     summary=(
-        "An op whose kernel on the target device does not implement an operand's dtype (integer gelu, half kernels "
-        "missing on CPU, bf16 flash attention before compute capability 8.0); bf16 matmul/conv/attention on a GPU "
-        "before 8.0 runs emulated, without tensor cores (a warning)."
+        "A dtype the target device's kernel does not implement (integer gelu, half kernels missing on CPU, "
+        "bf16 flash attention before compute capability 8.0; bf16 matmul there: slow, a warning)."
     ),
     why=(
         "PyTorch registers each kernel for a list of dtypes per device. An op given a dtype outside that list "
