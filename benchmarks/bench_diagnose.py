@@ -6,7 +6,8 @@
 
 Targets: median of the per-triple ratios A/B ≤ 1.2 and A'/B ≤ 1.15. All sides run in this one
 process on the same model object and the same batch, with torch.set_num_threads fixed, after
-warm-up, in turn A A' B A A' B ... so drift on a shared machine hits every side alike.
+warm-up, in turns whose order rotates (A A' B, A' B A, B A A', ...), so drift on a shared
+machine and cache effects of the side before hit every side alike.
 
     python benchmarks/bench_diagnose.py [--pairs 9] [--threads 2] [--model DIR]
 """
@@ -89,9 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     ratios: list[float] = []
     ratios_off: list[float] = []
     for i in range(args.pairs):
-        a = diag()
-        a_off = diag(False)
-        b = plain()
+        # The order turns each time (A A' B, A' B A, B A A'): no side always runs first or last.
+        runs = {"a": lambda: diag(), "a_off": lambda: diag(False), "b": plain}
+        order = ["a", "a_off", "b"][i % 3 :] + ["a", "a_off", "b"][: i % 3]
+        took = {name: runs[name]() for name in order}
+        a, a_off, b = took["a"], took["a_off"], took["b"]
         a_times.append(a)
         b_times.append(b)
         ratios.append(a / b)

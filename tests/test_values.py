@@ -119,3 +119,22 @@ def test_half_tensors_met_under_another_half_autocast_are_measured():
     assert report.trace.failure is None and report.trace.values_measured
     identity = next(m for m in report.trace.modules if m.name == "0")
     assert identity.stats is not None and identity.stats.finite
+
+
+def test_ops_that_only_shrink_their_input_are_bounded_by_it():
+    # gelu/relu/where results are never larger than their operands: their exact extremes come
+    # from the operands' (one full pass saved), their shares from their own sample.
+    class Act(nn.Module):
+        def forward(self, x):
+            return torch.relu(nn.functional.gelu(x * 3))
+
+    x = torch.tensor([[-2.0, 0.5, 4.0, -1e-6]])
+    report = dtype_doctor.diagnose(Act(), {"x": x})
+    by_op = {op.op: op for op in report.trace.ops}
+    mul, gelu, relu = by_op["aten.mul.Tensor"], by_op["aten.gelu.default"], by_op["aten.relu.default"]
+    assert mul.stats.absmax == 12.0
+    assert gelu.stats.absmax == 12.0 >= nn.functional.gelu(x * 3).abs().max().item()  # the bound
+    assert math.isclose(relu.stats.min_nonzero, nn.functional.gelu(torch.tensor(1.5)).item(), rel_tol=1e-6)  # its own sample
+    x[0, 0] = float("inf")
+    bad = dtype_doctor.diagnose(Act(), {"x": x}).trace
+    assert not next(op for op in bad.ops if op.op == "aten.gelu.default").stats.finite

@@ -65,6 +65,17 @@ _FUNCTIONS_TO_WATCH = {
 _MODE_DEPENDENT = frozenset({torch.max_pool1d, torch.nn.functional.max_pool1d})
 
 _UNINITIALISED = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"})
+# Ops whose result only selects or shrinks their tensor operands: |y| ≤ max |x|, and finite
+# operands give a finite result. Their exact extremes are bounded by the operands'.
+_BOUNDED = frozenset(
+    {"relu", "relu_", "gelu", "silu", "silu_", "tanh", "abs", "neg", "where.self",
+     "max_pool2d_with_indices", "max_pool3d_with_indices", "max_pool1d", "max_pool2d", "adaptive_max_pool2d"}
+)
+
+
+def _base_name(func: Any) -> str:
+    name = getattr(func, "__name__", "")
+    return name if name == "where.self" else name.split(".")[0]  # where with a Python number is not bounded
 
 
 def _mutates(func: Any) -> bool:
@@ -277,12 +288,21 @@ class Recorder:
 
     # ------------------------------------------------------------------ values
 
-    def _observe(self, tensors: Iterable[Any], *, as_last_seen: bool = False) -> list[int | None]:
+    def _observe(self, tensors: Iterable[Any], *, as_last_seen: bool = False, bounded_by: list[int] | None = None) -> list[int | None]:
         from torch.utils._python_dispatch import _disable_current_modes
 
+        values = self.values
+        assert values is not None
+        tensors = list(tensors)
+        handles = [values.known(t, as_last_seen=as_last_seen) for t in tensors]
+        if all(h is not None or not isinstance(t, torch.Tensor) for h, t in zip(handles, tensors)):
+            return handles  # all seen before: no kernels to run
         # The statistics' own kernels are not the model's ops: they run outside every mode.
         with _disable_current_modes(), torch._C.DisableTorchFunction():
-            return [self.values.observe(t, as_last_seen=as_last_seen) for t in tensors]  # type: ignore[union-attr]
+            return [
+                h if h is not None else values.observe(t, as_last_seen=as_last_seen, bounded_by=bounded_by)
+                for h, t in zip(handles, tensors)
+            ]
 
     def _observe_op(self, func: Any, out: Any, operands: list[tuple[torch.Tensor, str | None]]) -> None:
         if self.values is None:
@@ -292,14 +312,15 @@ class Recorder:
             for o in _tensors(out):
                 self._fp32_kept[o] = True
         # A view holds its operand's values, an empty tensor whatever memory held: nothing to measure.
-        skip = getattr(func, "is_view", False) or getattr(func, "__name__", "").split(".")[0] in _UNINITIALISED
+        skip = getattr(func, "is_view", False) or _base_name(func) in _UNINITIALISED
         first = None if skip else next((o for o in _tensors(out) if o.is_floating_point()), None)
         # Operands as they were last seen (an in-place op has since changed them), the output as it is now.
         # Parameters are left out: "made here" compares a result with the activations it came from,
         # and measuring every weight (an embedding table is most of a small model) costs a pass each.
         activations = (t for t, _ in operands if (self.prov.get(t) or _NOPROV).kind != "param")
         before = self._observe(activations, as_last_seen=_mutates(func))
-        handles = [*self._observe([first]), *before]
+        bound = [h for h in before if h is not None] if _base_name(func) in _BOUNDED else None
+        handles = [*self._observe([first], bounded_by=bound or None), *before]
         self._op_values[len(self.ops)] = (handles[0], handles[1:])
 
     def finished_ops(self) -> tuple[OpCall, ...]:

@@ -33,44 +33,66 @@ class ValueProbe:
     """
 
     def __init__(self) -> None:
-        self._extremes: list[tuple[torch.Tensor, torch.Tensor]] = []  # (min, max) per handle, on the tensor's device
+        # (min, max) per handle, on the tensor's device; or the handles whose extremes bound it.
+        self._extremes: list[tuple[torch.Tensor, torch.Tensor] | list[int]] = []
         self._samples: list[torch.Tensor] = []  # ≤ SAMPLE float64 values per handle
         self._numel: list[int] = []
         self._seen: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self._resolved: list[ValueStats] | None = None
 
-    def observe(self, t: object, *, as_last_seen: bool = False) -> int | None:
+    def observe(self, t: object, *, as_last_seen: bool = False, bounded_by: list[int] | None = None) -> int | None:
         """A handle for `t`'s statistics; None for what holds no floating values.
 
         A tensor written in place since it was measured (its version counter, which views
         share, moved on) is measured anew — unless `as_last_seen`, for an in-place op's
-        operands, whose values before the op are the ones that matter.
+        operands, whose values before the op are the ones that matter. `bounded_by`: the
+        handles of the operands of an op that only selects or shrinks them (relu, gelu, where,
+        max pooling: |y| ≤ max |x|, finite in, finite out), whose extremes bound this tensor's;
+        only its sample is taken, saving the full pass.
         """
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
+        t = self._measured_as(t)
+        if t is None:
             return None
-        if _holds_no_data(t):
-            return None
-        if t._base is not None and t._base.dtype == t.dtype:
-            # A view (a transpose, a reshape, a slice) holds some of its base's values: the base's
-            # statistics bound it, and measuring every view would cost more than the forward.
-            t = t._base
-        seen = self._seen.get(t)
-        version = t._version
-        if seen is not None and (as_last_seen or seen[1] == version):
-            return seen[0]
+        handle = self.known(t, as_last_seen=as_last_seen)
+        if handle is not None:
+            return handle
         with torch.no_grad():
             x = t.detach()
-            flat = x.reshape(-1)  # a view when contiguous, as nearly every op's result is
-            n = flat.numel()
-            self._extremes.append(torch.aminmax(flat))  # no stack here: autocast would "promote" it
+            n = x.numel()
+            # The elements in memory order, without a copy: contiguous, or dense in another order.
+            flat = x.view(-1) if x.is_contiguous() else (x.as_strided((n,), (1,)) if _dense(x) else None)
+            # No stack here: the model's autocast would "promote" it.
+            self._extremes.append(list(bounded_by) if bounded_by else torch.aminmax(x if flat is None else flat))
+            if flat is None:
+                flat = x.reshape(-1)  # an overlapping or gapped layout: the one copy
             # Every step-th element: a strided view, copied as at most SAMPLE float64 values.
             sample = flat[:: -(-n // SAMPLE)] if n > SAMPLE else flat
             self._samples.append(sample.to(torch.float64, copy=True))
         self._numel.append(n)
         handle = len(self._numel) - 1
-        self._seen[t] = (handle, version)
+        self._seen[t] = (handle, t._version)
         self._resolved = None
         return handle
+
+    @staticmethod
+    def _measured_as(t: object) -> torch.Tensor | None:
+        """The tensor whose values stand for `t`'s, or None when `t` holds no floating values."""
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0 or _holds_no_data(t):
+            return None
+        if t._base is not None and t._base.dtype == t.dtype:
+            # A view (a transpose, a reshape, a slice) holds some of its base's values: the base's
+            # statistics bound it, and measuring every view would cost more than the forward.
+            return t._base
+        return t
+
+    def known(self, t: object, *, as_last_seen: bool = False) -> int | None:
+        """The handle `t` already has (its values unchanged since, or `as_last_seen`), else None."""
+        if isinstance(t, torch.Tensor) and t._base is not None and t._base.dtype == t.dtype:
+            t = t._base
+        seen = self._seen.get(t) if isinstance(t, torch.Tensor) else None
+        if seen is not None and (as_last_seen or seen[1] == t._version):  # type: ignore[union-attr]
+            return seen[0]
+        return None
 
     def resolve(self) -> list[ValueStats]:
         """Every handle's ValueStats: computed per device in one batch, read back in one transfer."""
@@ -81,11 +103,18 @@ class ValueProbe:
         for i, s in enumerate(self._samples):
             by_device.setdefault(str(s.device), []).append(i)
         for device, indices in by_device.items():
+            zero = self._samples[indices[0]].new_zeros(())
+            extremes = [e if isinstance(e, tuple) else (zero, zero) for e in (self._extremes[i] for i in indices)]
             # The user's own autocast may still be on (watch() inside an autocast block).
             with torch.autocast(torch.device(device).type, enabled=False):
-                batch = _batch([self._extremes[i] for i in indices], [self._samples[i] for i in indices])
+                batch = _batch(extremes, [self._samples[i] for i in indices])
             for i, row in zip(indices, batch):
                 rows[i] = row
+        for i, bound in enumerate(self._extremes):
+            if isinstance(bound, list):  # bounds come first: each handle is made after its operands'
+                highs = [max(abs(rows[b][0]), abs(rows[b][1])) for b in bound]
+                top = math.nan if any(math.isnan(h) for h in highs) else max(highs)
+                rows[i][0], rows[i][1] = -top, top
         self._resolved = [_stats(row, n) for row, n in zip(rows, self._numel)]
         return self._resolved
 
@@ -132,6 +161,17 @@ def _stats(row: list[float], numel: int) -> ValueStats:
         sampled=int(sampled),
         numel=numel,
     )
+
+
+def _dense(x: torch.Tensor) -> bool:
+    """The elements fill one block of memory (a permuted contiguous tensor): strides sorted
+    descending are the contiguous strides of the sizes in that order."""
+    expected = 1
+    for size, stride in sorted(zip(x.shape, x.stride()), key=lambda p: p[1]):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _holds_no_data(t: torch.Tensor) -> bool:
