@@ -125,3 +125,34 @@ def test_minilm_with_a_half_batch():
     }
     model(**enc)
     assert dtype_doctor.diagnose(model, enc).findings == ()
+
+
+WRITES = {
+    "index_add": lambda x, i, src: x.index_add(0, i, src),
+    "index_copy": lambda x, i, src: x.index_copy(0, i, src),
+    "scatter_add": lambda x, i, src: x.scatter_add(0, i, src),
+    "put": lambda x, i, src: x.put(i, src),
+}
+
+
+class Write(nn.Module):
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+
+    def forward(self, x, index, src):
+        return WRITES[self.how](x, index, src)
+
+
+@pytest.mark.parametrize("how", sorted(WRITES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.int16])
+def test_index_writes_are_explained_by_dd103_exactly_when_the_kernel_refuses(how, dtype):
+    x, src, index = torch.zeros(5), torch.ones(3), torch.tensor([0, 1, 2], dtype=dtype)
+    model = Write(how)
+    try:
+        model(x, index, src)
+        refused = False
+    except RuntimeError:
+        refused = True
+    report = dtype_doctor.diagnose(model, {"x": x, "index": index, "src": src})
+    assert [f.code for f in report.findings] == (["DD103"] if refused else [])
