@@ -1,4 +1,4 @@
-"""The report stage: one Report, five output formats behind one function.
+"""The report stage: one Report, six output formats behind one function.
 
     text = render(report, "sarif")                 # what goes to stdout or --output
     print_report(report, "rich", console)          # straight to a terminal console
@@ -38,6 +38,7 @@ _FORMATS = {
     "sarif": "dtype_doctor.report.sarif",
     "markdown": "dtype_doctor.report.markdown",
     "junit": "dtype_doctor.report.junit",
+    "github": "dtype_doctor.report.github",
 }
 FORMATS = tuple(_FORMATS)
 DEFAULT_WIDTH = 100  # rich text written to a file or pipe, where no terminal says how wide
