@@ -48,6 +48,7 @@ def compare_command(
     trust_remote_code: o.TrustRemoteCode = False,
     allow_pickle: o.AllowPickle = False,
     debug: o.Debug = False,
+    config: o.Config = None,  # noqa: ARG001 - read by cli/config.py before parsing
 ) -> None:
     """Measure the batch under fp32, autocast fp16/bf16, .half(), .bfloat16() and fp16 with the
     minimal fp32 set: memory, time, error against fp32, overflow, one GradScaler step.

@@ -69,6 +69,7 @@ def fix_command(
     trust_remote_code: o.TrustRemoteCode = False,
     allow_pickle: o.AllowPickle = False,
     debug: o.Debug = False,
+    config: o.Config = None,  # noqa: ARG001 - read by cli/config.py before parsing
 ) -> None:
     """Fix the mismatches in memory, re-run the trace to verify, and show what the fix costs.
 

@@ -75,6 +75,20 @@ def _click_exceptions(name: str) -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
+def _config(args: list[str]) -> dict | None:
+    """--config PATH (or [tool.dtype-doctor] in ./pyproject.toml) as click's default_map."""
+    from dtype_doctor.cli.config import COMMANDS, default_map
+
+    if not args or args[0] not in COMMANDS or any(a in ("--help", "-h") for a in args):
+        return None
+    group = typer.main.get_command(app)
+    options = {
+        name: {p.name for p in group.commands[name].params if getattr(p, "param_type_name", "") == "option"}  # type: ignore[attr-defined]
+        for name in COMMANDS
+    }
+    return default_map(args, options)
+
+
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
@@ -97,7 +111,7 @@ def run(argv: list[str] | None = None) -> None:
     click_error_types = _click_exceptions("ClickException")
     try:
         # Without standalone mode, click returns the code of a typer.Exit instead of raising.
-        returned = app(args=args, prog_name="dtype-doctor", standalone_mode=False)
+        returned = app(args=args, prog_name="dtype-doctor", standalone_mode=False, default_map=_config(args))
         code = returned if isinstance(returned, int) else 0
     except exit_types as exc:
         code = getattr(exc, "exit_code", 0)

@@ -29,6 +29,8 @@ Ignore = Annotated[Optional[str], typer.Option("--ignore", metavar="CODES", help
 TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Allow code from the model repository to run (off by default).")]
 AllowPickle = Annotated[bool, typer.Option("--allow-pickle", help="Allow loading pickled weights (pytorch_model.bin); safetensors only by default.")]
 Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")]
+# Read before the command line is parsed (cli/config.py); the parameter only shows it in --help.
+Config = Annotated[Optional[Path], typer.Option("--config", metavar="PATH", help="Options from a TOML file (default: [tool.dtype-doctor] in ./pyproject.toml); the command line wins.")]
 
 
 def split_codes(value: str | None) -> tuple[str, ...] | None:

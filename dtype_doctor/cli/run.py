@@ -46,6 +46,7 @@ def run_command(
     select: o.Select = None,
     ignore: o.Ignore = None,
     debug: o.Debug = False,
+    config: o.Config = None,  # noqa: ARG001 - read by cli/config.py before parsing
 ) -> None:
     """Run your script unmodified, trace the first step(s) of the model it calls, report every mismatch.
 

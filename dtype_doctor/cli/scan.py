@@ -44,6 +44,7 @@ def scan_command(
     trust_remote_code: o.TrustRemoteCode = False,
     allow_pickle: o.AllowPickle = False,
     debug: o.Debug = False,
+    config: o.Config = None,  # noqa: ARG001 - read by cli/config.py before parsing
 ) -> None:
     """Trace one batch through MODEL and report every dtype and device mismatch."""
     from dtype_doctor.cli.output import check_format, emit, exit_code, progress, quiet_libraries
