@@ -225,6 +225,15 @@ class SourceAnalysis:
             raise NotInSource(f"{len(found)} functions named {qualname} in {self.filename} (lines {lines}); ambiguous")
         return found[0]
 
+    def enclosing_function(self, line: int) -> str | None:
+        """The qualified name ("Class.method") of the innermost def around `line`; None at top level."""
+        defs = [n for n in self.nodes if isinstance(n, cst.FunctionDef) and self.covers(n, line)]
+        if not defs:
+            return None
+        inner = max(defs, key=self.line)
+        owners = [a.name.value for a in self.ancestors(inner) if isinstance(a, (cst.ClassDef, cst.FunctionDef))]
+        return ".".join([*reversed(owners), inner.name.value])
+
     def is_batched(self, fn: cst.CSTNode) -> bool:
         """Whether the loader maps `fn` with batched=True: its first parameter's name, or a
         module-level ``FUNC.batched = True`` (load_preprocess reads the same two signs)."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from typing import Any, Mapping
 
 from dtype_doctor.fix.outcome import FixOutcome
 from dtype_doctor.records import SEVERITY_RANK, Finding, Report

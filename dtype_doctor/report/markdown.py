@@ -7,7 +7,7 @@ the trace failure if any, each input's lineage, and the fix outcome for `dtype-d
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
 from dtype_doctor.fix.outcome import FixOutcome
 from dtype_doctor.records import Finding, Report

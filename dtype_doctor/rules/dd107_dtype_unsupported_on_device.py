@@ -91,7 +91,7 @@ def _fix(dtype: str) -> FixSuggestion:
         return FixSuggestion("cast-inputs", SAFE, f"cast the {dtype} tensor to a floating dtype (.float()) before this op")
     if is_half(dtype):
         return FixSuggestion(
-            "autocast", SAFE, f"keep the weights in float32 and run under torch.autocast, which runs this op in a dtype it implements"
+            "autocast", SAFE, "keep the weights in float32 and run under torch.autocast, which runs this op in a dtype it implements"
         )
     return FixSuggestion("cast-inputs", SAFE, f"cast the {dtype} tensor to float32 before this op")
 

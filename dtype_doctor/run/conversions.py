@@ -8,7 +8,6 @@ from the user's own code is kept with its file and line, so a finding about para
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 from weakref import WeakKeyDictionary
@@ -16,7 +15,7 @@ from weakref import WeakKeyDictionary
 import torch
 
 from dtype_doctor.records import SourceLoc
-from dtype_doctor.run.user_code import display_path, is_user_file
+from dtype_doctor.run.user_code import user_site
 from dtype_doctor.trace.recorder import dtype_name
 
 _METHOD_DTYPES = {"half": torch.float16, "float": torch.float32, "double": torch.float64, "bfloat16": torch.bfloat16}
@@ -90,7 +89,7 @@ class ConversionLog:
         return converting
 
     def _record(self, module: torch.nn.Module, name: str, args: tuple, kwargs: dict) -> None:
-        site = _user_frame()
+        site = user_site(2)
         if site is None:
             return
         dtype = device = None
@@ -108,10 +107,3 @@ class ConversionLog:
         self.events.setdefault(module, []).append(Conversion(what, dtype, device, site))
 
 
-def _user_frame() -> SourceLoc | None:
-    frame = sys._getframe(3)
-    while frame is not None:
-        if is_user_file(frame.f_code.co_filename):
-            return SourceLoc(display_path(frame.f_code.co_filename), frame.f_lineno)
-        frame = frame.f_back
-    return None

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,19 +21,12 @@ from typing import Any, Mapping
 from dtype_doctor.errors import UsageError
 from dtype_doctor.fix import codemods as cm
 from dtype_doctor.fix.outcome import Change, CodemodOutcome, FixOutcome, PatchOutcome, Step
+from dtype_doctor.fix.patches import Attempt
 from dtype_doctor.records import Report, SourceLoc, Subject, TraceRequest
 from dtype_doctor.run.command import ScriptCommand
 from dtype_doctor.run.runner import RunOptions, RunResult, run_script
 
 LABEL_KEYS = ("labels", "label", "label_ids")
-
-
-@dataclass(frozen=True)
-class Edit:
-    """One codemod to try on one file, for one change."""
-
-    file: Path
-    codemod: cm.Codemod
 
 
 @dataclass(frozen=True)
@@ -165,7 +157,7 @@ def _outside_changes(report: Report, inputs: Mapping[str, Any], fail_on: str) ->
 # ----------------------------------------------------------------------------- edits
 
 
-def plan_edits(applied: list[Step], before: RunResult, options: RunOptions, command: ScriptCommand) -> list[tuple[Change, str, list[Edit]]]:
+def plan_edits(applied: list[Step], before: RunResult, options: RunOptions, command: ScriptCommand) -> list[tuple[Change, str, list[Attempt]]]:
     """Each applied change → the edits to try in order: where its dtype was made, then at the forward."""
     capture: Any = before.capture
     call = _resolve(capture.call_site)
@@ -176,44 +168,44 @@ def plan_edits(applied: list[Step], before: RunResult, options: RunOptions, comm
     plans = []
     for step in applied:
         for c in step.changes:
-            edits: list[Edit] = []
+            edits: list[Attempt] = []
             if c.kind == "cast-input":
                 edits += _at_source(c)
                 if call is not None and c.target in capture.inputs:
                     if c.target in LABEL_KEYS and c.to == "int64":
-                        edits.append(Edit(call, cm.LabelsToLong(key=c.target, line=capture.call_site.line)))
+                        edits.append(Attempt(call, cm.LabelsToLong(key=c.target, line=capture.call_site.line)))
                     else:
                         dtype = None if c.to == model_dtype else c.to
-                        edits.append(Edit(call, cm.CastBatch(keys=(c.target,), dtype=dtype, line=capture.call_site.line, positions=positions)))
+                        edits.append(Attempt(call, cm.CastBatch(keys=(c.target,), dtype=dtype, line=capture.call_site.line, positions=positions)))
                 elif c.to == "int64" and script is not None:
-                    edits.append(Edit(script, cm.CastLabelsToLong()))
+                    edits.append(Attempt(script, cm.CastLabelsToLong()))
             elif c.kind == "move-input" and call is not None:
-                edits.append(Edit(call, cm.MoveBatchToDevice(line=capture.call_site.line)))
+                edits.append(Attempt(call, cm.MoveBatchToDevice(line=capture.call_site.line)))
             elif c.kind == "autocast" and call is not None:
-                edits.append(Edit(call, cm.WrapForwardInAutocast(device_type=device_type, dtype=c.to, line=capture.call_site.line)))
+                edits.append(Attempt(call, cm.WrapForwardInAutocast(device_type=device_type, dtype=c.to, line=capture.call_site.line)))
             elif c.kind in ("convert-model", "trainable-fp32"):
                 conversion = _last_conversion(capture)
                 where = _resolve(conversion.source) if conversion else script
                 if where is not None:
                     if c.kind == "convert-model":
-                        edits.append(Edit(where, cm.AllOf([cm.SetLoadDtype(c.to), cm.RemoveModelConversion()])))
+                        edits.append(Attempt(where, cm.AllOf([cm.SetLoadDtype(c.to), cm.RemoveModelConversion()])))
                     else:
-                        edits += [Edit(where, cm.RemoveModelConversion(from_dtype=d)) for d in ("float16", "bfloat16")]
+                        edits += [Attempt(where, cm.RemoveModelConversion(from_dtype=d)) for d in ("float16", "bfloat16")]
                     if conversion is not None and conversion.source is not None:
                         # A model the script builds itself: the conversion on the line that made it half.
                         function = _enclosing_function(where, conversion.source.line)
-                        edits.append(Edit(where, cm.RetargetCast(function, c.to, lines=[conversion.source.line])))
+                        edits.append(Attempt(where, cm.RetargetCast(function, c.to, lines=[conversion.source.line])))
             plans.append((c, step.strategy, edits))
     return plans
 
 
-def _at_source(c: Change) -> list[Edit]:
+def _at_source(c: Change) -> list[Attempt]:
     """Rewrite the cast on the line the lineage names, in the function (or top-level code) holding it."""
     file = _resolve(c.source)
     if file is None or c.source is None:
         return []
     function = _enclosing_function(file, c.source.line)
-    return [Edit(file, cm.RetargetCast(function, c.to, lines=[c.source.line]))]
+    return [Attempt(file, cm.RetargetCast(function, c.to, lines=[c.source.line]))]
 
 
 def _resolve(loc: SourceLoc | None) -> Path | None:
@@ -226,30 +218,15 @@ def _resolve(loc: SourceLoc | None) -> Path | None:
 
 def _enclosing_function(file: Path, line: int) -> str | None:
     """The qualified name of the innermost def around `line` ("Class.method"), None at top level."""
+    import libcst
+
     from dtype_doctor.fix.patch import read_source
+    from dtype_doctor.source_analysis import SourceAnalysis
 
     try:
-        tree = ast.parse(read_source(file))
-    except (SyntaxError, UnicodeDecodeError, OSError):
+        return SourceAnalysis(read_source(file), file.name).enclosing_function(line)
+    except (libcst.ParserSyntaxError, UnicodeDecodeError, OSError):
         return None
-    best: tuple[int, str] | None = None
-
-    def visit(node: ast.AST, owners: tuple[str, ...]) -> None:
-        nonlocal best
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                name = (*owners, child.name)
-                if isinstance(child, ast.ClassDef):
-                    visit(child, name)
-                    continue
-                if child.lineno <= line <= (child.end_lineno or child.lineno) and (best is None or child.lineno >= best[0]):
-                    best = (child.lineno, ".".join(name))
-                visit(child, name)
-            else:
-                visit(child, owners)
-
-    visit(tree, ())
-    return best[1] if best else None
 
 
 def _positions(capture: Any) -> dict[str, int]:
@@ -269,7 +246,7 @@ def _last_conversion(capture: Any) -> Any:
     return events[-1] if events else None
 
 
-def apply_edits(plans: list[tuple[Change, str, list[Edit]]]) -> Edits:
+def apply_edits(plans: list[tuple[Change, str, list[Attempt]]]) -> Edits:
     """Try each change's edits in order, in memory; the first that applies wins."""
     from dtype_doctor.fix.patch import read_source
 

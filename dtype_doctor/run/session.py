@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -42,7 +41,7 @@ from dtype_doctor.run.lineage import (
 )
 from dtype_doctor.run.modes import push_function_mode, remove_function_mode
 from dtype_doctor.run.simulate import STAND_IN, CudaSimulation, SimulationStop
-from dtype_doctor.run.user_code import display_path, is_user_file
+from dtype_doctor.run.user_code import user_site
 from dtype_doctor.trace.engine import _failure, live_trace, model_info, report_from_trace
 from dtype_doctor.trace.recorder import Recorder, device_name, dtype_name
 
@@ -248,7 +247,7 @@ class RunSession:
         self.book.is_step_tensor = lambda t: self.report is None and rec.prov.get(t) is not None
         self._set_amp(self._simulation.amp_dtype if self._simulation else None)
         self._lineage = boundary_lineage(self.book, model, args, kwargs)
-        self.capture = StepCapture(model, named_inputs(model, args, kwargs), _user_site(), self._autocast_now(model),
+        self.capture = StepCapture(model, named_inputs(model, args, kwargs), user_site(1), self._autocast_now(model),
                                    self._conversions)
         self._rec.attach()  # before the call: the root's own pre-hook tags the forward's inputs
         self._modes = contextlib.ExitStack()
@@ -398,13 +397,6 @@ def _named_operands(func: Any, args: tuple, kwargs: dict) -> list[tuple[str, Any
         return [*zip(positional, args), *kwargs.items()]
 
 
-def _user_site() -> SourceLoc | None:
-    frame = sys._getframe(2)
-    while frame is not None:
-        if is_user_file(frame.f_code.co_filename):
-            return SourceLoc(display_path(frame.f_code.co_filename), frame.f_lineno)
-        frame = frame.f_back
-    return None
 
 
 @contextlib.contextmanager

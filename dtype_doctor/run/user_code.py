@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import sys
 import sysconfig
 from functools import lru_cache
 from pathlib import Path
+
+from dtype_doctor.records import SourceLoc
 
 
 @lru_cache(maxsize=1)
@@ -32,3 +35,13 @@ def display_path(filename: str) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
+
+
+def user_site(skip: int = 1) -> SourceLoc | None:
+    """The nearest frame of the user's own code above the caller (`skip` frames up), as a SourceLoc."""
+    frame = sys._getframe(skip + 1)
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            return SourceLoc(display_path(frame.f_code.co_filename), frame.f_lineno)
+        frame = frame.f_back
+    return None

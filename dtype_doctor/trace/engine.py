@@ -17,8 +17,10 @@ import torch
 
 from dtype_doctor.records import (
     GradStats,
+    Lineage,
     ModelInfo,
     Report,
+    SourceLoc,
     StateTensor,
     Subject,
     Target,
