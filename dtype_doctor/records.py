@@ -85,6 +85,11 @@ INTEGER = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint
 FP16_MAX = 65504.0
 FP16_TINY = 2.0**-14  # 6.1e-05, torch.finfo(torch.float16).tiny
 GRAD_SCALE = 2.0**16  # torch.amp.GradScaler's initial scale
+# "Close to fp32": the primary output's cosine against the float32 reference at least this
+# (compare's "accurate" verdict and keep-fp32's search share it).
+COSINE_MIN = 0.999
+# The largest finite value of each dtype a number can be written into.
+DTYPE_MAX = {"float16": FP16_MAX, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38}
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,16 +113,6 @@ class ValueStats:
     @property
     def finite(self) -> bool:
         return not self.nonfinite_any
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "absmax": self.absmax,
-            "min_nonzero": self.min_nonzero,
-            "nonfinite": self.nonfinite,
-            "below_fp16_normal": self.below_fp16_normal,
-            "sampled": self.sampled,
-            "numel": self.numel,
-        }
 
 
 def merge_stats(stats: list[ValueStats]) -> ValueStats | None:
@@ -318,7 +313,7 @@ class Trace:
     # Whether values were measured; why not, when they were not (fake tensors hold none).
     values: str = "measured"
     grads: tuple[GradStats, ...] = ()
-    # A GradScaler scales the loss in this step (a script's own scaler, or scan's fp16 AMP check).
+    # The traced step is taken as a GradScaler would take it (scan's and diagnose's fp16 AMP check).
     grad_scaler: bool = False
 
     @property

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 
 from dtype_doctor.fix.engine import fix_model
-from dtype_doctor.fix.strategies import FP16_MAX
+from dtype_doctor.records import FP16_MAX
 
 from helpers_models import assert_same, snapshot
 

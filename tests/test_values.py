@@ -138,3 +138,14 @@ def test_ops_that_only_shrink_their_input_are_bounded_by_it():
     x[0, 0] = float("inf")
     bad = dtype_doctor.diagnose(Act(), {"x": x}).trace
     assert not next(op for op in bad.ops if op.op == "aten.gelu.default").stats.finite
+
+
+def test_a_non_finite_operand_does_not_make_a_bounded_result_non_finite():
+    class Clear(nn.Module):
+        def forward(self, x):
+            return torch.relu(x)  # relu(-inf) = 0: finite out of a non-finite input
+
+    x = torch.tensor([[float("-inf"), 2.0, -1.0]])
+    assert torch.isfinite(torch.relu(x)).all()
+    relu = next(op for op in dtype_doctor.diagnose(Clear(), {"x": x}).trace.ops if op.op == "aten.relu.default")
+    assert relu.stats.finite and relu.stats.absmax == 2.0  # from its own sample, as the bound says nothing

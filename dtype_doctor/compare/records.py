@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from dtype_doctor.errors import UsageError
-from dtype_doctor.records import Subject, Target
+from dtype_doctor.records import COSINE_MIN, Subject, Target
 
-COSINE_MIN = 0.999  # "accurate": the primary output's cosine against fp32 at least this
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,10 +26,6 @@ class Variant:
     weights: str = "float32"  # dtype the row's weights are converted to
     autocast: str | None = None
     keep_fp32: bool = False  # fp16 with the minimal set of modules kept in float32
-
-    @property
-    def compute_dtype(self) -> str:
-        return self.autocast or self.weights
 
 
 VARIANTS = (

@@ -18,7 +18,7 @@ import torch
 from dtype_doctor.errors import UsageError
 from dtype_doctor.fix.outcome import FixOutcome, PatchOutcome, Step
 from dtype_doctor.fix.strategies import AUTO_ORDER, NAMES, STRATEGIES, Context, Pipeline, convert_keeping_fp32
-from dtype_doctor.records import Report, TraceRequest
+from dtype_doctor.records import FP16_MAX, Report, TraceRequest
 from dtype_doctor.trace.engine import as_request, diagnose, settle
 from dtype_doctor.trace.recorder import dtype_name
 
@@ -298,6 +298,6 @@ def amp_vs_half(ref_model: torch.nn.Module, fixed: Pipeline, peaks: Mapping[str,
         entry = {"weight_bytes": weight_bytes(half), "error": str(exc).splitlines()[0]}
     if peaks and used == "float16":
         worst = max(peaks.items(), key=lambda kv: kv[1])
-        entry["max_activation"] = {"module": worst[0], "value": worst[1], "float16_max": 65504.0}
+        entry["max_activation"] = {"module": worst[0], "value": worst[1], "float16_max": FP16_MAX}
     result["half-model"] = entry
     return result

@@ -28,12 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from dtype_doctor.records import COSINE_MIN, FP16_MAX
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from dtype_doctor.fix.engine import primary_output
 
-FP16_MAX = 65504.0
 MAX_GROUP = 8  # siblings searched as one unit at most (q, k, v, o and a bias fit)
 
 __all__ = ["KeepFp32Result", "apply_keep_fp32", "minimal_fp32_set", "owns_floating_parameters"]
@@ -51,16 +52,6 @@ class KeepFp32Result:
     checks: int  # forwards run, the reference's included
     reason: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "modules": list(self.modules),
-            "needed": self.needed,
-            "verified": self.verified,
-            "max_abs_diff": self.max_abs_diff,
-            "cosine": self.cosine,
-            "checks": self.checks,
-            "reason": self.reason,
-        }
 
 
 # ---------------------------------------------------------------- conversion
@@ -252,7 +243,9 @@ class _Trials:
         handles = [m.register_forward_hook(record, with_kwargs=True) for m in self.work.modules() if owns_floating_parameters(m)]
         watch = _OverflowWatch()
         try:
-            fp32_inputs = {k: v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in self.inputs.items()}
+            from dtype_doctor.fix.engine import _fp32_inputs
+
+            fp32_inputs = _fp32_inputs(self.inputs)
             ref = self._forward(fp32_inputs, watch)
         finally:
             for h in handles:
@@ -341,7 +334,7 @@ def minimal_fp32_set(
     *,
     dtype: torch.dtype = torch.float16,
     candidates: Sequence[str] | None = None,
-    cosine_min: float = 0.999,
+    cosine_min: float = COSINE_MIN,
 ) -> KeepFp32Result:
     """The smallest set of modules to keep float32 when `model` runs in `dtype` (module docstring).
 

@@ -14,10 +14,9 @@ from typing import Any, ClassVar
 import torch
 
 from dtype_doctor.fix.outcome import Change, Step, describe
-from dtype_doctor.records import HALF, Finding, Remedy, Report, TraceRequest
+from dtype_doctor.records import FP16_MAX, HALF, main_dtype_of, Finding, Remedy, Report, TraceRequest
 from dtype_doctor.trace.recorder import device_name, dtype_name
 
-FP16_MAX = 65504.0
 
 
 @dataclass
@@ -223,12 +222,8 @@ class KeepFp32(Strategy):
 
 
 def _main_dtype(model: torch.nn.Module) -> str:
-    """The dtype most of the model's floating parameter elements have."""
-    count: dict[torch.dtype, int] = {}
-    for p in model.parameters():
-        if p.is_floating_point():
-            count[p.dtype] = count.get(p.dtype, 0) + p.numel()
-    return dtype_name(max(count, key=count.get)) if count else "float32"
+    """The dtype most of the model's floating parameter elements have (float32 with none)."""
+    return main_dtype_of((dtype_name(p.dtype), p.numel()) for p in model.parameters()) or "float32"
 
 
 class ToDevice(Strategy):

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import math
 
-from dtype_doctor.records import FP16_MAX, OpCall, Remedy, Trace, ValueStats, merge_stats as merge
+from dtype_doctor.records import OpCall, Remedy, Trace, ValueStats, merge_stats as merge
 from dtype_doctor.rules._common import main_dtype
 
-# The largest finite value of each dtype a number can be written into.
-DTYPE_MAX = {"float16": FP16_MAX, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38}
 # A forecast flags values within this factor of float16's max: the traced rows are a sample
 # of a few; other rows, longer inputs and further training make activations larger, and an
 # fp16 forward rounds its partial sums, so a value at half the limit in fp32 is one

@@ -6,10 +6,9 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
-from dtype_doctor.records import FP16_MAX, Finding, FixSuggestion, OpCall, Trace
+from dtype_doctor.records import DTYPE_MAX, FP16_MAX, Finding, FixSuggestion, OpCall, Trace
 from dtype_doctor.rules._common import base_op, keep_fp32
 from dtype_doctor.rules._numerics import (
-    DTYPE_MAX,
     FORECAST_MARGIN,
     computes_in_fp16,
     escapes,

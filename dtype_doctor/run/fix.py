@@ -21,12 +21,11 @@ from typing import Any, Mapping
 from dtype_doctor.errors import UsageError
 from dtype_doctor.fix import codemods as cm
 from dtype_doctor.fix.outcome import Change, CodemodOutcome, FixOutcome, PatchOutcome, Step
-from dtype_doctor.fix.patches import Attempt
+from dtype_doctor.fix.patches import LABEL_KEYS, Attempt
 from dtype_doctor.records import Report, SourceLoc, Subject, TraceRequest
 from dtype_doctor.run.command import ScriptCommand
 from dtype_doctor.run.runner import RunOptions, RunResult, run_script
 
-LABEL_KEYS = ("labels", "label", "label_ids")
 
 
 @dataclass(frozen=True)

@@ -503,8 +503,6 @@ def live_trace(
     """The Trace of what a recorder saw the user's own code run (watch(), `dtype-doctor run`)."""
     params = list(rec.model.parameters())
     fake = bool(params) and _holds_no_data(rec.model, {})
-    # The user's own backward leaves its gradients on the model (until their zero_grad).
-    grads = _observe_grads(rec, dict(rec.model.named_parameters())) if rec.values is not None and not fake else []
     return Trace(
         ops=rec.finished_ops(),
         modules=rec.finished_modules(),
@@ -517,7 +515,9 @@ def live_trace(
         failure=failure,
         sources=dict(sources or {}),
         values=_values_note(TraceRequest(stats=rec.values is not None), fake),
-        grads=_resolved_grads(rec, grads),
+        # No gradients: by the time the user's step ends, their GradScaler has scaled and
+        # unscaled them and their optimizer may have cleared them, so what is left says nothing
+        # about underflow. DD302's gradient check belongs to traces that take the step themselves.
     )
 
 

@@ -23,7 +23,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from dtype_doctor.errors import first_line
-from dtype_doctor.records import OpCall
+from dtype_doctor.records import DTYPE_MAX, OpCall
 from dtype_doctor.trace.gpus import GpuProfile
 from dtype_doctor.trace.recorder import _MODE_DEPENDENT
 from dtype_doctor.trace.verdicts import classify_error, unsupported_dtype
@@ -159,11 +159,16 @@ def _signature(func: Any, args: tuple, kwargs: dict) -> tuple:
     return (func, one(args), tuple(sorted((k, one(v)) for k, v in kwargs.items())))
 
 
-def _range_class(x: float) -> str:
-    magnitude = abs(x)
-    if magnitude <= 65504.0:
-        return "fp16"
-    return "bf16" if magnitude <= 3.3895313892515355e38 else "fp64"
+def _range_class(x: float) -> tuple[str, ...]:
+    """The dtypes `x` fits without overflow: whether a kernel refuses a number written into a
+    tensor depends on it (int8.fill_(100) runs, int8.fill_(200) does not), so it signs apart."""
+    return tuple(dtype for dtype, (low, high) in _RANGES.items() if low <= x <= high)
+
+
+_RANGES = {
+    "uint8": (0, 255), "int8": (-128, 127), "int16": (-(2**15), 2**15 - 1), "int32": (-(2**31), 2**31 - 1),
+    "int64": (-(2**63), 2**63 - 1), **{dtype: (-top, top) for dtype, top in DTYPE_MAX.items()},
+}
 
 
 def _flat(*objs: Any) -> list[Any]:

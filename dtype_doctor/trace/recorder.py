@@ -436,7 +436,8 @@ class Recorder:
         """nn.RNNBase refuses an input of another dtype than its weights in Python, before any
         kernel: record that refusal as an op with both operands, then (repairing) hand the
         forward its input cast to the weights' dtype, as the fix would, so the trace goes on."""
-        from dtype_doctor.trace.recovery import RNN_INPUT_CHECK, rnn_input_refusal, rnn_input_repaired
+        from dtype_doctor.trace.recovery import rnn_input_refusal, rnn_input_repaired
+        from dtype_doctor.trace.verdicts import RNN_INPUT_CHECK
 
         self._suspended += 1  # the check's and the repair's own tensor calls are not the model's ops
         try:

@@ -14,7 +14,6 @@ import torch
 
 from dtype_doctor.operands import anchor_candidates, required_dtype
 from dtype_doctor.trace.recorder import dtype_name
-from dtype_doctor.trace.verdicts import RNN_INPUT_CHECK  # noqa: F401 - re-exported for the recorder
 
 
 def repair(
@@ -141,9 +140,6 @@ def _rebuild(args: tuple, kwargs: dict, f: Any) -> tuple[tuple, dict]:
         return a
 
     return tuple(one(a) for a in args), {k: one(v) for k, v in kwargs.items()}
-
-
-# The op name of nn.RNNBase's Python check of input vs weight dtype (rules read it).
 
 
 def rnn_input_refusal(mod: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[str, torch.Tensor, torch.Tensor] | None:

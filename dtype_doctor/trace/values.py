@@ -113,8 +113,11 @@ class ValueProbe:
         for i, bound in enumerate(self._extremes):
             if isinstance(bound, list):  # bounds come first: each handle is made after its operands'
                 highs = [max(abs(rows[b][0]), abs(rows[b][1])) for b in bound]
-                top = math.nan if any(math.isnan(h) for h in highs) else max(highs)
+                # relu(-inf) = 0, tanh(inf) = 1: a non-finite operand bounds nothing, and the
+                # result's own sample is all there is to go by.
+                top = max(highs) if all(math.isfinite(h) for h in highs) else rows[i].pop()
                 rows[i][0], rows[i][1] = -top, top
+            rows[i] = rows[i][:8]
         self._resolved = [_stats(row, n) for row, n in zip(rows, self._numel)]
         return self._resolved
 
@@ -126,7 +129,8 @@ class ValueProbe:
 
 
 def _batch(extremes: list[tuple[torch.Tensor, torch.Tensor]], samples: list[torch.Tensor]) -> list[list[float]]:
-    """One row per tensor: min, max, min_nonzero, nonfinite, below, below_scaled, nonzero, sampled."""
+    """One row per tensor: min, max, min_nonzero, nonfinite, below, below_scaled, nonzero, sampled,
+    and the sample's own largest magnitude (for results whose operands bound nothing)."""
     lengths = torch.tensor([len(s) for s in samples], device=samples[0].device)
     padded = torch.nn.utils.rnn.pad_sequence(samples, batch_first=True)
     valid = torch.arange(padded.shape[1], device=padded.device)[None, :] < lengths[:, None]
@@ -140,6 +144,7 @@ def _batch(extremes: list[tuple[torch.Tensor, torch.Tensor]], samples: list[torc
             (nonzero & (a * GRAD_SCALE < FP16_TINY)).sum(1).double(),
             nonzero.sum(1).double(),
             lengths.double(),
+            torch.where(valid, a, 0.0).amax(1),  # the sample's largest magnitude (nan/inf kept)
         ],
         dim=1,
     )

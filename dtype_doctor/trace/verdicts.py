@@ -60,7 +60,7 @@ def classify_error(message: str, operands: tuple[TensorMeta, ...]) -> str:
     if _OVERFLOW.search(message):
         return "overflow"
     devices = {t.device for t in operands if not t.is_scalar}
-    if len(devices) > 1 and re.search(r"device", message, re.I):
+    if len(devices) > 1 and _DEVICE_ERROR.search(message):
         return "device"
     if _DTYPE_ERROR.search(message) or _DTYPE_NAMES.search(message):
         return "dtype"
