@@ -280,16 +280,16 @@ def _transform(p: Prepared, root: Any) -> dict[str, Any] | None:
 def _scan_words(p: Prepared, fail_on: str) -> tuple[str, ...]:
     """`dtype-doctor scan MODEL DATASET` with the options of this pipeline that a fix module
     leaves as they are (not --preprocess, --preprocess-mode, --dtype or --autocast)."""
-    o = p.options
+    o, default = p.options, ScanOptions()
     words = ["dtype-doctor", "scan", p.model_spec, p.dataset_spec]
-    for flag, value, default in (
-        ("--split", o.split, None), ("--batch-size", o.batch_size, 2), ("--dataset-format", o.dataset_format, "torch"),
-        ("--collator", o.collator, "auto"), ("--device", o.device, "auto"), ("--gpu", o.gpu, None),
-        ("--fail-on", fail_on, "error"),
-        ("--select", ",".join(o.select) if o.select else None, None), ("--ignore", ",".join(o.ignore) if o.ignore else None, None),
-    ):
-        if value != default:
-            words += [flag, str(value)]
+    for name in ("split", "batch_size", "dataset_format", "collator", "device", "gpu"):
+        if getattr(o, name) != getattr(default, name):
+            words += [f"--{name.replace('_', '-')}", str(getattr(o, name))]
+    if fail_on != "error":
+        words += ["--fail-on", fail_on]
+    for name in ("select", "ignore"):
+        if getattr(o, name):
+            words += [f"--{name}", ",".join(getattr(o, name))]
     for flag, on in (("--train", o.train), ("--simulate", o.simulate), ("--trust-remote-code", o.trust_remote_code),
                      ("--allow-pickle", o.allow_pickle)):
         if on:

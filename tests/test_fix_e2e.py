@@ -131,6 +131,7 @@ def test_fix_patch_apply_run(s: Scenario, repo: Path, capsys: pytest.CaptureFixt
     assert before.returncode != 0 and error == s.error[0], before.stderr[-2000:]
     assert names_dtypes(before.stderr.strip().splitlines()[-1], *s.error[1]), before.stderr[-2000:]
     run_before = _run(repo, s) if s.scan_after is None else None
+    assert run_before is None or run_before["summary"]["error"] >= 1, "run sees the unpatched script's error"
 
     code, out = _cli(["fix", str(FIX / s.model), str(FIX / s.data), *s.fix_args, "--write-patch", "fix.patch", "--format", "json"], capsys)
     report = json.loads(out)
@@ -157,7 +158,6 @@ def test_fix_patch_apply_run(s: Scenario, repo: Path, capsys: pytest.CaptureFixt
         return
     run_after = _run(repo, s)
     assert run_after["summary"]["error"] == 0, run_after["findings"]
-    assert run_before is not None and run_before["summary"]["error"] >= 1, "run saw the unpatched script's error"
 
 
 def test_patch_never_overwrites_without_force(repo: Path, capsys: pytest.CaptureFixture) -> None:

@@ -275,9 +275,10 @@ class _Trials:
             return _Outcome(False, float("nan"), float("inf"), f"failing ({type(exc).__name__}: {first})")
         if not torch.isfinite(got).all():
             return _Outcome(False, float("nan"), float("inf"), "non-finite")
-        ref = self.reference
-        cosine = round(torch.nn.functional.cosine_similarity(ref, got, dim=0).item(), 6) if ref.numel() else 1.0
-        diff = (ref - got).abs().max().item() if ref.numel() else 0.0
+        from dtype_doctor.fix.engine import _compare
+
+        measured = _compare(self.reference, got)
+        cosine, diff = measured["cosine"], measured["max_abs_diff"]
         overflowed = watch.overflowed()
         if overflowed:
             return _Outcome(False, cosine, diff, f"finite but overflowing ({', '.join(overflowed)} turned finite inputs into inf or NaN)")

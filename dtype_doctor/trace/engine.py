@@ -345,7 +345,7 @@ def _observe_grads(rec: Recorder, params: Mapping[str, torch.Tensor]) -> list[tu
     if rec.values is None:
         return []
     named = [(n, p) for n, p in params.items() if isinstance(p, torch.Tensor) and p.grad is not None]
-    handles = rec._observe(p.grad for _, p in named)
+    handles = rec.observe(p.grad for _, p in named)
     return [(n, dtype_name(p.grad.dtype), h) for (n, p), h in zip(named, handles)]
 
 

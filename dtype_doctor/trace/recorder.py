@@ -288,7 +288,7 @@ class Recorder:
 
     # ------------------------------------------------------------------ values
 
-    def _observe(self, tensors: Iterable[Any], *, as_last_seen: bool = False, bounded_by: list[int] | None = None) -> list[int | None]:
+    def observe(self, tensors: Iterable[Any], *, as_last_seen: bool = False, bounded_by: list[int] | None = None) -> list[int | None]:
         from torch.utils._python_dispatch import _disable_current_modes
 
         values = self.values
@@ -318,9 +318,9 @@ class Recorder:
         # Parameters are left out: "made here" compares a result with the activations it came from,
         # and measuring every weight (an embedding table is most of a small model) costs a pass each.
         activations = (t for t, _ in operands if (self.prov.get(t) or _NOPROV).kind != "param")
-        before = self._observe(activations, as_last_seen=_mutates(func))
+        before = self.observe(activations, as_last_seen=_mutates(func))
         bound = [h for h in before if h is not None] if _base_name(func) in _BOUNDED else None
-        handles = [*self._observe([first], bounded_by=bound or None), *before]
+        handles = [*self.observe([first], bounded_by=bound or None), *before]
         self._op_values[len(self.ops)] = (handles[0], handles[1:])
 
     def finished_ops(self) -> tuple[OpCall, ...]:
@@ -463,7 +463,7 @@ class Recorder:
         inputs = tuple(self.meta(t) for t in _tensors(args, kwargs))
         outputs = tuple(self.meta(t, "output") for t in _tensors(output))
         if self.values is not None:
-            self._module_values[len(self.modules)] = (self._observe(_tensors(output)), self._observe(_tensors(args, kwargs)))
+            self._module_values[len(self.modules)] = (self.observe(_tensors(output)), self.observe(_tensors(args, kwargs)))
             if self._keep and name and in_modules(self._keep, name):
                 for o in _tensors(output):
                     self._fp32_kept[o] = True
