@@ -22,7 +22,7 @@ whole patch; a change that lands nowhere is named in `PatchOutcome.unwritten`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,6 +158,48 @@ def _script_attempts(c: Change, script: Path | None, device_type: str, model_dty
     return [Attempt(script, mods[0] if len(mods) == 1 else cm.AllOf(mods))]
 
 
+class FileEdits:
+    """The user's files as the codemods change them, in memory: each read once, the first
+    attempt of a chain that applies (and passes `check`) wins. `fix --write-patch` and
+    `fix --run` both edit through it."""
+
+    def __init__(self, shown: Callable[[Path], str] = str) -> None:
+        self.texts: dict[Path, str] = {}
+        self.originals: dict[Path, str] = {}
+        self.outcomes: list[CodemodOutcome] = []
+        self._shown = shown
+
+    def current(self, file: Path) -> str:
+        if file not in self.texts:
+            self.originals[file] = self.texts[file] = read_source(file) if file.exists() else ""
+        return self.texts[file]
+
+    def record(self, file: Path, result: Any, problem: str | None = None) -> bool:
+        """Note `result` of a codemod on `file`; keep its text when it applied and had no problem."""
+        if problem:
+            self.outcomes.append(CodemodOutcome(self._shown(file), result.codemod, "failed", f"{result.detail}; re-run: {problem}"))
+            return False
+        self.outcomes.append(CodemodOutcome(self._shown(file), result.codemod, result.status, result.detail))
+        if result.applied and result.new_source is not None:
+            self.texts[file] = result.new_source
+            return True
+        return False
+
+    def first_that_applies(self, attempts: Sequence[Attempt], check: Callable[[Attempt, dict[Path, str]], str | None] | None = None) -> bool:
+        for attempt in attempts:
+            result = attempt.codemod.apply(self.current(attempt.file), attempt.file.name)
+            problem = None
+            if result.applied and result.new_source is not None and check is not None:
+                problem = check(attempt, {**self.texts, attempt.file: result.new_source})
+            if self.record(attempt.file, result, problem):
+                return True
+        return False
+
+    @property
+    def changed(self) -> dict[Path, str]:
+        return {f: t for f, t in self.texts.items() if t != self.originals[f]}
+
+
 def write(
     plan: PatchPlan,
     path: Path,
@@ -169,62 +211,47 @@ def write(
 ) -> PatchOutcome:
     """Try each change's chain, re-run the patched pipeline, and write PATH (and nothing else);
     or say why nothing could be written."""
-    texts: dict[Path, str] = {}
-    originals: dict[Path, str] = {}
-    outcomes: list[CodemodOutcome] = []
+    edits = FileEdits()
     leftover: list[Chain] = []
-
-    def current(file: Path) -> str:
-        if file not in texts:
-            originals[file] = texts[file] = read_source(file) if file.exists() else ""
-        return texts[file]
-
     for chain in plan.chains:
-        for attempt in chain.attempts:
-            result = attempt.codemod.apply(current(attempt.file), attempt.file.name)
-            if result.applied and result.new_source is not None and verify is not None and attempt.file == plan.code.preprocess_file:
-                problem = verify({**texts, attempt.file: result.new_source}, chain.change)
-                if problem:
-                    outcomes.append(CodemodOutcome(str(attempt.file), result.codemod, "failed", f"{result.detail}; re-run: {problem}"))
-                    continue
-            outcomes.append(CodemodOutcome(str(attempt.file), result.codemod, result.status, result.detail))
-            if result.applied and result.new_source is not None:
-                texts[attempt.file] = result.new_source
-                break
-        else:
+
+        def check(attempt: Attempt, texts: dict[Path, str], change: Change = chain.change) -> str | None:
+            # The preprocess function is re-run with the edit: a patch must never break the pipeline.
+            return verify(texts, change) if verify is not None and attempt.file == plan.code.preprocess_file else None
+
+        if not edits.first_that_applies(chain.attempts, check):
             leftover.append(chain)
     unwritten: list[str] = []
     transform = False  # whether the fix module's `preprocess` is in the patch
     if leftover and plan.module_file is not None:
         file = plan.module_file
         module = _fix_module(leftover, plan, device_type, force, transform=True)
-        result = module.apply(current(file), file.name)
+        result = module.apply(edits.current(file), file.name)
         if result.applied and result.new_source is not None and verify is not None and module.transform is not None:
-            problem = verify({**texts, file: result.new_source}, None)
+            problem = verify({**edits.texts, file: result.new_source}, None)
             if problem:
                 # The transform cannot carry the casts (say, bfloat16 rows the collator's numpy
                 # cannot hold): the module keeps apply_fix for the user's own loop.
-                outcomes.append(CodemodOutcome(str(file), result.codemod, "failed", f"{result.detail}; re-run: {problem}"))
+                edits.record(file, result, problem)
                 module = _fix_module(leftover, plan, device_type, force, transform=False)
-                result = module.apply(current(file), file.name)
-        outcomes.append(CodemodOutcome(str(file), result.codemod, result.status, result.detail))
-        if result.applied and result.new_source is not None:
-            texts[file] = result.new_source
+                result = module.apply(edits.current(file), file.name)
+        if edits.record(file, result):
             transform = module.transform is not None
         else:
             unwritten = [f"{describe(ch.change)} ({result.detail})" for ch in leftover]
-    edits = [(f, originals[f], texts[f]) for f in texts if texts[f] != originals[f]]
-    if not edits:
+    outcomes = edits.outcomes
+    changed = [(f, edits.originals[f], t) for f, t in edits.changed.items()]
+    if not changed:
         # Nothing to write: say why instead of leaving an empty patch git apply rejects.
         reasons = "; ".join(f"{o.codemod}: {o.detail}" for o in outcomes if o.status != "applied") or "no edit planned"
         return PatchOutcome(None, (), tuple(outcomes), skipped=reasons)
     parts = _module_parts(leftover, device_type) if leftover and not unwritten else {}
     # The whole patch, re-run; not when the module casts only in apply_fix, which scan cannot see.
     if verify is not None and not unwritten and not ("cast-inputs" in parts and not transform):
-        problem = verify({f: texts[f] for f, _, _ in edits}, None)
+        problem = verify(edits.changed, None)
         if problem:
             return PatchOutcome(None, (), tuple(outcomes), skipped=f"the patched pipeline was re-run and {problem}")
-    patch = make_patch(path, edits, root=root, force=force)
+    patch = make_patch(path, changed, root=root, force=force)
     check = _check_command(parts, plan, transform) if parts else None
     notes = ()
     if "cast-inputs" in parts and not transform:

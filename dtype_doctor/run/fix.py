@@ -14,32 +14,17 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from dtype_doctor.errors import UsageError
 from dtype_doctor.fix import codemods as cm
-from dtype_doctor.fix.outcome import Change, CodemodOutcome, FixOutcome, PatchOutcome, Step
-from dtype_doctor.fix.patches import LABEL_KEYS, Attempt
+from dtype_doctor.fix.outcome import Change, FixOutcome, PatchOutcome, Step
+from dtype_doctor.fix.patches import LABEL_KEYS, Attempt, FileEdits
 from dtype_doctor.records import Report, SourceLoc, Subject, TraceRequest
 from dtype_doctor.run.command import ScriptCommand
 from dtype_doctor.run.runner import RunOptions, RunResult, run_script
 
-
-
-@dataclass(frozen=True)
-class Edits:
-    """What the codemods made of the user's files: the new texts, and each attempt's outcome."""
-
-    texts: Mapping[Path, str]
-    originals: Mapping[Path, str]
-    outcomes: tuple[CodemodOutcome, ...]
-    unexpressed: tuple[Change, ...]  # changes no codemod could write
-
-    @property
-    def changed(self) -> dict[Path, str]:
-        return {f: t for f, t in self.texts.items() if t != self.originals[f]}
 
 
 def fix_script(
@@ -67,7 +52,7 @@ def fix_script(
     applied = [s for s in steps if s.status == "applied"]
     if not before.report.at_or_above(fail_on) and not applied:
         return _report(before, strategy, steps, result, True, before.report, None, None, "nothing to fix")
-    edits = apply_edits(plan_edits(applied, before, options, command))
+    edits, unexpressed = apply_edits(plan_edits(applied, before, options, command))
     changed = edits.changed
     if not changed:
         why = "; ".join(f"{o.codemod}: {o.detail}" for o in edits.outcomes if o.status != "applied") or "no edit of your files expresses the fix"
@@ -75,7 +60,7 @@ def fix_script(
                        "the fix could not be written as an edit of your files")
     after = run_script(command, options=options, sources={str(f): t for f, t in changed.items()})
     verified = not after.report.at_or_above(fail_on) and not (after.report.trace and after.report.trace.failure)
-    patch = PatchOutcome(None, tuple(_shown(f) for f in changed), edits.outcomes)
+    patch = PatchOutcome(None, tuple(_shown(f) for f in changed), tuple(edits.outcomes))
     skipped = None
     if not verified:
         failing = ", ".join(sorted({f.code for f in after.report.at_or_above(fail_on)})) or "DD001"
@@ -83,14 +68,14 @@ def fix_script(
         skipped = "the patch was not verified, so it is not written" if write_patch else None
     else:
         detail = f"verified: the patched script, run again, has no finding at or above {fail_on}"
-        if edits.unexpressed:
-            detail += f" ({len(edits.unexpressed)} change(s) of the in-memory fix were not needed in your files)"
+        if unexpressed:
+            detail += f" ({len(unexpressed)} change(s) of the in-memory fix were not needed in your files)"
         if write_patch is not None:
             from dtype_doctor.fix.patch import make_patch, repo_root
 
             root = repo_root(Path(command.target)) if command.kind == "file" else repo_root(Path.cwd())
             written = make_patch(write_patch, [(f, edits.originals[f], t) for f, t in changed.items()], root=root, force=force)
-            patch = PatchOutcome(str(written.path), written.files, edits.outcomes)
+            patch = PatchOutcome(str(written.path), written.files, tuple(edits.outcomes))
     return _report(before, strategy, steps, result, verified, after.report, patch, skipped, detail)
 
 
@@ -245,30 +230,11 @@ def _last_conversion(capture: Any) -> Any:
     return events[-1] if events else None
 
 
-def apply_edits(plans: list[tuple[Change, str, list[Attempt]]]) -> Edits:
-    """Try each change's edits in order, in memory; the first that applies wins."""
-    from dtype_doctor.fix.patch import read_source
-
-    texts: dict[Path, str] = {}
-    originals: dict[Path, str] = {}
-    outcomes: list[CodemodOutcome] = []
-    unexpressed: list[Change] = []
-
-    def current(file: Path) -> str:
-        if file not in texts:
-            originals[file] = texts[file] = read_source(file)
-        return texts[file]
-
-    for change, _strategy, edits in plans:
-        for edit in edits:
-            result = edit.codemod.apply(current(edit.file), edit.file.name)
-            outcomes.append(CodemodOutcome(_shown(edit.file), result.codemod, result.status, result.detail))
-            if result.applied and result.new_source is not None:
-                texts[edit.file] = result.new_source
-                break
-        else:
-            unexpressed.append(change)
-    return Edits(texts, originals, tuple(outcomes), tuple(unexpressed))
+def apply_edits(plans: list[tuple[Change, str, list[Attempt]]]) -> tuple[FileEdits, list[Change]]:
+    """Try each change's edits in order, in memory; the first that applies wins. Also the
+    changes no codemod could write."""
+    edits = FileEdits(_shown)
+    return edits, [change for change, _strategy, attempts in plans if not edits.first_that_applies(attempts)]
 
 
 def _shown(file: Path) -> str:
