@@ -255,23 +255,13 @@ def _transform(p: Prepared, root: Any) -> dict[str, Any] | None:
     """How the fix module's datasets transform builds the batch: the user's own function (by its
     path from the root), else the model's processor called as the processor stage calls it."""
     import os
-    from pathlib import Path
 
-    o = p.options
-    if o.preprocess:
-        from dtype_doctor.load.batch.preprocess import SIDE_KWARGS
-        from dtype_doctor.source_analysis import FunctionSource
-
-        file, _, name = o.preprocess.rpartition(":")
-        rel = os.path.relpath(Path(file).resolve(), root)
-        source = FunctionSource(file, name)
-        if rel.startswith("..") or source.fn is None:
+    o, fn = p.options, p.batch.preprocess_fn
+    if fn is not None:  # as load_preprocess loaded it: how datasets maps it, what it takes
+        rel = os.path.relpath(fn.path, root)
+        if rel.startswith(".."):
             return None
-        params = source.params()
-        return {
-            "kind": "user", "path": rel, "function": name, "batched": source.batched(),
-            "accepts": [n for n in SIDE_KWARGS if n in params],
-        }
+        return {"kind": "user", "path": rel, "function": fn.name, "batched": fn.batched, "accepts": list(fn.accepts)}
     from dtype_doctor.load.batch.processors import processor_call
 
     return processor_call(p.rows.dataset, p.loaded, max_length=o.max_length)

@@ -443,17 +443,6 @@ class FunctionSource:
         except (OSError, UnicodeDecodeError, SyntaxError, cst.ParserSyntaxError, NotInSource):
             self.src = self.fn = None
 
-    def params(self) -> list[str]:
-        """The function's parameter names, in order."""
-        fn = self.fn
-        if not isinstance(fn, (cst.FunctionDef, cst.Lambda)):
-            return []
-        p = fn.params
-        return [x.name.value for x in (*p.posonly_params, *p.params, *p.kwonly_params)]
-
-    def batched(self) -> bool:
-        return self.src is not None and self.fn is not None and self.src.is_batched(self.fn)
-
     def dtype_line(self, key: str, dtype: str | None = None) -> int | None:
         """The line that makes output `key` the `dtype` it has (None: not known).
 

@@ -103,6 +103,7 @@ def _batch(state: BatchState, ctx: BatchContext, preprocess: str | None) -> Batc
         collator=state.collator,
         formatter=state.formatter,
         preprocess=preprocess,
+        preprocess_fn=ctx.preprocess,
         preprocess_mode=ctx.preprocess_mode,
         device=next((str(t.device) for t in inputs.values() if hasattr(t, "device")), ctx.device),
         notes=state.notes,

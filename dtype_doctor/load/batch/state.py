@@ -170,6 +170,7 @@ class Batch:
     collator: str = ""
     formatter: str = ""
     preprocess: str | None = None  # "FILE.py:FUNC" as given
+    preprocess_fn: PreprocessFn | None = None  # that function, loaded: how it is mapped, what it takes
     preprocess_mode: str = "map"
     device: str = "cpu"
     notes: tuple[str, ...] = ()  # one-line remarks (pad token set, column renamed …)
