@@ -11,7 +11,6 @@ from dtype_doctor.rules._common import (
 )
 from dtype_doctor.rules.base import Rule
 from dtype_doctor.trace.cuda_table import op_name
-from dtype_doctor.trace.gpus import capability_of
 from dtype_doctor.trace.verdicts import data_operands, unsupported_dtype
 
 
@@ -53,7 +52,7 @@ def _without_bf16_tensor_cores(trace: Trace) -> Iterator[Finding]:
     """bfloat16 matmul, conv and attention on a GPU before compute capability 8.0: PyTorch runs
     them (cuBLAS emulates bf16 GEMMs, conv leaves cuDNN for the native CUDA kernel, SDPA falls
     back to its math kernel) without bf16 tensor cores. Slow, not refused: a warning."""
-    capability = capability_of(trace.gpu)
+    capability = trace.gpu_capability
     if capability is None or capability >= (8, 0):
         return
     ops = [

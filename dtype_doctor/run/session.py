@@ -337,7 +337,8 @@ class RunSession:
         ops = tuple(op for op in trace.ops if not (op.error and any(s in op.error for s in _NO_DATA)))
         gpu = gpu_profile(self.gpu)
         device = trace.device if trace.device != device_name(STAND_IN) else device_name(self.target)  # type: ignore[arg-type]
-        return dataclasses.replace(trace, ops=ops, device=device, simulated=True, gpu=str(gpu) if gpu else None)
+        return dataclasses.replace(trace, ops=ops, device=device, simulated=True, gpu=str(gpu) if gpu else None,
+                                   gpu_capability=gpu.capability if gpu else None)
 
     def _with_parameter_source(self, finding: Any) -> Any:
         """A finding about parameters names the user's line that converted them (model.half())."""

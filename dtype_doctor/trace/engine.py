@@ -312,6 +312,7 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
         failure=failure,
         sources=dict(request.sources),
         gpu=str(predict.gpu) if predict is not None and predict.gpu is not None else None,
+        gpu_capability=predict.gpu.capability if predict is not None and predict.gpu is not None else None,
         values=_values_note(request, where.simulate),
         grads=_resolved_grads(rec, grads),
         # scan's fp16 AMP step is checked as a GradScaler would take it (DD401).

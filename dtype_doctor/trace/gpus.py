@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from dtype_doctor.errors import UsageError
@@ -30,12 +29,6 @@ class GpuProfile:
 
     def __str__(self) -> str:
         return f"{self.name} (compute capability {self.capability[0]}.{self.capability[1]})"
-
-
-def capability_of(label: str | None) -> tuple[int, int] | None:
-    """The capability in a profile's label, "t4 (compute capability 7.5)" → (7, 5) (Trace.gpu)."""
-    m = re.search(r"compute capability (\d+)\.(\d+)", label or "")
-    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def gpu_profile(spec: str | None) -> GpuProfile | None:
