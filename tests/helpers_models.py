@@ -71,6 +71,8 @@ def snapshot(model: torch.nn.Module) -> dict[str, Any]:
         "grad_ids": {k: id(p.grad) for k, p in model.named_parameters()},
         "param_ids": {k: id(p) for k, p in model.named_parameters()},
         "training": {k: m.training for k, m in model.named_modules()},
+        # a hook left behind (a recorder's, keep-fp32's input casts) changes every later forward
+        "hooks": {k: len(m._forward_pre_hooks) + len(m._forward_hooks) for k, m in model.named_modules()},
     }
 
 
@@ -81,7 +83,7 @@ def assert_same(before: dict[str, Any], after: dict[str, Any]) -> None:
         assert v.dtype == w.dtype and v.device == w.device and v.shape == w.shape, k
         # bitwise: compare the raw bytes, so NaN payloads and -0.0 count too
         assert torch.equal(v.reshape(-1).view(torch.uint8), w.reshape(-1).view(torch.uint8)), k
-    for key in ("dtypes", "devices", "requires_grad", "grad_ids", "param_ids", "training"):
+    for key in ("dtypes", "devices", "requires_grad", "grad_ids", "param_ids", "training", "hooks"):
         assert before[key] == after[key], key
     for k, g in before["grads"].items():
         h = after["grads"][k]
