@@ -12,7 +12,7 @@ from typing import Iterator
 from dtype_doctor.records import Finding, FixSuggestion, OpCall, TensorMeta, Trace
 from dtype_doctor.rules._common import base_op, describe, fix_cast_inputs, fix_to_device, reraised, source_of, stage_of
 from dtype_doctor.rules.base import Rule
-from dtype_doctor.trace.verdicts import classify_error
+from dtype_doctor.trace.verdicts import classify_error, data_operands
 
 
 def unexplained(op: OpCall) -> bool:
@@ -92,7 +92,7 @@ def _explained(op: OpCall, name: str, kind: str, shown: str, odd: TensorMeta | N
             (FixSuggestion("cast-inputs", "display-only", f"use a value within {written}'s range (torch.iinfo) or a wider dtype"),),
         )
     message = f"{name} refused its operands' {'dtypes' if kind == 'dtype' else 'devices'} ({shown})"
-    others = [t for t in op.operands if not t.is_scalar and t is not odd]
+    others = [t for t in _compared(op, kind) if t is not odd]
     if odd is None or not others:
         return message, ()
     if kind == "dtype":
@@ -101,14 +101,26 @@ def _explained(op: OpCall, name: str, kind: str, shown: str, odd: TensorMeta | N
 
 
 def _odd_one(op: OpCall, kind: str):  # noqa: ANN202 - a TensorMeta or None
-    """The operand whose dtype (device) differs from the others', the likely culprit."""
+    """The operand whose dtype (device) differs from the others', the likely culprit: the one
+    in the minority, else the last (the source an op writes into its first operand).
+
+    For dtypes only the operands the kernel computes in count: an int64 index among float
+    operands is not odd."""
     what = "dtype" if kind == "dtype" else "device"
-    data = [t for t in op.operands if not t.is_scalar]
+    data = _compared(op, kind)
     values = [getattr(t, what) for t in data]
-    for t in data:
-        if values.count(getattr(t, what)) == 1 and len(data) > 1:
-            return t
+    unique = [t for t in data if values.count(getattr(t, what)) == 1]
+    if 1 < len(data) and unique and len(unique) < len(data):
+        return unique[0]
     return data[-1] if data else None
+
+
+def _compared(op: OpCall, kind: str) -> list[TensorMeta]:
+    """The operands whose dtypes (devices) must agree."""
+    present = [t for t in op.operands if not t.is_scalar]
+    if kind != "dtype":
+        return present
+    return list(data_operands(op.operands)) or present
 
 
 RULE = Rule(
