@@ -168,7 +168,7 @@ def pyproject_with_table(path: Path) -> bytes | None:
     try:
         data = tomllib.loads(old.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"{path} is not valid TOML ({exc}); nothing written") from None
+        raise UsageError(f"{path.name} is not valid TOML ({exc}); nothing written") from None
     if "dtype-doctor" in data.get("tool", {}):
         return None
     table = (
