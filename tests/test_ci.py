@@ -245,3 +245,19 @@ def test_the_cli_junit_report_validates(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stderr
     assert junit_errors(path.read_text()) == [] and "<failure" in path.read_text()
+
+
+def test_what_init_writes_runs_under_pre_commit(tmp_path: Path) -> None:
+    """`dtype-doctor init` in a project holding the demo, then `pre-commit run` on the config it
+    wrote: the hook finds the demo's DD101 and fails the commit."""
+    env = _env(tmp_path)
+    project = tmp_path / "project"
+    shutil.copytree(ROOT / "fixtures/demo", project / "demo")
+    _git(project, "init", "-q", env=env)
+    done = subprocess.run([str(BIN / "dtype-doctor"), "init"], cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert 'args: ["scan", "demo/model", "demo/data"]' in (project / ".pre-commit-config.yaml").read_text()
+    assert _check_jsonschema("vendor.github-workflows", project / ".github/workflows/dtype-doctor.yml").returncode == 0
+    _git(project, "add", ".", env=env)
+    hook = subprocess.run([_tool("pre-commit"), "run", "--all-files"], cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    assert hook.returncode == 1 and "DD101" in hook.stdout, hook.stdout + hook.stderr
