@@ -7,7 +7,9 @@
 In this process, the sarif and junit renderers are wrapped for the session, so every report a
 test renders (through `render`, `emit` or the CLI run in-process) is validated as it is made.
 Files a subprocess writes (the CLI, the action's steps) are validated at the end of each test
-that used tmp_path: every *.sarif, and every *.xml whose root is a JUnit testsuite(s).
+that used tmp_path, and at the end of the session under all of pytest's temporary directories
+(module-scoped ones too, e.g. the README's clone): every *.sarif, and every *.xml that is a
+JUnit testsuite(s).
 """
 
 from __future__ import annotations
@@ -57,8 +59,17 @@ def validate_junit(text: str, where: str = "a JUnit report") -> None:
     assert not errors, f"{where} does not validate against {JUNIT_XSD.name}: {errors[:3]}"
 
 
+def validate_files(root: Path) -> None:
+    for path in root.rglob("*.sarif"):
+        validate_sarif(path.read_text(encoding="utf-8"), str(path))
+    for path in root.rglob("*.xml"):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if "<testsuite" in text[:400]:
+            validate_junit(text, str(path))
+
+
 @pytest.fixture(autouse=True, scope="session")
-def _validated_renderers() -> Any:
+def _validated_renderers(tmp_path_factory: pytest.TempPathFactory) -> Any:
     import dtype_doctor.report.junit as junit
     import dtype_doctor.report.sarif as sarif
 
@@ -76,6 +87,7 @@ def _validated_renderers() -> Any:
     patch.setattr(junit, "render", checked(junit.render, validate_junit))
     yield
     patch.undo()
+    validate_files(tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture(autouse=True)
@@ -84,9 +96,4 @@ def _validated_files(request: pytest.FixtureRequest) -> Any:
     tmp = request.node.funcargs.get("tmp_path") if hasattr(request.node, "funcargs") else None
     if tmp is None or not Path(tmp).is_dir():
         return
-    for path in Path(tmp).rglob("*.sarif"):
-        validate_sarif(path.read_text(encoding="utf-8"), str(path))
-    for path in Path(tmp).rglob("*.xml"):
-        text = path.read_text(encoding="utf-8", errors="replace")
-        if "<testsuite" in text[:400]:
-            validate_junit(text, str(path))
+    validate_files(Path(tmp))
