@@ -114,3 +114,8 @@ def test_an_invalid_pyproject_is_refused_and_nothing_is_written(here: Path, caps
     code, err = _init(["--model", "m", "--dataset", "d"], capsys)
     assert code == 2 and err.startswith("dtype-doctor: error: pyproject.toml is not valid TOML") and len(err.splitlines()) == 1
     assert _snapshot(here) == before
+
+
+def test_an_unknown_gpu_is_refused_before_anything_is_written(here: Path, capsys: pytest.CaptureFixture) -> None:
+    code, err = _init(["--model", "m", "--dataset", "d", "--gpu", "a1000"], capsys)
+    assert code == 2 and err.startswith("dtype-doctor: error: --gpu must be one of") and list(here.iterdir()) == []
