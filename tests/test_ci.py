@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import sarif_errors, junit_errors, validate_sarif
+from conftest import junit_errors, sarif_errors, validate_sarif
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -237,13 +237,16 @@ def test_an_invalid_sarif_log_and_junit_file_are_refused() -> None:
     assert junit_errors('<testsuite name="s" tests="1" failures="0" errors="0"><testcase name="n"/></testsuite>') == []
 
 
-def test_the_cli_junit_report_validates(tmp_path: Path) -> None:
-    """Written by the CLI in a subprocess (the action's test does the same for SARIF); conftest
-    validates it again at teardown."""
+def test_the_cli_junit_report_validates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Written by the CLI (in this process; the action's tests write SARIF from a subprocess);
+    conftest validates it again at teardown."""
+    from dtype_doctor.cli.main import run
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     path = tmp_path / "report.xml"
-    done = subprocess.run([str(BIN / "dtype-doctor"), "scan", *DEMO, "--format", "junit", "-o", str(path)], env=_env(tmp_path),
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1, done.stderr
+    with pytest.raises(SystemExit) as done:
+        run(["scan", *DEMO, "--format", "junit", "-o", str(path)])
+    assert done.value.code == 1
     assert junit_errors(path.read_text()) == [] and "<failure" in path.read_text()
 
 
@@ -261,3 +264,12 @@ def test_what_init_writes_runs_under_pre_commit(tmp_path: Path) -> None:
     _git(project, "add", ".", env=env)
     hook = subprocess.run([_tool("pre-commit"), "run", "--all-files"], cwd=project, env=env, capture_output=True, text=True, timeout=300)
     assert hook.returncode == 1 and "DD101" in hook.stdout, hook.stdout + hook.stderr
+
+
+def test_the_action_runs_a_script(tmp_path: Path) -> None:
+    script = ROOT / "tests/scripts/seed_amp_loop.py"  # an int32 target under autocast: DD104
+    code, outputs, _, err = _run_action(tmp_path, {"command": "run", "script": f"python {script} 2", "annotations": "false"})
+    out = _action_outputs(outputs)
+    assert code == 1 and out["exit-code"] == "1", err
+    results = json.loads((tmp_path / out["sarif"]).read_text())["runs"][0]["results"]
+    assert "DD104" in {r["ruleId"] for r in results} and int(out["errors"]) >= 1
