@@ -16,6 +16,7 @@ from dtype_doctor.cli.compare import compare_command
 from dtype_doctor.cli.fix import EXAMPLES as FIX_EXAMPLES
 from dtype_doctor.cli.fix import fix_command
 from dtype_doctor.cli.help import Command
+from dtype_doctor.cli.init import EXAMPLES as INIT_EXAMPLES, init_command
 from dtype_doctor.cli.rules import rule_command, rules_command
 from dtype_doctor.cli.run import EXAMPLES as RUN_EXAMPLES
 from dtype_doctor.cli.run import SETTINGS as RUN_SETTINGS
@@ -37,6 +38,7 @@ app.command("compare", epilog=COMPARE_EXAMPLES, cls=Command)(compare_command)
 app.command("run", epilog=RUN_EXAMPLES, cls=Command, context_settings=RUN_SETTINGS)(run_command)
 app.command("rule", cls=Command)(rule_command)
 app.command("rules", cls=Command)(rules_command)
+app.command("init", epilog=INIT_EXAMPLES, cls=Command)(init_command)
 
 
 def _version(value: bool) -> None:

@@ -43,10 +43,8 @@ def render(report: Report, options: RenderOptions) -> str:
         groups.setdefault((f.code, f.module), []).append(f)
     for (code, module), findings in groups.items():
         case = ET.SubElement(suite, "testcase", classname=f"{TOOL_NAME}.{code}", name=module_label(module))
-        source = next((f.source for f in findings if f.source), None)
-        if source is not None:
-            case.set("file", source.file)
-            case.set("line", str(source.line))
+        # No file/line attributes: the JUnit XSD (Jenkins xunit, as pytest validates against) has
+        # none on a testcase; the user's line is in the text (`source: prep.py:12`).
         worst = max(findings, key=lambda f: SEVERITY_RANK[f.severity])
         text = "\n\n".join(_finding_text(f) for f in findings)
         if is_failing(worst.severity, options.fail_on):

