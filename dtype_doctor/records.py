@@ -75,6 +75,9 @@ class TensorMeta:
         }
 
 
+# The batch keys a model takes its labels under (the Trainer's and the examples' names).
+LABEL_KEYS = ("labels", "label", "label_ids")
+
 FLOATING = frozenset({"float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2"})
 HALF = frozenset({"float16", "bfloat16"})
 INTEGER = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
@@ -229,6 +232,11 @@ class ModelInfo:
     state: tuple[StateTensor, ...]
     keep_in_fp32_modules: tuple[str, ...] = ()
     module_types: tuple[tuple[str, str], ...] = ()  # (dotted name, class name)
+    # The classification head's configuration as the model was handed over: transformers'
+    # *ForSequenceClassification / *ForImageClassification models pick problem_type from the
+    # labels' dtype the first time, when it is None (DD111). None where the model has no config.
+    num_labels: int | None = None
+    problem_type: str | None = None
 
     @property
     def parameters(self) -> tuple[StateTensor, ...]:

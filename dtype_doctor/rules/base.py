@@ -26,6 +26,9 @@ class Rule:
     # Fake kernels do not check dtypes, so a simulated trace repairs where this says so,
     # exactly as a real trace repairs after the real error.
     rejects: Callable[[OpCall], bool] | None = field(repr=False, compare=False, default=None)
+    # For rules that explain a failed step (an error that is not a dtype or device refusal but
+    # whose cause is a dtype): whether this trace's failure is theirs to report, not DD001's.
+    explains: Callable[[Trace], bool] | None = field(repr=False, compare=False, default=None)
 
     def finding(
         self,

@@ -15,6 +15,8 @@ def check(trace: Trace) -> Iterator[Finding]:
         return
     if failure.kind in ("dtype", "device", "overflow"):
         return  # a refusal: the rule that explains it (DD301 for a number beyond a dtype), or DD100, reports it
+    if _explained(trace):
+        return  # an error whose cause is a dtype (DD111's labels): that rule reports it
     what = {
         "other": "failed for a reason that is not dtype or device",
         "simulation": "could not be simulated with fake tensors",
@@ -29,6 +31,12 @@ def check(trace: Trace) -> Iterator[Finding]:
         stage="model-code",
         pytorch_error=failure.message,
     )
+
+
+def _explained(trace: Trace) -> bool:
+    from dtype_doctor.rules import all_rules
+
+    return any(rule.explains is not None and rule.explains(trace) for rule in all_rules())
 
 
 def _assumed(trace: Trace) -> Iterator[Finding]:

@@ -72,11 +72,16 @@ def model_info(
     keep = tuple(getattr(model, "_keep_in_fp32_modules", None) or ()) + tuple(
         getattr(model, "_keep_in_fp32_modules_strict", None) or ()
     )
+    config = getattr(model, "config", None)
+    num_labels = getattr(config, "num_labels", None)
+    problem_type = getattr(config, "problem_type", None)
     return ModelInfo(
         class_name=type(model).__name__,
         state=tuple(entries),
         keep_in_fp32_modules=keep,
         module_types=tuple((n, type(m).__name__) for n, m in model.named_modules()),
+        num_labels=num_labels if isinstance(num_labels, int) else None,
+        problem_type=problem_type if isinstance(problem_type, str) else None,
     )
 
 
@@ -88,6 +93,9 @@ def _preserved(model: torch.nn.Module, *, train: bool) -> Iterable[None]:
     """
     flags = [(m, m.training) for m in model.modules()]
     grads = [(p, p.grad) for p in model.parameters()]
+    # transformers' classification heads set config.problem_type from the first labels they see.
+    config = getattr(model, "config", None)
+    problem_type = getattr(config, "problem_type", None)
     # Buffers are small; a forward may update them in place (BatchNorm stats, counters, caches).
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
     try:
@@ -99,6 +107,8 @@ def _preserved(model: torch.nn.Module, *, train: bool) -> Iterable[None]:
     finally:
         for m, flag in flags:
             m.training = flag
+        if config is not None and hasattr(config, "problem_type"):
+            config.problem_type = problem_type
         with torch.no_grad():
             for p, g in grads:
                 p.grad = g
