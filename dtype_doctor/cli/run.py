@@ -56,7 +56,7 @@ def run_command(
     traced on tensors without data; where the script asks one for a value (loss.item()),
     the simulation ends and the script is stopped.
     """
-    from dtype_doctor.cli.output import check_format, emit, exit_code, quiet_libraries
+    from dtype_doctor.cli.output import check_format, check_outputs, emit, exit_code, quiet_libraries
     from dtype_doctor.run.command import parse_command
     from dtype_doctor.run.runner import RunOptions, run_script, user_frame
 
@@ -64,6 +64,7 @@ def run_command(
     exit_code(None, fail_on)
     check_command(command, "run")
     script = parse_command(command or [])
+    check_outputs(locals(), reads=(script.target,) if script.kind == "file" else ())
     options = RunOptions(steps=steps, keep_running=keep_running, select=o.split_codes(select), ignore=o.split_codes(ignore),
                          simulate=simulate, device=device, gpu=gpu)
     options.validate()

@@ -47,12 +47,13 @@ def scan_command(
     config: o.Config = None,  # noqa: ARG001 - read by cli/config.py before parsing
 ) -> None:
     """Trace one batch through MODEL and report every dtype and device mismatch."""
-    from dtype_doctor.cli.output import check_format, emit, exit_code, progress, quiet_libraries
+    from dtype_doctor.cli.output import check_format, check_outputs, emit, exit_code, progress, quiet_libraries
     from dtype_doctor.pipeline import scan
 
     check_format(format)
     opts = o.scan_options(locals())
     exit_code(None, fail_on)  # validate --fail-on before the slow part
+    check_outputs(locals())
     quiet_libraries()
     report = scan(model, dataset, opts, progress=progress())
     emit(report, format, output, fail_on)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dtype_doctor.errors import InputError, UsageError
+from dtype_doctor.files import write_atomic
 from dtype_doctor.fix.outcome import Change
 from dtype_doctor.records import TraceRequest
 
@@ -58,7 +59,7 @@ class PatchedRun:
         if text is None:
             shutil.copyfile(file, dest)
         else:
-            dest.write_text(text, encoding="utf-8")
+            write_atomic(dest, text, what="a patched copy")
         return dest
 
     def _run(self, spec: str, mode: str, change: Change | None) -> str | None:
