@@ -11,6 +11,7 @@ from typing import Any, Callable
 from dtype_doctor.errors import UsageError
 from dtype_doctor.load.batch.state import DATASET_FORMATS, PREPROCESS_MODES
 from dtype_doctor.records import Report, Subject, TraceRequest
+from dtype_doctor.run.control import DEFAULT_TIMEOUT, check_timeout
 
 DEVICES_HELP = "auto|cpu|cuda|cuda:N"
 MODEL_DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -38,10 +39,12 @@ class ScanOptions:
     trust_remote_code: bool = False
     allow_pickle: bool = False
     max_length: int = 128
+    timeout: float | None = DEFAULT_TIMEOUT  # seconds the user's code may take (--timeout; 0: no limit)
 
     def validate(self) -> None:
         if self.batch_size < 1:
             raise UsageError(f"--batch-size must be at least 1, not {self.batch_size}")
+        check_timeout(self.timeout)
         if self.dtype not in MODEL_DTYPES:
             raise UsageError(f"unknown --dtype {self.dtype!r}; choose one of: {', '.join(MODEL_DTYPES)}")
         if self.autocast not in AUTOCAST:
@@ -153,6 +156,7 @@ def prepare(
         device=device,  # simulated: fake tensors on the target, so the lineage shows the transfer
         max_length=options.max_length,
         collator=options.collator,
+        timeout=options.timeout,
     )
     return Prepared(loaded, rows, batch, device, options, model, dataset)
 

@@ -47,6 +47,7 @@ def compare_command(
     output: o.Output = None,
     trust_remote_code: o.TrustRemoteCode = False,
     allow_pickle: o.AllowPickle = False,
+    timeout: o.Timeout = o.DEFAULT_TIMEOUT,
     debug: o.Debug = False,
     config: o.Config = None,  # noqa: ARG001 - read by cli/config.py before parsing
 ) -> None:

@@ -68,6 +68,7 @@ def fix_command(
     ignore: o.Ignore = None,
     trust_remote_code: o.TrustRemoteCode = False,
     allow_pickle: o.AllowPickle = False,
+    timeout: o.Timeout = o.DEFAULT_TIMEOUT,
     debug: o.Debug = False,
     config: o.Config = None,  # noqa: ARG001 - read by cli/config.py before parsing
 ) -> None:
@@ -136,7 +137,7 @@ def _fix_script(words: list[str], values: dict) -> object:
     check_command(words, "fix")
     command = parse_command(words)
     options = RunOptions(steps=values["steps"], select=o.split_codes(values["select"]), ignore=o.split_codes(values["ignore"]),
-                         simulate=values["simulate"], device=values["device"], gpu=values["gpu"])
+                         simulate=values["simulate"], device=values["device"], gpu=values["gpu"], timeout=values["timeout"])
     options.validate()
     quiet_libraries()
     fail_on = values["fail_on"]

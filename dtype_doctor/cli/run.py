@@ -45,6 +45,7 @@ def run_command(
     fail_on: o.FailOn = "error",
     select: o.Select = None,
     ignore: o.Ignore = None,
+    timeout: o.Timeout = o.DEFAULT_TIMEOUT,
     debug: o.Debug = False,
     config: o.Config = None,  # noqa: ARG001 - read by cli/config.py before parsing
 ) -> None:
@@ -66,7 +67,7 @@ def run_command(
     script = parse_command(command or [])
     check_outputs(locals(), reads=(script.target,) if script.kind == "file" else ())
     options = RunOptions(steps=steps, keep_running=keep_running, select=o.split_codes(select), ignore=o.split_codes(ignore),
-                         simulate=simulate, device=device, gpu=gpu)
+                         simulate=simulate, device=device, gpu=gpu, timeout=timeout)
     options.validate()
     output = output.resolve() if output is not None else None  # the invoking cwd's, whatever the script does with its own
     quiet_libraries()

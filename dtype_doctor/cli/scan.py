@@ -43,6 +43,7 @@ def scan_command(
     ignore: o.Ignore = None,
     trust_remote_code: o.TrustRemoteCode = False,
     allow_pickle: o.AllowPickle = False,
+    timeout: o.Timeout = o.DEFAULT_TIMEOUT,
     debug: o.Debug = False,
     config: o.Config = None,  # noqa: ARG001 - read by cli/config.py before parsing
 ) -> None:

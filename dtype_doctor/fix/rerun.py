@@ -71,7 +71,7 @@ class PatchedRun:
         try:
             batch = build_batch(
                 p.loaded, p.rows, preprocess=spec, preprocess_mode=mode, dataset_format=o.dataset_format,
-                device=p.device, max_length=o.max_length, collator=o.collator,
+                device=p.device, max_length=o.max_length, collator=o.collator, timeout=o.timeout,
             )
         except (InputError, UsageError) as exc:
             return f"does not run: {str(exc).replace(str(Path(spec.rpartition(':')[0]).parent) + '/', '')}"
