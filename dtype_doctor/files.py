@@ -38,13 +38,14 @@ def write_atomic(path: Path, text: str, *, exclusive: bool = False, what: str = 
             os.fsync(fh.fileno())
         _set_mode(path, tmp)
         if exclusive:
-            os.link(tmp, path)  # fails with FileExistsError when path appeared meanwhile
+            try:
+                os.link(tmp, path)  # fails when path appeared meanwhile: never replaced
+            except FileExistsError:
+                raise UsageError(f"{what.removeprefix('the ')} file {path} already exists; refusing to overwrite it") from None
             os.unlink(tmp)
         else:
             os.replace(tmp, path)
         tmp = None
-    except FileExistsError:
-        raise UsageError(f"{what.removeprefix('the ')} file {path} already exists; refusing to overwrite it") from None
     except OSError as exc:
         raise UsageError(f"cannot write {what} to {path}: {exc.strerror or exc}") from None
     finally:
