@@ -13,6 +13,10 @@ def emit(report: Any, fmt: str | None, output: Path | None, fail_on: str) -> Non
     from dtype_doctor.report import render
     from dtype_doctor.rules import all_rules
 
+    loading = getattr(getattr(report, "target", None), "loading", None)
+    warning = loading.warning() if loading is not None else None
+    if warning:
+        print(f"dtype-doctor: warning: {warning}", file=sys.stderr)
     fmt = fmt or "rich"
     to_terminal = output is None and sys.stdout.isatty()
     width = text_width() if fmt == "rich" else None
