@@ -28,6 +28,17 @@ def write_atomic(path: Path, text: str, *, exclusive: bool = False, what: str = 
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise UsageError(f"cannot write {what} to {path}: it is a directory")
+    if str(path.absolute()).startswith(("/dev/", "/proc/")) or (path.exists() and not path.is_file()):
+        # /dev/stdout, /proc/self/fd/N, a named pipe: a stream to write into, not a file to replace
+        try:
+            with open(path, "w", encoding="utf-8", newline="") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise UsageError(f"cannot write {what} to {path}: {exc.strerror or exc}") from None
+        return
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))  # replace the file the link points to, keep the link
+        parent = path.parent
     tmp: str | None = None
     try:
         parent.mkdir(parents=True, exist_ok=True)

@@ -117,3 +117,24 @@ def test_a_report_write_that_fails_leaves_the_previous_report_byte_for_byte(tmp_
     )
     assert proc.returncode in (0, 1), proc.stderr
     assert report.read_bytes().startswith(b'{\n  "schema_version": 1')
+
+
+def test_write_atomic_keeps_a_symlink_and_writes_into_a_stream(tmp_path: Path) -> None:
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    write_atomic(link, "new")
+    assert link.is_symlink() and target.read_text() == "new"
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE, text=True)
+    write_atomic(fifo, "streamed")
+    assert reader.communicate(timeout=30)[0] == "streamed"
+    assert stat_is_fifo(fifo)
+
+
+def stat_is_fifo(p: Path) -> bool:
+    import stat
+
+    return stat.S_ISFIFO(p.stat().st_mode)
