@@ -10,6 +10,14 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Python's MemoryError, torch's OutOfMemoryError (CUDA), or the CPU allocator's RuntimeError."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "not enough memory" in text)
+
+
 class DoctorError(Exception):
     """Base of the errors the tool raises on purpose."""
 

@@ -5,12 +5,15 @@ The CLI is a thin shell over this; `dtype_doctor.fix` builds on it too.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from dtype_doctor.errors import UsageError
 from dtype_doctor.load.batch.state import DATASET_FORMATS, PREPROCESS_MODES
 from dtype_doctor.records import Report, Subject, TraceRequest
+from dtype_doctor.load.memory import MAX_BATCH_SIZE
+from dtype_doctor.run.control import DEFAULT_TIMEOUT, check_timeout
 
 DEVICES_HELP = "auto|cpu|cuda|cuda:N"
 MODEL_DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -38,10 +41,15 @@ class ScanOptions:
     trust_remote_code: bool = False
     allow_pickle: bool = False
     max_length: int = 128
+    timeout: float | None = DEFAULT_TIMEOUT  # seconds the user's code may take (--timeout; 0: no limit)
 
     def validate(self) -> None:
         if self.batch_size < 1:
             raise UsageError(f"--batch-size must be at least 1, not {self.batch_size}")
+        check_timeout(self.timeout)
+        if self.batch_size > MAX_BATCH_SIZE:
+            raise UsageError(f"--batch-size {self.batch_size} is more than the {MAX_BATCH_SIZE} rows a trace reads; "
+                             "a dtype trace needs a batch, not an epoch")
         if self.dtype not in MODEL_DTYPES:
             raise UsageError(f"unknown --dtype {self.dtype!r}; choose one of: {', '.join(MODEL_DTYPES)}")
         if self.autocast not in AUTOCAST:
@@ -153,6 +161,7 @@ def prepare(
         device=device,  # simulated: fake tensors on the target, so the lineage shows the transfer
         max_length=options.max_length,
         collator=options.collator,
+        timeout=options.timeout,
     )
     return Prepared(loaded, rows, batch, device, options, model, dataset)
 
@@ -167,10 +176,35 @@ def scan(
     """Load, build the batch, trace it and return the Report."""
     from dtype_doctor.trace.engine import diagnose
 
-    p = prepare(model, dataset, options, progress=progress)
-    if progress:
-        progress("tracing")
-    return diagnose(p.loaded.model, p.batch.inputs, p.request())
+    with memory_named(options or ScanOptions()):
+        p = prepare(model, dataset, options, progress=progress)
+        if progress:
+            progress("tracing")
+        return with_loading(diagnose(p.loaded.model, p.batch.inputs, p.request()), p)
+
+
+def with_loading(report: Report, p: Prepared) -> Report:
+    """The report with transformers' load report in `target.loading` when weights were missing or extra."""
+    import dataclasses
+
+    loading = getattr(p.loaded, "loading", None)
+    if loading is None:
+        return report
+    return dataclasses.replace(report, target=dataclasses.replace(report.target, loading=loading))
+
+
+@contextmanager
+def memory_named(options: ScanOptions) -> Iterator[None]:
+    """Running out of memory is bad input naming the batch size (exit 2), not a finding or a crash."""
+    from dtype_doctor.errors import InputError, first_line, is_out_of_memory
+
+    try:
+        yield
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        raise InputError(f"out of memory with --batch-size {options.batch_size} ({first_line(exc, 120)}); "
+                         "lower --batch-size, or pass --simulate to trace without allocating") from None
 
 
 def fix(
@@ -202,20 +236,21 @@ def fix(
     script_path = Path(script).resolve() if script else None
     if script_path is not None and not script_path.is_file():
         raise InputError(f"--script {script}: no such file")
-    p = prepare(model, dataset, options, progress=progress)
-    if progress:
-        progress("tracing and fixing")
-    result = fix_model(
-        p.loaded.model, p.batch.inputs, p.request(), strategy=strategy, fail_on=fail_on, unsafe_fixes=unsafe_fixes,
-        force=force, max_rounds=max_rounds,
-    )
+    with memory_named(options or ScanOptions()):
+        p = prepare(model, dataset, options, progress=progress)
+        if progress:
+            progress("tracing and fixing")
+        result = fix_model(
+            p.loaded.model, p.batch.inputs, p.request(), strategy=strategy, fail_on=fail_on, unsafe_fixes=unsafe_fixes,
+            force=force, max_rounds=max_rounds,
+        )
     if patch_path is None:
-        return result.report(None)
+        return with_loading(result.report(None), p)
     if not result.verified:
-        return result.report(None, patch_skipped="the fix was not verified, so it is not written")
+        return with_loading(result.report(None, patch_skipped="the fix was not verified, so it is not written"), p)
     if not result.applied:
-        return result.report(None)  # nothing to fix, so nothing to patch: no file written
-    return result.report(_write_patch(p, result, patch_path, script_path, fail_on=fail_on, force=force))
+        return with_loading(result.report(None), p)  # nothing to fix, so nothing to patch: no file written
+    return with_loading(result.report(_write_patch(p, result, patch_path, script_path, fail_on=fail_on, force=force)), p)
 
 
 def _write_patch(p: Prepared, result: Any, patch_path: Any, script_path: Any, *, fail_on: str, force: bool) -> Any:

@@ -411,6 +411,42 @@ class Finding:
 
 
 @dataclass(frozen=True, slots=True)
+class Loading:
+    """What transformers' load report said about the checkpoint (SPEC addition: `target.loading`):
+    weights the model needs that the files lack (initialised at random), weights the files hold
+    that the model has no place for."""
+
+    checkpoint: str  # the weight file(s), as named in the model directory
+    expected: int  # weights the model's state dict holds
+    missing: tuple[str, ...] = ()
+    unexpected: tuple[str, ...] = ()
+
+    @property
+    def missing_share(self) -> float:
+        return len(self.missing) / self.expected if self.expected else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"checkpoint": self.checkpoint, "expected": self.expected, "missing": list(self.missing),
+                "unexpected": list(self.unexpected)}
+
+    def warning(self) -> str | None:
+        """One line for stderr, or None when every weight was found."""
+        if not self.missing and not self.unexpected:
+            return None
+        parts = []
+        if self.missing:
+            parts.append(f"lacks {len(self.missing)} of the {self.expected} weights the model needs "
+                         f"({_names(self.missing)}), which were initialised at random")
+        if self.unexpected:
+            parts.append(f"holds {len(self.unexpected)} the model has no place for ({_names(self.unexpected)})")
+        return f"{self.checkpoint} " + "; it ".join(parts)
+
+
+def _names(keys: tuple[str, ...], shown: int = 3) -> str:
+    return ", ".join(keys[:shown]) + (f", … {len(keys) - shown} more" if len(keys) > shown else "")
+
+
+@dataclass(frozen=True, slots=True)
 class Target:
     model: str
     dataset: str | None
@@ -421,8 +457,10 @@ class Target:
     autocast: str | None
     train: bool
     gpu: str | None = None  # a simulated CUDA target's GPU profile, "a100 (compute capability 8.0)"
+    loading: Loading | None = None  # only when the checkpoint lacked or had extra weights
 
     def to_dict(self) -> dict[str, Any]:
+        extra = {"loading": self.loading.to_dict()} if self.loading is not None else {}
         return {
             "model": self.model,
             "dataset": self.dataset,
@@ -433,6 +471,7 @@ class Target:
             "autocast": self.autocast,
             "train": self.train,
             "gpu": self.gpu,
+            **extra,
         }
 
 

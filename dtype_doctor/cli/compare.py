@@ -47,6 +47,7 @@ def compare_command(
     output: o.Output = None,
     trust_remote_code: o.TrustRemoteCode = False,
     allow_pickle: o.AllowPickle = False,
+    timeout: o.Timeout = o.DEFAULT_TIMEOUT,
     debug: o.Debug = False,
     config: o.Config = None,  # noqa: ARG001 - read by cli/config.py before parsing
 ) -> None:
@@ -55,7 +56,7 @@ def compare_command(
 
     A measurement: exit 0 whatever the rows show, 2 on bad input.
     """
-    from dtype_doctor.cli.output import progress, quiet_libraries, text_width, write_text
+    from dtype_doctor.cli.output import check_outputs, progress, quiet_libraries, text_width, write_text
     from dtype_doctor.compare import compare_pipeline
     from dtype_doctor.compare.report import FORMATS, render
     from dtype_doctor.errors import UsageError
@@ -64,6 +65,7 @@ def compare_command(
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r} for compare; choose one of: {', '.join(FORMATS)}")
     opts = o.scan_options(locals())
+    check_outputs(locals())
     quiet_libraries()
     comparison = compare_pipeline(
         model, dataset, opts, variants=o.split_codes(variants), repeat=repeat, warmup=warmup, progress=progress()

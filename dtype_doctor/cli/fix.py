@@ -68,6 +68,7 @@ def fix_command(
     ignore: o.Ignore = None,
     trust_remote_code: o.TrustRemoteCode = False,
     allow_pickle: o.AllowPickle = False,
+    timeout: o.Timeout = o.DEFAULT_TIMEOUT,
     debug: o.Debug = False,
     config: o.Config = None,  # noqa: ARG001 - read by cli/config.py before parsing
 ) -> None:
@@ -77,13 +78,14 @@ def fix_command(
     as a patch against your files, and the patched script is run again to verify it.
     Exit 0 when the re-run trace is clean at --fail-on, 1 when not.
     """
-    from dtype_doctor.cli.output import check_format, emit, exit_code, progress, quiet_libraries
+    from dtype_doctor.cli.output import check_format, check_outputs, emit, exit_code, progress, quiet_libraries
     from dtype_doctor.errors import UsageError
 
     check_format(format)
     exit_code(None, fail_on)
     if max_rounds < 1:
         raise UsageError(f"--max-rounds must be at least 1, not {max_rounds}")
+    check_outputs(locals(), reads=_script_files([w for w in (model, dataset, *(command or [])) if w is not None]) if run else ())
     if run:
         report = _fix_script([w for w in (model, dataset, *(command or [])) if w is not None], locals())
     else:
@@ -135,7 +137,7 @@ def _fix_script(words: list[str], values: dict) -> object:
     check_command(words, "fix")
     command = parse_command(words)
     options = RunOptions(steps=values["steps"], select=o.split_codes(values["select"]), ignore=o.split_codes(values["ignore"]),
-                         simulate=values["simulate"], device=values["device"], gpu=values["gpu"])
+                         simulate=values["simulate"], device=values["device"], gpu=values["gpu"], timeout=values["timeout"])
     options.validate()
     quiet_libraries()
     fail_on = values["fail_on"]
@@ -145,3 +147,14 @@ def _fix_script(words: list[str], values: dict) -> object:
         unsafe_fixes=values["unsafe_fixes"], force=values["force"], max_rounds=values["max_rounds"],
         write_patch=write_patch.resolve() if write_patch else None,
     )
+
+
+def _script_files(words: list[str] | None) -> tuple[str, ...]:
+    """The script file of `python FILE ARGS` (after --), which fix --run reads and patches."""
+    from dtype_doctor.run.command import parse_command
+
+    try:
+        command = parse_command(list(words or []))
+    except Exception:  # noqa: BLE001 - a bad command is reported where it is parsed
+        return ()
+    return (command.target,) if command.kind == "file" else ()

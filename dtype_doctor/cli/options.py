@@ -7,6 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from dtype_doctor.run.control import DEFAULT_TIMEOUT  # noqa: F401 - the commands' --timeout default
+
 Model = Annotated[str, typer.Argument(metavar="MODEL", help="Model directory (config.json + weights) or a hub id in the local cache.", show_default=False)]
 Dataset = Annotated[str, typer.Argument(metavar="DATASET", help="save_to_disk directory, data file/folder (csv, json, jsonl, parquet, arrow, images) or a cached hub id.", show_default=False)]
 Split = Annotated[Optional[str], typer.Option("--split", metavar="NAME", help="Dataset split (default: train, else the first split).")]
@@ -28,6 +30,7 @@ Select = Annotated[Optional[str], typer.Option("--select", metavar="CODES", help
 Ignore = Annotated[Optional[str], typer.Option("--ignore", metavar="CODES", help="Comma-separated rule codes or prefixes to skip.")]
 TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Allow code from the model repository to run (off by default).")]
 AllowPickle = Annotated[bool, typer.Option("--allow-pickle", help="Allow loading pickled weights (pytorch_model.bin); safetensors only by default.")]
+Timeout = Annotated[float, typer.Option("--timeout", metavar="SECONDS", help="Time limit on your code (preprocess functions; a script until its traced steps are done); 0: no limit.")]
 Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")]
 # Read before the command line is parsed (cli/config.py); the parameter only shows it in --help.
 Config = Annotated[Optional[Path], typer.Option("--config", metavar="PATH", help="Options from a TOML file (default: [tool.dtype-doctor] in ./pyproject.toml); the command line wins.")]

@@ -13,6 +13,10 @@ def emit(report: Any, fmt: str | None, output: Path | None, fail_on: str) -> Non
     from dtype_doctor.report import render
     from dtype_doctor.rules import all_rules
 
+    loading = getattr(getattr(report, "target", None), "loading", None)
+    warning = loading.warning() if loading is not None else None
+    if warning:
+        print(f"dtype-doctor: warning: {warning}", file=sys.stderr)
     fmt = fmt or "rich"
     to_terminal = output is None and sys.stdout.isatty()
     width = text_width() if fmt == "rich" else None
@@ -26,11 +30,9 @@ def write_text(text: str, output: Path | None) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write the report to {output}: {exc.strerror or exc}") from exc
+    from dtype_doctor.files import write_atomic
+
+    write_atomic(output, text)
     print(f"report written to {output}", file=sys.stderr)
 
 
@@ -83,3 +85,16 @@ def quiet_libraries() -> None:
     transformers.utils.logging.disable_progress_bar()
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
+
+
+def check_outputs(values: dict, *, reads: tuple[object, ...] = ()) -> None:
+    """Refuse (exit 2, before anything loads) an --output or --write-patch that names a file the
+    command reads: MODEL and DATASET (their files, and anything inside their directories),
+    --preprocess, --script, --config (or ./pyproject.toml), and `reads` (a script run)."""
+    from dtype_doctor.cli.config import PYPROJECT
+    from dtype_doctor.files import local_inputs, refuse_overlap
+
+    config = values.get("config") or PYPROJECT
+    inputs = local_inputs(values.get("model"), values.get("dataset"), values.get("preprocess"), values.get("script"),
+                          config, *reads)
+    refuse_overlap((("--output", values.get("output")), ("--write-patch", values.get("write_patch"))), inputs)

@@ -45,6 +45,7 @@ def run_command(
     fail_on: o.FailOn = "error",
     select: o.Select = None,
     ignore: o.Ignore = None,
+    timeout: o.Timeout = o.DEFAULT_TIMEOUT,
     debug: o.Debug = False,
     config: o.Config = None,  # noqa: ARG001 - read by cli/config.py before parsing
 ) -> None:
@@ -56,7 +57,7 @@ def run_command(
     traced on tensors without data; where the script asks one for a value (loss.item()),
     the simulation ends and the script is stopped.
     """
-    from dtype_doctor.cli.output import check_format, emit, exit_code, quiet_libraries
+    from dtype_doctor.cli.output import check_format, check_outputs, emit, exit_code, quiet_libraries
     from dtype_doctor.run.command import parse_command
     from dtype_doctor.run.runner import RunOptions, run_script, user_frame
 
@@ -64,8 +65,9 @@ def run_command(
     exit_code(None, fail_on)
     check_command(command, "run")
     script = parse_command(command or [])
+    check_outputs(locals(), reads=(script.target,) if script.kind == "file" else ())
     options = RunOptions(steps=steps, keep_running=keep_running, select=o.split_codes(select), ignore=o.split_codes(ignore),
-                         simulate=simulate, device=device, gpu=gpu)
+                         simulate=simulate, device=device, gpu=gpu, timeout=timeout)
     options.validate()
     output = output.resolve() if output is not None else None  # the invoking cwd's, whatever the script does with its own
     quiet_libraries()

@@ -43,16 +43,18 @@ def scan_command(
     ignore: o.Ignore = None,
     trust_remote_code: o.TrustRemoteCode = False,
     allow_pickle: o.AllowPickle = False,
+    timeout: o.Timeout = o.DEFAULT_TIMEOUT,
     debug: o.Debug = False,
     config: o.Config = None,  # noqa: ARG001 - read by cli/config.py before parsing
 ) -> None:
     """Trace one batch through MODEL and report every dtype and device mismatch."""
-    from dtype_doctor.cli.output import check_format, emit, exit_code, progress, quiet_libraries
+    from dtype_doctor.cli.output import check_format, check_outputs, emit, exit_code, progress, quiet_libraries
     from dtype_doctor.pipeline import scan
 
     check_format(format)
     opts = o.scan_options(locals())
     exit_code(None, fail_on)  # validate --fail-on before the slow part
+    check_outputs(locals())
     quiet_libraries()
     report = scan(model, dataset, opts, progress=progress())
     emit(report, format, output, fail_on)

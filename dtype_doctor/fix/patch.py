@@ -115,15 +115,9 @@ def write_patch(path: Path, diffs: Sequence[str], *, force: bool) -> None:
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise UsageError(f"cannot write the patch to {path}: directory {parent} does not exist")
-    try:
-        # "x" creates the file only if it still does not exist, so a file that appeared
-        # since the check above is not clobbered either.
-        with open(path, "w" if force else "x", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-    except FileExistsError:
-        raise UsageError(f"patch file {path} already exists; refusing to overwrite it") from None
-    except OSError as exc:
-        raise UsageError(f"cannot write the patch to {path}: {exc.strerror or exc}") from None
+    from dtype_doctor.files import write_atomic
+
+    write_atomic(path, text, exclusive=not force, what="the patch")
 
 
 def make_patch(path: Path, edits: Iterable[tuple[Path, str, str]], *, root: Path, force: bool) -> Patch:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dtype_doctor.errors import InputError, UsageError
+from dtype_doctor.files import write_atomic
 from dtype_doctor.fix.outcome import Change
 from dtype_doctor.records import TraceRequest
 
@@ -58,7 +59,7 @@ class PatchedRun:
         if text is None:
             shutil.copyfile(file, dest)
         else:
-            dest.write_text(text, encoding="utf-8")
+            write_atomic(dest, text, what="a patched copy")
         return dest
 
     def _run(self, spec: str, mode: str, change: Change | None) -> str | None:
@@ -70,7 +71,7 @@ class PatchedRun:
         try:
             batch = build_batch(
                 p.loaded, p.rows, preprocess=spec, preprocess_mode=mode, dataset_format=o.dataset_format,
-                device=p.device, max_length=o.max_length, collator=o.collator,
+                device=p.device, max_length=o.max_length, collator=o.collator, timeout=o.timeout,
             )
         except (InputError, UsageError) as exc:
             return f"does not run: {str(exc).replace(str(Path(spec.rpartition(':')[0]).parent) + '/', '')}"

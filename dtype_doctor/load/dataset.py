@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from dtype_doctor.errors import InputError, UsageError, first_line as _first_line
+from dtype_doctor.load.memory import check_row_bytes, check_row_lines
 
 __all__ = ["LoadedRows", "load_rows", "DATA_FILE_BUILDERS"]
 
@@ -172,13 +173,15 @@ def _load_streaming(
     )
 
 
-def _slice_in_memory(ds: Any, n: int) -> Any:
-    """The first n rows of a (memory-mapped) Dataset as an in-memory Dataset, nothing decoded."""
+def _slice_in_memory(ds: Any, n: int, where: str = "the dataset") -> Any:
+    """The first n rows of a (memory-mapped) Dataset as an in-memory Dataset, nothing decoded;
+    rows over MAX_ROW_BYTES refused while they are still mapped, not copied."""
     from datasets import Dataset
     from datasets.table import InMemoryTable
 
     k = min(n, len(ds))
     table = ds.select(range(k)).with_format("arrow")[:k]
+    check_row_bytes(where, table.nbytes, k)
     table = table.combine_chunks() if hasattr(table, "combine_chunks") else table
     return Dataset(InMemoryTable(table), info=ds.info.copy(), split=ds.split)
 
@@ -237,7 +240,7 @@ def _load_from_disk(spec: str, d: Path, split: str | None, n: int) -> LoadedRows
 def _disk_rows(spec: str, d: Path, ds: Any, chosen: str, available: list[str], n: int) -> LoadedRows:
     if len(ds) == 0:
         raise InputError(f"{d} split {chosen!r} has no rows")
-    small = _slice_in_memory(ds, n)
+    small = _slice_in_memory(ds, n, str(d))
     return LoadedRows(
         dataset=small,
         features=small.features,
@@ -264,7 +267,31 @@ def _load_file(spec: str, f: Path, split: str | None, n: int) -> LoadedRows:
         kw["sep"] = "\t"
     if suf == ".json":
         _check_json_file(f)
+    if builder in ("json", "csv", "text"):
+        check_row_lines(f, n, header=builder == "csv")
+    elif builder == "parquet":
+        _check_parquet_rows(f)
     return _load_streaming(spec, str(f), split, n, builder=builder, data_files={"train": str(f)}, **kw)
+
+
+def _check_parquet_rows(f: Path) -> None:
+    """The first row group's uncompressed bytes per row, from the footer: a few compressed bytes
+    can hold a list of a hundred million elements."""
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.ParquetFile(str(f)).metadata
+    except Exception as e:  # noqa: BLE001 - pyarrow's ArrowInvalid, OSError
+        raise InputError(f"{f} could not be read as parquet: {type(e).__name__}: {_first_line(e)}") from None
+    if meta.num_row_groups == 0 or meta.num_rows == 0:
+        return  # the reader says the split has no rows
+    group = meta.row_group(0)
+    widths = {"BOOLEAN": 1, "INT32": 4, "FLOAT": 4, "INT64": 8, "DOUBLE": 8, "INT96": 12}
+    decoded = 0  # dictionary and run-length encodings hide how many values a column holds: count them
+    for i in range(group.num_columns):
+        col = group.column(i)
+        decoded += max(col.total_uncompressed_size, col.num_values * widths.get(col.physical_type, 1))
+    check_row_bytes(str(f), decoded, group.num_rows)
 
 
 def _check_json_file(f: Path) -> None:
@@ -349,7 +376,7 @@ def _load_hub(spec: str, split: str | None, n: int) -> LoadedRows:
     ds = obj[chosen]
     if len(ds) == 0:
         raise InputError(f"{spec} split {chosen!r} has no rows")
-    small = _slice_in_memory(ds, n)
+    small = _slice_in_memory(ds, n, str(d))
     return LoadedRows(
         dataset=small, features=small.features, split=chosen, path=spec, num_rows_read=len(small),
         splits=tuple(available), reader="cache", builder=None, spec=spec,

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Any
 
 from dtype_doctor.errors import InputError, PickleRefusedError, RemoteCodeError, UsageError, first_line as _first_line
+from dtype_doctor.records import Loading
 
 __all__ = ["LoadedModel", "load_model", "MODEL_DTYPES", "resolve_model_dir"]
 
@@ -71,6 +72,7 @@ class LoadedModel:
     requested_dtype: str = "auto"
     weight_files: tuple[str, ...] = ()  # names of the weight files in `path`
     is_encoder_decoder: bool = False
+    loading: Loading | None = None  # weights the checkpoint lacked or had extra (a real load only)
 
     @property
     def is_causal_lm(self) -> bool:
@@ -100,6 +102,10 @@ def resolve_model_dir(spec: str) -> Path:
     )
 
 
+_MAX_CONFIG_BYTES = 16 * 2**20
+MAX_MISSING_SHARE = 0.5  # more of the model's weights missing than this: refused, not traced at random
+
+
 def _read_config(model_dir: Path) -> dict[str, Any]:
     cfg_path = model_dir / "config.json"
     if not cfg_path.is_file():
@@ -107,7 +113,12 @@ def _read_config(model_dir: Path) -> dict[str, Any]:
             f"{model_dir} has no config.json; pass a Hugging Face model directory (config.json + model.safetensors)"
         )
     try:
+        if cfg_path.stat().st_size > _MAX_CONFIG_BYTES:
+            raise InputError(f"{cfg_path} is {cfg_path.stat().st_size:,} bytes; a config.json is a few kB (limit "
+                             f"{_MAX_CONFIG_BYTES // 2**20} MiB), so this is not one")
         raw = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise InputError(f"{cfg_path} is nested too deeply to be a model config") from None
     except json.JSONDecodeError as e:
         raise InputError(
             f"{cfg_path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}; fix or regenerate it"
@@ -356,6 +367,20 @@ def _preprocessor_kind(path: Path) -> str:
     return "image" if any(k in data for k in ("do_resize", "crop_size", "image_mean")) else "feature"
 
 
+def _check_json(file: Path, what: str) -> None:
+    """A JSON file beside the model that is not JSON is named itself, not the file that points to it."""
+    if not file.is_file():
+        return
+    try:
+        json.loads(file.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise InputError(f"{file} is nested too deeply to be a {what} file") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{file} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}; fix or regenerate it") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{file} cannot be read: {_first_line(e)}") from None
+
+
 def _load_side(model_dir: Path, trust_remote_code: bool) -> dict[str, Any]:
     """Tokenizer, image processor, feature extractor and processor found beside the model."""
     import transformers
@@ -386,6 +411,7 @@ def _load_side(model_dir: Path, trust_remote_code: bool) -> dict[str, Any]:
         out["processor"] = load(model_dir / _PROCESSOR_FILE, "processor", transformers.AutoProcessor.from_pretrained)
     tok_file = next((model_dir / f for f in _TOKENIZER_FILES if (model_dir / f).is_file()), None)
     if tok_file is not None:
+        _check_json(model_dir / "tokenizer.json", "tokenizer")
         cfg_file = model_dir / "tokenizer_config.json"
         out["tokenizer"] = load(
             cfg_file if cfg_file.is_file() else tok_file, "tokenizer", transformers.AutoTokenizer.from_pretrained
@@ -540,9 +566,14 @@ def load_model(
             torch_dtype = _torch_dtype(dtype)
         model, fake_mode = _simulate(cls, config, torch_dtype, dev, model_dir)
         weight_files = ()
+        loading = None
     else:
-        model = _real_load(model_dir, cls, auto_ref, config, dtype, safes, pickles, trust_remote_code)
+        from dtype_doctor.load.memory import check_fits, estimate
+
+        check_fits(model_dir, estimate(safes, cls, config, dtype, header_dtype), dev)
+        model, info = _real_load(model_dir, cls, auto_ref, config, dtype, safes, pickles, trust_remote_code)
         weight_files = tuple(p.name for p in (safes or pickles))
+        loading = loading_report(model_dir, weight_files, model, info)
         model.eval()
         if dev != "cpu":
             _require_real_device(dev)
@@ -566,7 +597,29 @@ def load_model(
         requested_dtype=dtype,
         weight_files=weight_files,
         is_encoder_decoder=bool(getattr(config, "is_encoder_decoder", False)),
+        loading=loading,
     )
+
+
+def loading_report(model_dir: Path, weight_files: tuple[str, ...], model: Any, info: Any) -> Loading | None:
+    """transformers' load report as a record; InputError when most of the model's weights are missing
+    (the checkpoint belongs to another architecture), so a random model is never traced as the user's."""
+    info = info if isinstance(info, dict) else {}
+    missing = tuple(sorted(str(k) for k in info.get("missing_keys") or ()))
+    unexpected = tuple(sorted(str(k) for k in info.get("unexpected_keys") or ()))
+    if not missing and not unexpected:
+        return None
+    expected = len(model.state_dict())
+    files = ", ".join(str(model_dir / f) for f in weight_files) or f"{model_dir}'s checkpoint"
+    loading = Loading(files, expected, missing, unexpected)
+    if loading.missing_share > MAX_MISSING_SHARE:
+        arch = type(model).__name__
+        raise InputError(
+            f"{model_dir}/{weight_files[0] if len(weight_files) == 1 else ''}".rstrip("/")
+            + f" holds {expected - len(missing)} of the {expected} weights {arch} needs; the rest would be random, "
+            "so a trace would describe a model you do not have (check \"architectures\" in config.json)"
+        )
+    return loading
 
 
 def _real_load(
@@ -588,9 +641,9 @@ def _real_load(
         kwargs["trust_remote_code"] = True
     try:
         if safes:
-            return loader.from_pretrained(str(model_dir), use_safetensors=True, **kwargs)
+            return loader.from_pretrained(str(model_dir), use_safetensors=True, output_loading_info=True, **kwargs)
         if any(p.name.startswith("pytorch_model") for p in pickles):
-            return loader.from_pretrained(str(model_dir), use_safetensors=False, **kwargs)
+            return loader.from_pretrained(str(model_dir), use_safetensors=False, output_loading_info=True, **kwargs)
         # a bare *.pt / *.pth state dict next to config.json
         if len(pickles) > 1:
             raise InputError(
@@ -607,7 +660,7 @@ def _real_load(
                 sd = sd[key]
         if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
             raise InputError(f"{pickles[0]} does not hold a state dict of tensors; save model.state_dict() or model.safetensors")
-        return loader.from_pretrained(None, config=config, state_dict=sd, **kwargs)
+        return loader.from_pretrained(None, config=config, state_dict=sd, output_loading_info=True, **kwargs)
     except InputError:
         raise
     except Exception as e:

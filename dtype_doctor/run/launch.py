@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 from dtype_doctor.run.command import ScriptCommand
+from dtype_doctor.run.control import UserCodeTimeout
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,8 @@ def launch(command: ScriptCommand, sources: Mapping[str, str] | None = None) -> 
         return ScriptOutcome(0, stopped=True, stop=stop)
     except SystemExit as exc:
         return ScriptOutcome(_exit_code(exc))
-    except KeyboardInterrupt:
-        raise
+    except (KeyboardInterrupt, UserCodeTimeout):
+        raise  # the doctor's to report (run.control), not the script's failure
     except BaseException as exc:  # noqa: BLE001 - the script's own failure is reported, not the doctor's
         return ScriptOutcome(1, error=exc)
     finally:

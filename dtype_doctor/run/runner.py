@@ -8,6 +8,7 @@ from typing import Callable, Iterable, Mapping
 from dtype_doctor.errors import InputError, UsageError, first_line
 from dtype_doctor.records import Report
 from dtype_doctor.run.command import ScriptCommand, parse_command
+from dtype_doctor.run.control import DEFAULT_TIMEOUT, check_timeout, disarm, user_code
 from dtype_doctor.run.launch import ScriptOutcome, launch
 
 
@@ -32,6 +33,7 @@ class RunOptions:
     simulate: bool = False
     device: str = "auto"  # auto | cpu | cuda | cuda:N: the machine the script sees
     gpu: str | None = None  # the GPU a simulated script sees (t4, a100, 8.0)
+    timeout: float | None = DEFAULT_TIMEOUT  # seconds the script may run until its traced steps are done
 
     def validate(self) -> None:
         from dtype_doctor.pipeline import resolve_device
@@ -39,6 +41,7 @@ class RunOptions:
 
         if self.steps < 1:
             raise UsageError(f"--steps must be at least 1, not {self.steps}")
+        check_timeout(self.timeout)
         parse_codes(self.select)
         parse_codes(self.ignore)
         resolve_device(self.device, self.simulate, check_only=True)
@@ -88,9 +91,15 @@ def run_script(
     options.validate()
     if not isinstance(command, ScriptCommand):
         command = parse_command(list(command))
+
+    def reported(report: Report) -> None:
+        disarm()  # the time limit covers the traced steps; --keep-running goes on without one
+        if on_report is not None:
+            on_report(report)
+
     session = RunSession(steps=options.steps, keep_running=options.keep_running, select=options.select,
-                         ignore=options.ignore, on_report=on_report, label=command.display, **options.session_options())
-    with session:
+                         ignore=options.ignore, on_report=reported, label=command.display, **options.session_options())
+    with user_code(command.display, options.timeout), session:
         outcome = launch(command, sources)
         session.close(outcome.ended_by)
     if session.report is None:

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
+from dtype_doctor.errors import is_out_of_memory
 from dtype_doctor.records import (
     GradStats,
     Lineage,
@@ -306,6 +307,8 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
                         loss.backward()
                         grads = _observe_grads(rec, state if state is not None else dict(model.named_parameters()))
         except Exception as exc:  # noqa: BLE001 - a failed trace is a finding, not a crash
+            if is_out_of_memory(exc):
+                raise  # the machine's limit, not the model's: the caller names the batch size
             failure = _failure(rec, exc)
         finally:
             rec.detach()

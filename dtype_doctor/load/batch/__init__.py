@@ -53,6 +53,7 @@ def build_batch(
     device: str = "cpu",
     max_length: int = 128,
     collator: str = "auto",
+    timeout: float | None = None,
 ) -> Batch:
     """Turn `rows` (a ``LoadedRows``) into ``model(**inputs)`` keyword inputs for `loaded`.
 
@@ -61,6 +62,7 @@ def build_batch(
     ``Dataset.with_transform`` (outputs reach the collator as returned). `dataset_format` is the
     ``with_format`` type ("torch", "numpy", or "python" for none). `collator` "auto" batches the
     rows with the collator Trainer uses by default; "none" stacks them as ``dataset[:n]`` would.
+    `timeout` limits the user's preprocess code (seconds; None or 0: no limit).
     `max_length` bounds truncation only for a tokenizer that knows no limit of its own. Raises
     ``InputError`` when the rows give nothing the model's forward accepts or a user function fails.
     """
@@ -72,12 +74,13 @@ def build_batch(
         raise UsageError(f"unknown --collator {collator!r}; choose one of: {', '.join(COLLATORS)}")
     ctx = BatchContext(
         loaded=loaded,
-        preprocess=load_preprocess(preprocess) if preprocess else None,
+        preprocess=load_preprocess(preprocess, timeout) if preprocess else None,
         preprocess_mode=preprocess_mode,
         dataset_format=dataset_format,
         device=device,
         max_length=max_length,
         collator=collator,
+        timeout=timeout,
     )
     state = BatchState(dataset=rows.dataset, original_columns=tuple(rows.dataset.column_names))
     for _name, stage in STAGES:

@@ -11,22 +11,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from dtype_doctor.errors import InputError, UsageError, first_line
+from dtype_doctor.errors import DoctorError, InputError, UsageError, first_line
 from dtype_doctor.load.batch.describe import describe_value, feature_dtype, feature_repr
 from dtype_doctor.load.batch.hf_map import quiet_map
 from dtype_doctor.load.batch.state import BatchContext, BatchState, PreprocessFn
 from dtype_doctor.records import LineageStep, SourceLoc
+from dtype_doctor.run.control import DEFAULT_TIMEOUT, user_code
 from dtype_doctor.source_analysis import BATCHED_PARAM_NAMES, FunctionSource, batched_by_params  # noqa: F401
 SIDE_KWARGS = ("tokenizer", "image_processor", "feature_extractor", "processor", "config")
 
 
-def load_preprocess(spec: str) -> PreprocessFn:
+def load_preprocess(spec: str, timeout: float | None = DEFAULT_TIMEOUT) -> PreprocessFn:
     """Import FILE.py and return FUNC. Writes nothing into the user's directory (no __pycache__).
 
     A function whose first parameter is named ``batch`` / ``examples`` (or that has an attribute
     ``batched = True``) is mapped with ``batched=True``; one that takes ``tokenizer``,
     ``image_processor``, ``feature_extractor``, ``processor`` or ``config`` by keyword gets the
-    model's.
+    model's. Importing the file runs under `user_code` (prints to stderr, exits named, `timeout`).
     """
     file, sep, func = spec.rpartition(":")
     if not sep or not file or not func or not func.isidentifier():
@@ -45,11 +46,15 @@ def load_preprocess(spec: str) -> PreprocessFn:
     sys.path.insert(0, str(path.parent))  # so the file can import its neighbours
     sys.modules[mod_name] = module
     try:
-        mspec.loader.exec_module(module)
+        with user_code(f"preprocess file {file}", timeout):
+            mspec.loader.exec_module(module)
     except SyntaxError as e:
         sys.modules.pop(mod_name, None)
         raise InputError(f"preprocess file {file} has a syntax error at line {e.lineno}: {e.msg}") from None
-    except (Exception, SystemExit) as e:
+    except DoctorError:
+        sys.modules.pop(mod_name, None)
+        raise
+    except Exception as e:
         sys.modules.pop(mod_name, None)
         raise InputError(f"preprocess file {file} failed to import: {type(e).__name__}: {first_line(e)}") from None
     finally:
@@ -87,7 +92,8 @@ def run(state: BatchState, ctx: BatchContext) -> BatchState:
     fn_kwargs = {k: v for k, v in ctx.side_objects().items() if k in pre.accepts}
     if ctx.preprocess_mode == "map":
         before = dict(state.dataset.features)
-        ds, seen = _map(state.dataset, pre, fn_kwargs)
+        with user_code(f"preprocess function {pre.label}", ctx.timeout):
+            ds, seen = _map(state.dataset, pre, fn_kwargs)
         state = state.but(dataset=ds, lineage=state.lineage.keep(c for c in state.lineage.steps if c in ds.column_names))
         for key in ds.column_names:
             if key not in seen and key in before and ds.features[key] == before[key]:
@@ -100,7 +106,8 @@ def run(state: BatchState, ctx: BatchContext) -> BatchState:
             stored = feature_repr(ds.features[key])
             state = state.step(key, step(key, dt, None, None, f"{pre.name} returned {words}; datasets.map stored it as {stored}"))
         return state
-    rows = _transform(state.dataset, pre, fn_kwargs)
+    with user_code(f"preprocess function {pre.label}", ctx.timeout):
+        rows = _transform(state.dataset, pre, fn_kwargs)
     state = state.but(rows=rows, formatter="custom (with_transform)", lineage=state.lineage.keep(rows[0]))
     for key, v in rows[0].items():
         dt, shape, dev, words = describe_value(v)

@@ -1,0 +1,105 @@
+"""The user's code under the doctor's control: preprocess functions, scripts.
+
+Inside `user_code(label, timeout)`:
+- the user's prints go to stderr, so stdout carries the report only (`--format json` parses);
+- `sys.exit()` (SystemExit) is bad input, exit 2, named with the user's file and line;
+- Ctrl-C (KeyboardInterrupt) is exit 130, with where the user's code was;
+- after `timeout` seconds (SIGALRM, main thread only) the code is stopped where it is and the
+  error names that place. 0 or None: no limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from typing import Any, Iterator
+
+from dtype_doctor.errors import DoctorError, InputError
+
+DEFAULT_TIMEOUT = 300.0  # seconds; --timeout 0 turns the limit off
+_active = threading.local()
+
+
+class Interrupted(DoctorError):
+    """Ctrl-C while the user's code ran."""
+
+    exit_code = 130
+
+
+class UserCodeTimeout(BaseException):
+    """Raised into the user's code when its time is up. A BaseException, so the user's own
+    `except Exception:` does not swallow it."""
+
+
+def check_timeout(timeout: float | None) -> None:
+    from dtype_doctor.errors import UsageError
+
+    if timeout is not None and not timeout >= 0:  # NaN too
+        raise UsageError(f"--timeout must be 0 (no limit) or a number of seconds, not {timeout}")
+
+
+def where(tb: Any = None, frame: Any = None) -> str:
+    """' at prep.py:12': the innermost frame of the user's own files, from a traceback or a frame."""
+    from dtype_doctor.run.user_code import display_path, is_user_file
+
+    found = None
+    if tb is not None:
+        import traceback
+
+        for f, line in traceback.walk_tb(tb):
+            if is_user_file(f.f_code.co_filename):
+                found = (f.f_code.co_filename, line)
+    while found is None and frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            found = (frame.f_code.co_filename, frame.f_lineno)
+        frame = frame.f_back
+    return f" at {display_path(found[0])}:{found[1]}" if found else ""
+
+
+def disarm() -> None:
+    """End the time limit of the running block early (a script's traced steps are done)."""
+    if getattr(_active, "timer", False) and hasattr(signal, "setitimer"):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _exit_words(code: object) -> str:
+    return "sys.exit()" if code is None else f"sys.exit({code!r})"
+
+
+@contextlib.contextmanager
+def user_code(label: str, timeout: float | None = DEFAULT_TIMEOUT) -> Iterator[None]:
+    """Run the block as the user's code named `label` ("preprocess function prep.py:fn")."""
+    if getattr(_active, "on", False):  # nested: the outer block already controls it
+        yield
+        return
+    timer = bool(timeout) and threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+    stopped: list[str] = []
+
+    def on_alarm(_signum: int, frame: Any) -> None:
+        stopped.append(where(frame=frame))
+        raise UserCodeTimeout
+
+    old_handler = signal.signal(signal.SIGALRM, on_alarm) if timer else None
+    _active.on, _active.timer = True, timer
+    try:
+        if timer:
+            signal.setitimer(signal.ITIMER_REAL, float(timeout))  # type: ignore[arg-type]
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    except UserCodeTimeout:
+        at = stopped[0] if stopped else ""
+        raise InputError(f"{label} ran past --timeout {timeout:g} s and was stopped{at or ' in it'}"
+                         " (raise --timeout, or 0 for no limit)") from None
+    except SystemExit as exc:
+        raise InputError(f"{label} called {_exit_words(exc.code)}{where(exc.__traceback__)}; "
+                         "it must return, not exit") from None
+    except KeyboardInterrupt as exc:
+        raise Interrupted(f"interrupted in {label}{where(exc.__traceback__)}") from None
+    finally:
+        if timer:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old_handler)
+        _active.on = _active.timer = False
+        sys.stdout.flush()

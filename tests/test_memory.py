@@ -1,0 +1,155 @@
+"""Memory estimated before it is spent: a model too big for the machine is refused from its
+config and headers (a real subprocess under RLIMIT_AS), an out-of-memory in the trace names the
+batch size, rows over the limit are refused as they are read, bad configs are bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dtype_doctor.errors import InputError, is_out_of_memory
+from dtype_doctor.load.memory import MAX_ROW_BYTES
+from tests.test_cli_bad_input import TEXT, assert_one_error_line, run_cli, tree_hash
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+REPO = Path(__file__).resolve().parents[1]
+LLAMA = REPO / "fixtures" / "models" / "llama-tiny"
+BERT = REPO / "fixtures" / "models" / "bert-tiny"
+
+
+def seventy_b(tmp: Path) -> Path:
+    """llama-tiny's files under a 70B-class config.json (the weights do not matter: it must never load)."""
+    d = tmp / "llama-70b"
+    shutil.copytree(LLAMA, d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+               num_key_value_heads=8, vocab_size=128256, head_dim=128)
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def test_a_70b_config_is_refused_under_rlimit_as_before_anything_is_materialised(tmp_path: Path) -> None:
+    model = seventy_b(tmp_path)
+    before = tree_hash(model)
+    limit = 8 * 2**30
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "dtype_doctor", "scan", str(model), str(TEXT)], capture_output=True,
+                          text=True, env=env, preexec_fn=cap, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    line = assert_one_error_line(proc.stderr, str(model), "needs about", "GiB", "RLIMIT_AS", "--simulate")
+    assert "70,5" in line  # the 70.5B weights, counted from config.json on the meta device
+    assert proc.stdout == "" and tree_hash(model) == before
+
+
+def test_the_same_model_is_fine_with_simulate_where_no_weight_is_loaded(tmp_path: Path) -> None:
+    from dtype_doctor.load.memory import estimate, header_elements
+    from transformers import AutoConfig, LlamaForCausalLM
+
+    model = seventy_b(tmp_path)
+    est = estimate([model / "model.safetensors"], LlamaForCausalLM, AutoConfig.from_pretrained(model), "bfloat16", None)
+    assert est.parameters > 70 * 10**9 and est.bytes == est.parameters * 2
+    elements, stored, first = header_elements([LLAMA / "model.safetensors"])
+    assert elements == sum(p.numel() for p in LlamaForCausalLM.from_pretrained(LLAMA).state_dict().values())
+    assert first == "F32" and stored == elements * 4
+
+
+class Greedy(torch.nn.Module):
+    """A forward that asks the allocator for more than any machine has: a real allocation failure."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x) + torch.zeros(2**60, dtype=torch.uint8).sum()
+
+
+def test_out_of_memory_in_the_trace_is_raised_not_a_dd001_finding() -> None:
+    from dtype_doctor import diagnose
+
+    with pytest.raises(RuntimeError) as info:
+        torch.zeros(2**60, dtype=torch.uint8)  # the oracle: plain PyTorch fails this allocation
+    assert is_out_of_memory(info.value)
+    with pytest.raises(Exception) as traced:
+        diagnose(Greedy(), {"x": torch.ones(2, 4)})
+    assert is_out_of_memory(traced.value)
+
+
+def test_out_of_memory_names_the_batch_size() -> None:
+    from dtype_doctor.pipeline import ScanOptions, memory_named
+
+    with pytest.raises(InputError, match=r"out of memory with --batch-size 7 .*lower --batch-size"):
+        with memory_named(ScanOptions(batch_size=7)):
+            torch.zeros(2**60, dtype=torch.uint8)
+
+
+def test_an_absurd_batch_size_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, ["scan", str(BERT), str(TEXT), "--batch-size", "1000000000000"])
+    assert code == 2 and out == ""
+    assert_one_error_line(err, "--batch-size 1000000000000")
+
+
+def test_a_row_over_the_limit_in_a_tiny_parquet_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = 2 * MAX_ROW_BYTES // 8  # int64 values: twice the limit once decoded
+    ids = pa.ListArray.from_arrays(pa.array([0, n], type=pa.int32()), pa.array(np.zeros(n, dtype=np.int64)))
+    f = tmp_path / "one-row.parquet"
+    pq.write_table(pa.table({"input_ids": ids, "label": [0]}), f, compression="zstd")
+    assert f.stat().st_size < 64 * 1024  # dictionary-encoded zeros: a few kB on disk
+    code, out, err = run_cli(capsys, ["scan", str(BERT), str(f)])
+    assert code == 2 and out == ""
+    assert_one_error_line(err, str(f), "limit on one row")
+
+
+def test_a_jsonl_line_over_the_limit_is_refused_before_it_is_parsed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "big.jsonl"
+    with f.open("w") as fh:
+        fh.write('{"label": 0, "input_ids": [')
+        fh.write("0," * (MAX_ROW_BYTES // 2 + 1))
+        fh.write("0]}\n")
+    code, out, err = run_cli(capsys, ["scan", str(BERT), str(f)])
+    assert code == 2 and out == ""
+    assert_one_error_line(err, str(f), "line 1", "limit on one row")
+
+
+@pytest.mark.parametrize("content", ["", "\n\n"])
+def test_an_empty_jsonl_says_it_is_empty(tmp_path: Path, content: str, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "empty.jsonl"
+    f.write_text(content)
+    code, _, err = run_cli(capsys, ["scan", str(BERT), str(f)])
+    assert code == 2
+    line = assert_one_error_line(err, str(f), "is empty")
+    assert "StopIteration" not in line
+
+
+@pytest.mark.parametrize("kind", ["deep", "enormous"])
+def test_a_deep_or_enormous_config_json_is_bad_input_naming_it(tmp_path: Path, kind: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    d = tmp_path / "m"
+    shutil.copytree(BERT, d)
+    cfg = json.loads((d / "config.json").read_text())
+    text = json.dumps(cfg)[:-1]
+    if kind == "deep":
+        text += ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    else:
+        text += ', "x": "' + "a" * (17 * 2**20) + '"}'
+    (d / "config.json").write_text(text)
+    code, _, err = run_cli(capsys, ["scan", str(d), str(TEXT)])
+    assert code == 2
+    assert_one_error_line(err, str(d / "config.json"))
