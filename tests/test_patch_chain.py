@@ -217,7 +217,7 @@ def test_an_attempt_whose_patched_pipeline_fails_gives_way_to_the_next(tmp_path:
     prep = tmp_path / "prep.py"
     prep.write_text(textwrap.dedent(PREPROCESS["astype"][1]).lstrip())
     code = patches.UserCode(preprocess=f"{prep}:preprocess", outputs=frozenset({"input_ids", "attention_mask"}))
-    change = Change("cast-input", "input_ids", "int64", "float32", "preprocess")
+    change = Change("cast-inputs", "input_ids", "int64", "float32", "preprocess")
     plan = patches.plan_patch([Step("cast-inputs", "applied", "", (change,))], code=code, device_type="cpu",
                               model_dtype="float32", root=tmp_path)
     reruns: list[Change | None] = []
@@ -247,7 +247,7 @@ def test_a_fix_module_transform_that_fails_leaves_apply_fix_and_says_scan_cannot
     from dtype_doctor.fix.outcome import Step
 
     code = patches.UserCode(transform={"kind": "audio", "column": "audio"}, scan=("dtype-doctor", "scan", "m", "d"))
-    change = Change("cast-input", "input_values", "bfloat16", "float32", "processor")
+    change = Change("cast-inputs", "input_values", "bfloat16", "float32", "processor")
     plan = patches.plan_patch([Step("cast-inputs", "applied", "", (change,))], code=code, device_type="cpu",
                               model_dtype="bfloat16", root=tmp_path)
 

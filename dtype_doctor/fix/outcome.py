@@ -9,43 +9,37 @@ from typing import Any, Mapping
 from dtype_doctor.records import Finding, SourceLoc
 
 
+# The `kind` a report's JSON has always given a change, where it is not the strategy's name.
+# Reports already carry these values (SPEC extends, never renames); `strategy` gives the name.
+JSON_KIND = {
+    "cast-inputs": "cast-input",
+    "half-model": "convert-model",
+    "to-device": "move-input",
+    "fp32-trainable": "trainable-fp32",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Change:
     """One concrete edit: what the patch writer turns into code."""
 
-    kind: str  # cast-input | convert-model | autocast | move-input | trainable-fp32
+    kind: str  # the strategy it belongs to (dtype_doctor.fix.strategies)
     target: str  # input name, or "model"
     to: str  # dtype or device
     before: str | None = None
-    stage: str | None = None  # lineage stage that produced the value (for cast-input)
+    stage: str | None = None  # lineage stage that produced the value (for cast-inputs)
     source: SourceLoc | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "kind": self.kind,
+            "kind": JSON_KIND.get(self.kind, self.kind),
+            "strategy": self.kind,
             "target": self.target,
             "from": self.before,
             "to": self.to,
             "stage": self.stage,
             "source": self.source.to_dict() if self.source else None,
         }
-
-
-def describe(c: Change) -> str:
-    verb = {
-        "cast-input": f"cast {c.target} {c.before} → {c.to}",
-        "convert-model": f"convert the model {c.before} → {c.to} (declared fp32 modules and buffers kept)",
-        "autocast": f"run the forward under torch.autocast(dtype=torch.{c.to})",
-        "move-input": f"move {c.target} {c.before} → {c.to}",
-        "trainable-fp32": f"keep the {c.target} parameters in float32 (were {c.before})",
-        "keep-fp32": (
-            f"keep {c.target} float32 instead of {c.before}"
-            if c.target != "model"
-            else (f"convert the model {c.before} → {c.to}" if c.before != c.to else f"keep the model {c.to}")
-            + " except the modules kept float32 (and those it declares fp32); each module casts its inputs to its own dtype"
-        ),
-    }
-    return verb.get(c.kind, f"{c.kind} {c.target} → {c.to}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable, Iterable
 
+from dtype_doctor.fix.strategies import suggestion
 from dtype_doctor.operands import required_dtype
 from dtype_doctor.records import FLOATING, HALF, INTEGER, FixSuggestion, OpCall, Remedy, SourceLoc, TensorMeta, Trace, in_modules
 
@@ -202,24 +203,24 @@ def keep_fp32(trace: Trace, name: str) -> bool:
     return in_modules(trace.model.keep_in_fp32_modules, name)
 
 
+# A finding's suggested fix in words comes from the strategy table, from the same strategy name
+# and target dtype/device the rule's Remedy carries.
+
+
 def fix_cast_inputs(to: str) -> FixSuggestion:
-    return FixSuggestion("cast-inputs", SAFE, f"cast the input to {to} where the pipeline produces it")
+    return suggestion("cast-inputs", to)
 
 
 def fix_autocast(dtype: str) -> FixSuggestion:
-    return FixSuggestion(
-        "autocast", SAFE, f"run the forward under torch.autocast(dtype=torch.{dtype}); weights stay as they are"
-    )
+    return suggestion("autocast", dtype)
 
 
 def fix_half_model(dtype: str) -> FixSuggestion:
-    return FixSuggestion(
-        "half-model", UNSAFE, f"convert the model to {dtype} (dtype= at load), keeping its declared fp32 modules"
-    )
+    return suggestion("half-model", dtype)
 
 
 def fix_to_device(device: str) -> FixSuggestion:
-    return FixSuggestion("to-device", SAFE, f"move the tensor to {device}, the model's device")
+    return suggestion("to-device", device)
 
 
 def cast_remedies(
