@@ -101,10 +101,87 @@ class PatchOutcome:
         return out
 
 
+def _present(fields: dict[str, Any]) -> dict[str, Any]:
+    """The JSON of a measurement: the fields it has (a measurement that failed has only `error`)."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class Parity:
+    """The fixed pipeline's primary output against the float32 reference; or, with `error`,
+    why it could not be measured."""
+
+    reference: str | None = None  # "float32"
+    output: str | None = None  # which output was compared ("logits")
+    max_abs_diff: float | None = None
+    cosine: float | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _present({"reference": self.reference, "output": self.output, "max_abs_diff": self.max_abs_diff,
+                         "cosine": self.cosine, "error": self.error})
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """Weight memory before and after the fix."""
+
+    weight_bytes_before: int
+    weight_bytes_after: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"weight_bytes_before": self.weight_bytes_before, "weight_bytes_after": self.weight_bytes_after}
+
+
+@dataclass(frozen=True, slots=True)
+class Peak:
+    """The largest |activation| of the float32 reference, against float16's largest finite value."""
+
+    module: str
+    value: float
+    float16_max: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"module": self.module, "value": self.value, "float16_max": self.float16_max}
+
+
+@dataclass(frozen=True, slots=True)
+class Alternative:
+    """One way to run in half precision (autocast, half-model), measured against float32."""
+
+    weight_bytes: int | None = None
+    max_abs_diff: float | None = None
+    cosine: float | None = None
+    error: str | None = None  # the forward failed this way
+    max_activation: Peak | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _present({"weight_bytes": self.weight_bytes, "max_abs_diff": self.max_abs_diff, "cosine": self.cosine,
+                         "error": self.error, "max_activation": self.max_activation.to_dict() if self.max_activation else None})
+
+
+@dataclass(frozen=True, slots=True)
+class Tradeoff:
+    """autocast against half-model on the user's model, in `dtype`; or, with `error`, why not measured."""
+
+    dtype: str | None = None
+    reference_weight_bytes: int | None = None
+    autocast: Alternative | None = None
+    half_model: Alternative | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _present({
+            "dtype": self.dtype, "reference_weight_bytes": self.reference_weight_bytes,
+            "autocast": self.autocast.to_dict() if self.autocast else None,
+            "half-model": self.half_model.to_dict() if self.half_model else None, "error": self.error,
+        })
+
+
 @dataclass(frozen=True)
 class FixOutcome:
     """SPEC.md's `fix` block as a record: what was applied, whether the re-run is clean,
-    what it cost, and the patch. Measurements (parity, cost, tradeoff) stay plain values."""
+    what it cost, and the patch."""
 
     strategy: str
     steps: tuple[Step, ...]
@@ -114,9 +191,9 @@ class FixOutcome:
     converged: bool
     rounds: int
     detail: str
-    parity: Mapping[str, Any] | None = None
-    cost: Mapping[str, Any] | None = None
-    tradeoff: Mapping[str, Any] | None = None
+    parity: Parity | None = None
+    cost: Cost | None = None
+    tradeoff: Tradeoff | None = None
     patch: PatchOutcome | None = None
     patch_skipped: str | None = None  # a patch was asked for and none was written: why
 
@@ -126,13 +203,13 @@ class FixOutcome:
             "applied": [s.to_dict() for s in self.steps],
             "verified": self.verified,
             "after": {"findings": [f.to_dict() for f in self.after_findings], "summary": dict(self.after_summary)},
-            "parity": dict(self.parity) if self.parity else None,
+            "parity": self.parity.to_dict() if self.parity else None,
             "patch": self.patch.to_dict() if self.patch and self.patch.path else None,
             "converged": self.converged,
             "rounds": self.rounds,
             "detail": self.detail,
-            "cost": dict(self.cost) if self.cost else None,
-            "tradeoff": dict(self.tradeoff) if self.tradeoff else None,
+            "cost": self.cost.to_dict() if self.cost else None,
+            "tradeoff": self.tradeoff.to_dict() if self.tradeoff else None,
         }
         if self.patch_skipped:
             block["patch_skipped"] = self.patch_skipped

@@ -64,7 +64,7 @@ class PatchedRun:
     def _run(self, spec: str, mode: str, change: Change | None) -> str | None:
         from dtype_doctor.load import build_batch
         from dtype_doctor.trace.engine import diagnose
-        from dtype_doctor.trace.recorder import dtype_name
+        from dtype_doctor.numerics import dtype_name
 
         p, o = self.prepared, self.prepared.options
         try:

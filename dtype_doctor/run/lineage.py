@@ -23,7 +23,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from dtype_doctor.records import LineageStep, SourceLoc
 from dtype_doctor.run.modes import push_function_mode, remove_function_mode
 from dtype_doctor.run.user_code import display_path, is_user_file
-from dtype_doctor.trace.recorder import device_name, dtype_name
+from dtype_doctor.numerics import device_name, dtype_name
 
 Chain = tuple[LineageStep, ...]
 MAX_STEPS = 12

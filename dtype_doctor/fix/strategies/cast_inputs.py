@@ -27,7 +27,7 @@ class CastInputs(Strategy):
     def plan(self, pipeline: Pipeline, report: Report, ctx: Context) -> tuple[Change, ...]:
         import torch
 
-        from dtype_doctor.trace.recorder import dtype_name
+        from dtype_doctor.numerics import dtype_name
 
         wanted: dict[str, Remedy] = {}
         for r in self.remedies(report, ctx):

@@ -8,15 +8,11 @@ input-casting hooks, which no one-line edit of a script could.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dtype_doctor.fix.outcome import Change
 from dtype_doctor.fix.strategies.base import SAFE, Context, Pipeline, Site, Skip, Strategy
-from dtype_doctor.records import HALF, Report, main_dtype_of
-
-if TYPE_CHECKING:
-    import torch
-
+from dtype_doctor.records import HALF, Report
 
 class KeepFp32(Strategy):
     name = "keep-fp32"
@@ -43,6 +39,8 @@ class KeepFp32(Strategy):
             raise Skip("finding the modules to keep needs real values; it does not run under --simulate")
         if pipeline.autocast:
             raise Skip(f"the forward runs under autocast ({pipeline.autocast}), which picks each op's dtype whatever the weights'")
+        from dtype_doctor.numerics import main_dtype
+
         main = main_dtype(pipeline.model)
         if main not in HALF and ctx.requested != self.name:
             raise Skip(f"the model is {main}: nothing runs in half precision (--strategy keep-fp32 converts it to float16)")
@@ -81,10 +79,3 @@ class KeepFp32(Strategy):
             part["dtype"] = c.to
         else:
             part["modules"].append(c.target)
-
-
-def main_dtype(model: "torch.nn.Module") -> str:
-    """The dtype most of the model's floating parameter elements have (float32 with none)."""
-    from dtype_doctor.trace.recorder import dtype_name
-
-    return main_dtype_of((dtype_name(p.dtype), p.numel()) for p in model.parameters()) or "float32"

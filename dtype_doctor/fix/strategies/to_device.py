@@ -29,7 +29,7 @@ class ToDevice(Strategy):
     def plan(self, pipeline: Pipeline, report: Report, ctx: Context) -> tuple[Change, ...]:
         import torch
 
-        from dtype_doctor.trace.recorder import device_name
+        from dtype_doctor.numerics import device_name
 
         remedies = self.remedies(report, ctx)
         changes = [
