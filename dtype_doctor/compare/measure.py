@@ -21,13 +21,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from dtype_doctor.compare.records import OpError
-from dtype_doctor.trace.cuda_table import TENSOR_CORE_OPS
+from dtype_doctor.ops import PRECISION_OPS
 from dtype_doctor.numerics import tensors_in
 
 CUDA_PEAK = "torch.cuda.max_memory_allocated"
 TRACKED_PEAK = "tracked tensor bytes"
-# The ops whose half-precision rounding the table asks about: matmul family, conv, attention.
-PRECISION_OPS = TENSOR_CORE_OPS | {"conv1d", "conv2d", "conv3d", "cudnn_convolution", "mkldnn_convolution"}
 REFERENCE_STORE_LIMIT = 2 * 1024**3  # fp32 copies of the reference's op outputs kept at most
 
 
