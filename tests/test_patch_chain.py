@@ -222,7 +222,7 @@ def test_an_attempt_whose_patched_pipeline_fails_gives_way_to_the_next(tmp_path:
                               model_dtype="float32", root=tmp_path)
     reruns: list[Change | None] = []
 
-    def verify(texts, change):
+    def verify(texts, change, *, transform=None):
         reruns.append(change)
         if change is not None and ".astype(np.int64)" in texts[prep.resolve()]:
             return "does not run: preprocess function prep.py:preprocess raised KeyError: 'x'"
@@ -233,7 +233,7 @@ def test_an_attempt_whose_patched_pipeline_fails_gives_way_to_the_next(tmp_path:
     assert "re-run: does not run" in out.edits[0].detail
     assert out.path and reruns == [change, change, None]  # each attempt, then the whole patch
 
-    def fails_whole(texts, change):
+    def fails_whole(texts, change, *, transform=None):
         return None if change is not None else "still has 1 finding(s) at or above error, first DD103: …"
 
     (tmp_path / "fix.patch").unlink()
@@ -251,9 +251,9 @@ def test_a_fix_module_transform_that_fails_leaves_apply_fix_and_says_scan_cannot
     plan = patches.plan_patch([Step("cast-inputs", "applied", "", (change,))], code=code, device_type="cpu",
                               model_dtype="bfloat16", root=tmp_path)
 
-    def verify(texts, change):
-        module = texts[tmp_path / "dtype_doctor_fix.py"]
-        return "does not run: TypeError: Got unsupported ScalarType BFloat16" if "\ndef preprocess(" in module else None
+    def verify(texts, change, *, transform=None):
+        assert (transform is not None) == ("\ndef preprocess(" in texts[tmp_path / "dtype_doctor_fix.py"])
+        return "does not run: TypeError: Got unsupported ScalarType BFloat16" if transform is not None else None
 
     out = patches.write(plan, tmp_path / "fix.patch", root=tmp_path, force=False, verify=verify)
     assert [(e.codemod, e.status) for e in out.edits] == [("NewFixModule", "failed"), ("NewFixModule", "applied")]

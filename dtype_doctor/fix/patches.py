@@ -32,12 +32,14 @@ from dtype_doctor.fix.outcome import Change, CodemodOutcome, PatchOutcome, Step
 from dtype_doctor.fix.patch import make_patch, read_source, repo_root
 from dtype_doctor.fix.strategies import STRATEGIES, Site, describe
 from dtype_doctor.fix.strategies.base import LABEL_KEYS
+from dtype_doctor.load.batch.preprocess import split_spec
 # What datasets' torch formatter makes of a stored column: the dtypes that survive it.
 FORMATTER_KEEPS = frozenset({"float32", "int64", "bool"})
 
 # Re-runs the pipeline with these file texts: None when it runs (and, given a change, that
-# change's input reaches the model in its dtype), else why not.
-Verify = Callable[[Mapping[Path, str], "Change | None"], "str | None"]
+# change's input reaches the model in its dtype), else why not. `transform`: the fix module
+# whose `preprocess` builds the batch, when the patch has one (None: the user's function does).
+Verify = Callable[..., "str | None"]  # (texts, change, *, transform=None)
 
 
 @dataclass(frozen=True)
@@ -77,11 +79,11 @@ class UserCode:
 
     @property
     def preprocess_file(self) -> Path | None:
-        return Path(self.preprocess.rpartition(":")[0]).resolve() if self.preprocess else None
+        return Path(split_spec(self.preprocess)[0]).resolve() if self.preprocess else None
 
     @property
     def preprocess_function(self) -> str | None:
-        return self.preprocess.rpartition(":")[2] if self.preprocess else None
+        return split_spec(self.preprocess)[1] if self.preprocess else None
 
     def survives_preprocess(self, dtype: str) -> bool:
         """Whether a dtype set in the preprocess function reaches the model as it is."""
@@ -190,7 +192,7 @@ def write(
         module = _fix_module(leftover, plan, device_type, force, transform=True)
         result = module.apply(edits.current(file), file.name)
         if result.applied and result.new_source is not None and verify is not None and module.transform is not None:
-            problem = verify({**edits.texts, file: result.new_source}, None)
+            problem = verify({**edits.texts, file: result.new_source}, None, transform=file)
             if problem:
                 # The transform cannot carry the casts (say, bfloat16 rows the collator's numpy
                 # cannot hold): the module keeps apply_fix for the user's own loop.
@@ -210,7 +212,7 @@ def write(
     parts = _module_parts(leftover, device_type) if leftover and not unwritten else {}
     # The whole patch, re-run; not when the module casts only in apply_fix, which scan cannot see.
     if verify is not None and not unwritten and not ("cast-inputs" in parts and not transform):
-        problem = verify(edits.changed, None)
+        problem = verify(edits.changed, None, transform=plan.module_file if transform else None)
         if problem:
             return PatchOutcome(None, (), tuple(outcomes), skipped=f"the patched pipeline was re-run and {problem}")
     patch = make_patch(path, changed, root=root, force=force)

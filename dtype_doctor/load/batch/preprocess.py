@@ -20,6 +20,14 @@ from dtype_doctor.source_analysis import BATCHED_PARAM_NAMES, FunctionSource, ba
 SIDE_KWARGS = ("tokenizer", "image_processor", "feature_extractor", "processor", "config")
 
 
+def split_spec(spec: str) -> tuple[str, str]:
+    """'prep.py:tokenize' → ('prep.py', 'tokenize'): the one place FILE.py:FUNC is split."""
+    file, sep, func = spec.rpartition(":")
+    if not sep or not file or not func or not func.isidentifier():
+        raise UsageError(f"--preprocess must be FILE.py:FUNC, got {spec!r}")
+    return file, func
+
+
 def load_preprocess(spec: str) -> PreprocessFn:
     """Import FILE.py and return FUNC. Writes nothing into the user's directory (no __pycache__).
 
@@ -28,9 +36,7 @@ def load_preprocess(spec: str) -> PreprocessFn:
     ``image_processor``, ``feature_extractor``, ``processor`` or ``config`` by keyword gets the
     model's.
     """
-    file, sep, func = spec.rpartition(":")
-    if not sep or not file or not func or not func.isidentifier():
-        raise UsageError(f"--preprocess must be FILE.py:FUNC, got {spec!r}")
+    file, func = split_spec(spec)
     path = Path(file).expanduser()
     if not path.is_file():
         raise InputError(f"preprocess file {file} does not exist; pass --preprocess FILE.py:FUNC with an existing file")
