@@ -117,21 +117,18 @@ def loss_of(out: Any, reduce: str = "mean") -> torch.Tensor | None:
 
 
 @dataclass(frozen=True, slots=True)
-class Comparison:
+class OutputDiff:
     """An output against its float32 reference."""
 
     max_abs_diff: float
     cosine: float
 
-    def to_dict(self) -> dict[str, float]:
-        return {"max_abs_diff": self.max_abs_diff, "cosine": self.cosine}
 
-
-def compare(ref: torch.Tensor, got: torch.Tensor) -> Comparison:
+def output_diff(ref: torch.Tensor, got: torch.Tensor) -> OutputDiff:
     """Largest |difference| and cosine similarity (6 places) of two outputs, in float32."""
     a, b = ref.detach().float().flatten(), got.detach().float().flatten()
     cosine = torch.nn.functional.cosine_similarity(a, b, dim=0).item() if a.numel() else 1.0
-    return Comparison((a - b).abs().max().item() if a.numel() else 0.0, round(cosine, 6))
+    return OutputDiff((a - b).abs().max().item() if a.numel() else 0.0, round(cosine, 6))
 
 
 @contextlib.contextmanager

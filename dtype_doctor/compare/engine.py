@@ -20,7 +20,7 @@ from dtype_doctor.compare.records import REFERENCE, CompareRequest, Comparison, 
 from dtype_doctor.compare.train import error_line, grad_scaler_step, training_loss
 from dtype_doctor.compare.verdicts import recommend, verdict
 from dtype_doctor.errors import InputError, UsageError
-from dtype_doctor.numerics import compare, forward, fp32_inputs, fp32_reference, weight_bytes
+from dtype_doctor.numerics import forward, fp32_inputs, fp32_reference, output_diff, weight_bytes
 from dtype_doctor.records import Subject, Target, main_dtype_of
 from dtype_doctor.trace.engine import _preserved, environment
 from dtype_doctor.numerics import device_name, dtype_name
@@ -170,7 +170,7 @@ def _keep_fp32_setup(ref: Reference) -> Setup:
 
 
 def _output_error(ref: torch.Tensor, got: torch.Tensor) -> OutputError:
-    measured = compare(ref, got)
+    measured = output_diff(ref, got)
     finite = bool(torch.isfinite(got).all())
     scale = ref.detach().float().abs().max().item() if ref.numel() else 0.0
     max_abs = measured.max_abs_diff if finite else float("inf")

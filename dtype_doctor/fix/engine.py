@@ -18,7 +18,7 @@ from dtype_doctor.fix.outcome import Alternative, Cost, FixOutcome, Parity, Patc
 from dtype_doctor.fix.strategies import AUTO_ORDER, NAMES, STRATEGIES, Context, Pipeline, convert_keeping_fp32
 from dtype_doctor.records import FP16_MAX, Report, TraceRequest
 from dtype_doctor.trace.engine import as_request, diagnose, settle
-from dtype_doctor.numerics import compare, dtype_name, forward, fp32_inputs, fp32_reference, module_peaks, weight_bytes
+from dtype_doctor.numerics import dtype_name, forward, fp32_inputs, fp32_reference, module_peaks, output_diff, weight_bytes
 
 MAX_ROUNDS = 5
 T = TypeVar("T")
@@ -189,7 +189,7 @@ def output_parity(reference: torch.nn.Module, inputs: Mapping[str, Any], fixed: 
     ref_inputs = {k: _reference_input(v, fixed.inputs.get(k, v)) for k, v in inputs.items()}
     name, ref = forward(reference, ref_inputs, None)
     _, got = forward(fixed.model, fixed.inputs, fixed.autocast)
-    measured = compare(ref, got)
+    measured = output_diff(ref, got)
     return Parity("float32", name, measured.max_abs_diff, measured.cosine)
 
 
@@ -222,7 +222,7 @@ def amp_vs_half(ref_model: torch.nn.Module, fixed: Pipeline, peaks: Mapping[str,
     _, ref = forward(ref_model, inputs32, None)
     try:
         _, amp = forward(ref_model, inputs32, used)
-        measured = compare(ref, amp)
+        measured = output_diff(ref, amp)
         autocast = Alternative(weight_bytes(ref_model), measured.max_abs_diff, measured.cosine)
     except Exception as exc:  # noqa: BLE001
         autocast = Alternative(error=str(exc).splitlines()[0])
@@ -235,7 +235,7 @@ def amp_vs_half(ref_model: torch.nn.Module, fixed: Pipeline, peaks: Mapping[str,
         peak = Peak(worst[0], worst[1], FP16_MAX)
     try:
         _, out = forward(half, half_inputs, None)
-        measured = compare(ref, out)
+        measured = output_diff(ref, out)
         half_model = Alternative(weight_bytes(half), measured.max_abs_diff, measured.cosine, max_activation=peak)
     except Exception as exc:  # noqa: BLE001
         half_model = Alternative(weight_bytes(half), error=str(exc).splitlines()[0], max_activation=peak)

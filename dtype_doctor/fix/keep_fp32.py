@@ -33,7 +33,7 @@ from dtype_doctor.records import COSINE_MIN, FP16_MAX
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from dtype_doctor.numerics import compare, fp32_inputs, module_peaks, primary_output
+from dtype_doctor.numerics import fp32_inputs, module_peaks, output_diff, primary_output
 
 MAX_GROUP = 8  # siblings searched as one unit at most (q, k, v, o and a bias fit)
 
@@ -259,7 +259,7 @@ class _Trials:
             return _Outcome(False, float("nan"), float("inf"), f"failing ({type(exc).__name__}: {first})")
         if not torch.isfinite(got).all():
             return _Outcome(False, float("nan"), float("inf"), "non-finite")
-        measured = compare(self.reference, got)
+        measured = output_diff(self.reference, got)
         cosine, diff = measured.cosine, measured.max_abs_diff
         overflowed = watch.overflowed()
         if overflowed:
