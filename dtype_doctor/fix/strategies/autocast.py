@@ -12,12 +12,10 @@ if TYPE_CHECKING:
     from dtype_doctor.fix.patches import Attempt
 
 
-class Autocast(Strategy):
-    name = "autocast"
-    applicability = SAFE
-    summary = "run the forward under torch.autocast in the half dtype the mismatch involves"
-    rank = 30
-
+class Autocast(
+    Strategy, name="autocast", applicability=SAFE, rank=30,
+    summary="run the forward under torch.autocast in the half dtype the mismatch involves",
+):
     def suggestion(self, to: str) -> str:
         return f"run the forward under torch.autocast(dtype=torch.{to}); weights stay as they are"
 

@@ -150,6 +150,8 @@ def one_attempt(file: Path | None, mods: list["cm.Codemod"]) -> list["Attempt"]:
 
 
 class Strategy(ABC):
+    """Declared as `class CastInputs(Strategy, name=..., applicability=..., rank=..., summary=...)`."""
+
     name: ClassVar[str]
     applicability: ClassVar[str]  # safe | unsafe
     summary: ClassVar[str]  # one line for --strategy help and the docs
@@ -157,6 +159,12 @@ class Strategy(ABC):
     rank: ClassVar[int]
     # Asked for by name, it runs even when the scan is clean: a conversion the user wants.
     on_request: ClassVar[bool] = False
+
+    def __init_subclass__(
+        cls, *, name: str, applicability: str, rank: int, summary: str, on_request: bool = False, **kw: Any
+    ) -> None:
+        super().__init_subclass__(**kw)
+        cls.name, cls.applicability, cls.rank, cls.summary, cls.on_request = name, applicability, rank, summary, on_request
 
     # -- what a rule's finding says -------------------------------------------------------
 

@@ -12,12 +12,10 @@ if TYPE_CHECKING:
     from dtype_doctor.fix.patches import Attempt
 
 
-class CastInputs(Strategy):
-    name = "cast-inputs"
-    applicability = SAFE
-    summary = "cast the offending inputs where the pipeline makes them (no weight changes)"
-    rank = 20
-
+class CastInputs(
+    Strategy, name="cast-inputs", applicability=SAFE, rank=20,
+    summary="cast the offending inputs where the pipeline makes them (no weight changes)",
+):
     def suggestion(self, to: str) -> str:
         return f"cast the input to {to} where the pipeline produces it"
 

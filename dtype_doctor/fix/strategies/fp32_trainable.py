@@ -12,12 +12,10 @@ if TYPE_CHECKING:
     from dtype_doctor.fix.patches import Attempt
 
 
-class Fp32Trainable(Strategy):
-    name = "fp32-trainable"
-    applicability = SAFE
-    summary = "keep trainable parameters float32 (master weights) and run the forward under autocast"
-    rank = 40
-
+class Fp32Trainable(
+    Strategy, name="fp32-trainable", applicability=SAFE, rank=40,
+    summary="keep trainable parameters float32 (master weights) and run the forward under autocast",
+):
     def suggestion(self, to: str) -> str:
         return "keep trainable parameters in float32 and run the forward under torch.autocast"
 

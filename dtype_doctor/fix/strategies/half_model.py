@@ -14,12 +14,10 @@ if TYPE_CHECKING:
     from dtype_doctor.fix.patches import Attempt
 
 
-class HalfModel(Strategy):
-    name = "half-model"
-    applicability = UNSAFE
-    summary = "convert the whole model to a half dtype (unsafe: changes weight precision)"
-    rank = 60
-
+class HalfModel(
+    Strategy, name="half-model", applicability=UNSAFE, rank=60,
+    summary="convert the whole model to a half dtype (unsafe: changes weight precision)",
+):
     def suggestion(self, to: str) -> str:
         return f"convert the model to {to} (dtype= at load), keeping its declared fp32 modules"
 

@@ -14,13 +14,10 @@ from dtype_doctor.fix.outcome import Change
 from dtype_doctor.fix.strategies.base import SAFE, Context, Pipeline, Site, Skip, Strategy
 from dtype_doctor.records import HALF, Report
 
-class KeepFp32(Strategy):
-    name = "keep-fp32"
-    applicability = SAFE
-    summary = "keep the smallest set of modules float32 that makes the half model finite and close to float32"
-    rank = 50
-    on_request = True
-
+class KeepFp32(
+    Strategy, name="keep-fp32", applicability=SAFE, rank=50, on_request=True,
+    summary="keep the smallest set of modules float32 that makes the half model finite and close to float32",
+):
     def suggestion(self, to: str) -> str:
         return "keep the smallest set of modules float32 that makes the half model finite (--strategy keep-fp32)"
 

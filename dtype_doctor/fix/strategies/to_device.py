@@ -14,12 +14,10 @@ if TYPE_CHECKING:
     from dtype_doctor.fix.patches import Attempt
 
 
-class ToDevice(Strategy):
-    name = "to-device"
-    applicability = SAFE
-    summary = "move stray inputs to the model's device"
-    rank = 10
-
+class ToDevice(
+    Strategy, name="to-device", applicability=SAFE, rank=10,
+    summary="move stray inputs to the model's device",
+):
     def suggestion(self, to: str) -> str:
         return f"move the tensor to {to}, the model's device"
 
