@@ -261,7 +261,8 @@ def _write_patch(p: Prepared, result: Any, patch_path: Any, script_path: Any, *,
     from dtype_doctor.fix.rerun import PatchedRun
 
     o = p.options
-    root = patches.default_root(script_path, o.preprocess.rpartition(":")[0] if o.preprocess else None)
+    fn = p.batch.preprocess_fn  # the loaded PreprocessFn: its file as the user wrote it
+    root = patches.default_root(script_path, fn.file if fn is not None else None)
     code = patches.UserCode(
         preprocess=o.preprocess,
         preprocess_mode=o.preprocess_mode,

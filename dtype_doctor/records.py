@@ -210,6 +210,12 @@ def in_modules(modules: tuple[str, ...], name: str) -> bool:
     return any(m in parts or f".{m}." in f".{name}." or name.startswith(f"{m}.") for m in modules)
 
 
+def dtype_name(dtype: Any) -> str:
+    """'float16' for torch.float16 (or its name): the dtype name reports and rules use. The
+    one definition: torch-free, so loading and the CLI use it too."""
+    return str(dtype).removeprefix("torch.")
+
+
 def main_dtype_of(sizes: Iterable[tuple[str, int]]) -> str | None:
     """The floating dtype holding the most elements (ties: the first in name order)."""
     weight: dict[str, int] = {}

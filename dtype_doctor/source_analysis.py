@@ -21,7 +21,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, ParentNodeProvider, Posi
 # ---------------------------------------------------------------------------------------
 # dtype vocabulary
 
-_TORCH_DTYPES = {
+TORCH_DTYPES = {
     "float16": "float16", "half": "float16",
     "float32": "float32", "float": "float32",
     "float64": "float64", "double": "float64",
@@ -31,25 +31,25 @@ _TORCH_DTYPES = {
     "int16": "int16", "short": "int16",
     "int8": "int8", "uint8": "uint8", "bool": "bool",
 }  # fmt: skip
-_NUMPY_DTYPES = {
+NUMPY_DTYPES = {
     "float16": "float16", "half": "float16",
     "float32": "float32", "single": "float32",
     "float64": "float64", "double": "float64",
     "int64": "int64", "int32": "int32", "intc": "int32",
     "int16": "int16", "int8": "int8", "uint8": "uint8",
 }  # fmt: skip
-_STRING_DTYPES = {"float16", "float32", "float64", "bfloat16", "int64", "int32", "int16", "int8", "uint8"}
-_EXTRA_ALIASES = {"fp16": "float16", "fp32": "float32", "fp64": "float64", "bf16": "bfloat16"}
+STRING_DTYPES = {"float16", "float32", "float64", "bfloat16", "int64", "int32", "int16", "int8", "uint8"}
+EXTRA_ALIASES = {"fp16": "float16", "fp32": "float32", "fp64": "float64", "bf16": "bfloat16"}
 # Tensor methods that cast, and the method that casts to each dtype.
-_METHOD_DTYPES = {
+METHOD_DTYPES = {
     "half": "float16", "float": "float32", "double": "float64", "bfloat16": "bfloat16",
     "long": "int64", "int": "int32", "short": "int16", "char": "int8", "byte": "uint8",
 }  # fmt: skip
-_DTYPE_METHODS = {v: k for k, v in _METHOD_DTYPES.items()}
-_FLOATING = frozenset({"float16", "bfloat16", "float32", "float64"})
-_HALF = frozenset({"float16", "bfloat16"})
-_INTEGER = frozenset({"int8", "int16", "int32", "int64", "uint8"})
-_CAST_METHODS = ("to", "type", "astype")
+DTYPE_METHODS = {v: k for k, v in METHOD_DTYPES.items()}
+FLOATING = frozenset({"float16", "bfloat16", "float32", "float64"})
+HALF = frozenset({"float16", "bfloat16"})
+INTEGER = frozenset({"int8", "int16", "int32", "int64", "uint8"})
+CAST_METHODS = ("to", "type", "astype")
 
 # A map function whose first parameter has one of these names is mapped with batched=True.
 BATCHED_PARAM_NAMES = ("batch", "examples", "batched", "samples", "example_batch", "batch_examples")
@@ -61,14 +61,14 @@ def normalize_dtype(name: str) -> str:
     for prefix in ("torch.", "np.", "numpy."):
         if key.startswith(prefix):
             key = key[len(prefix) :]
-    canon = _TORCH_DTYPES.get(key) or _EXTRA_ALIASES.get(key)
+    canon = TORCH_DTYPES.get(key) or EXTRA_ALIASES.get(key)
     if canon is None:
         raise ValueError(f"unknown dtype {name!r}")
     return canon
 
 
-def _family(dtype: str) -> str:
-    return "floating" if dtype in _FLOATING else "integer" if dtype in _INTEGER else dtype
+def dtype_family(dtype: str) -> str:
+    return "floating" if dtype in FLOATING else "integer" if dtype in INTEGER else dtype
 
 
 def batched_by_params(params: Sequence[str]) -> bool:
@@ -93,36 +93,36 @@ class _Collector(cst.CSTVisitor):
         return True
 
 
-def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
+def walk(node: cst.CSTNode) -> list[cst.CSTNode]:
     collector = _Collector()
     node.visit(collector)
     return collector.nodes
 
 
-def _dotted(expr: cst.BaseExpression) -> str | None:
+def dotted(expr: cst.BaseExpression) -> str | None:
     if isinstance(expr, cst.Name):
         return expr.value
     if isinstance(expr, cst.Attribute):
-        base = _dotted(expr.value)
+        base = dotted(expr.value)
         return f"{base}.{expr.attr.value}" if base else None
     return None
 
 
 @dataclass
-class _Imports:
+class Imports:
     torch: set[str] = field(default_factory=lambda: {"torch"})
     numpy: set[str] = field(default_factory=lambda: {"np", "numpy"})
     names: dict[str, tuple[str, str]] = field(default_factory=dict)  # `from torch import float16`
     top_level_torch: str | None = None  # a module-level name bound to torch, reusable anywhere
 
     @classmethod
-    def of(cls, module: cst.Module, nodes: Sequence[cst.CSTNode]) -> _Imports:
+    def of(cls, module: cst.Module, nodes: Sequence[cst.CSTNode]) -> Imports:
         imports = cls()
         top_level = {id(stmt) for line in module.body if isinstance(line, cst.SimpleStatementLine) for stmt in line.body}
         for node in nodes:
             if isinstance(node, cst.Import):
                 for alias in node.names:
-                    full = _dotted(alias.name)
+                    full = dotted(alias.name)
                     local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else full
                     if full and full.startswith("torch.") and alias.asname is None:
                         full = local = "torch"  # `import torch.nn` binds `torch`
@@ -133,10 +133,10 @@ class _Imports:
                     elif full == "numpy" and local:
                         imports.numpy.add(local)
             elif isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
-                lib = {"torch": "torch", "numpy": "numpy"}.get(_dotted(node.module) if node.module else "")
+                lib = {"torch": "torch", "numpy": "numpy"}.get(dotted(node.module) if node.module else "")
                 if lib is None:
                     continue
-                table = _TORCH_DTYPES if lib == "torch" else _NUMPY_DTYPES
+                table = TORCH_DTYPES if lib == "torch" else NUMPY_DTYPES
                 for alias in node.names:
                     name = alias.name.value if isinstance(alias.name, cst.Name) else None
                     local = alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name) else name
@@ -155,8 +155,8 @@ class SourceAnalysis:
         self._positions = self.wrapper.resolve(PositionProvider)
         self._parents = self.wrapper.resolve(ParentNodeProvider)
         self._scopes: Mapping[cst.CSTNode, Any] | None = None
-        self.nodes = _walk(self.module)
-        self.imports = _Imports.of(self.module, self.nodes)
+        self.nodes = walk(self.module)
+        self.imports = Imports.of(self.module, self.nodes)
 
     def span(self, node: cst.CSTNode) -> CodeRange:
         return self._positions[node]
@@ -247,7 +247,7 @@ class SourceAnalysis:
             for stmt in line.body:
                 if (
                     isinstance(stmt, cst.Assign)
-                    and any(_dotted(t.target) == f"{name}.batched" for t in stmt.targets)
+                    and any(dotted(t.target) == f"{name}.batched" for t in stmt.targets)
                     and isinstance(stmt.value, cst.Name)
                     and stmt.value.value == "True"
                 ):
@@ -257,7 +257,7 @@ class SourceAnalysis:
     def own_returns(self, fn: cst.CSTNode) -> list[cst.Return]:
         """The return statements of `fn` itself (with a value), not of functions nested in it."""
         out = []
-        for node in _walk(fn):
+        for node in walk(fn):
             if isinstance(node, cst.Return) and node.value is not None:
                 owner = next((a for a in self.ancestors(node) if isinstance(a, (cst.FunctionDef, cst.Lambda))), None)
                 if owner is fn:
@@ -270,7 +270,7 @@ class SourceAnalysis:
 
 
 @dataclass(frozen=True)
-class _Site:
+class CastSite:
     """One place that sets a dtype: a dtype expression, or the name of a casting method."""
 
     node: cst.CSTNode  # what gets replaced: the dtype expression, or the method's Name
@@ -280,59 +280,59 @@ class _Site:
     line: int
 
 
-def _dtype_of(expr: cst.CSTNode, imports: _Imports) -> tuple[str, str] | None:
+def dtype_of(expr: cst.CSTNode, imports: Imports) -> tuple[str, str] | None:
     """(library, canonical dtype) when expr names a dtype: torch.float16, np.int32, "float16"."""
     if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
         base, attr = expr.value.value, expr.attr.value
-        if base in imports.torch and attr in _TORCH_DTYPES:
-            return "torch", _TORCH_DTYPES[attr]
-        if base in imports.numpy and attr in _NUMPY_DTYPES:
-            return "numpy", _NUMPY_DTYPES[attr]
+        if base in imports.torch and attr in TORCH_DTYPES:
+            return "torch", TORCH_DTYPES[attr]
+        if base in imports.numpy and attr in NUMPY_DTYPES:
+            return "numpy", NUMPY_DTYPES[attr]
         return None
     if isinstance(expr, cst.Name):
         return imports.names.get(expr.value)
     if isinstance(expr, cst.SimpleString):
         value = expr.evaluated_value
-        if isinstance(value, str) and value in _STRING_DTYPES:
+        if isinstance(value, str) and value in STRING_DTYPES:
             return "str", value
     return None
 
 
-def _cast_sites(src: SourceAnalysis, scope: cst.CSTNode) -> list[_Site]:
+def cast_sites(src: SourceAnalysis, scope: cst.CSTNode) -> list[CastSite]:
     """Every cast in `scope`, in source order: ``.to(dtype)`` / ``.type`` / ``.astype``, any
     ``dtype=`` keyword, numpy's positional dtype, ``np.float16(x)``, ``.half()`` and the like."""
-    sites: dict[int, _Site] = {}
+    sites: dict[int, CastSite] = {}
     imports = src.imports
 
     def add(node: cst.CSTNode, kind: str, lib: str, dtype: str) -> None:
-        sites.setdefault(id(node), _Site(node, kind, lib, dtype, src.line(node)))
+        sites.setdefault(id(node), CastSite(node, kind, lib, dtype, src.line(node)))
 
-    for node in _walk(scope):
+    for node in walk(scope):
         if not isinstance(node, cst.Call):
             continue
         func = node.func
         if isinstance(func, cst.Attribute):
             attr = func.attr.value
             module_ref = isinstance(func.value, cst.Name) and func.value.value in (imports.torch | imports.numpy)
-            if attr in _METHOD_DTYPES and not node.args and not module_ref:
-                add(func.attr, "method", "method", _METHOD_DTYPES[attr])
-            if attr in _CAST_METHODS and not module_ref:
+            if attr in METHOD_DTYPES and not node.args and not module_ref:
+                add(func.attr, "method", "method", METHOD_DTYPES[attr])
+            if attr in CAST_METHODS and not module_ref:
                 for arg in node.args:
                     if arg.keyword is None or arg.keyword.value == "dtype":
-                        found = _dtype_of(arg.value, imports)
+                        found = dtype_of(arg.value, imports)
                         if found:
                             add(arg.value, "expr", *found)
-        numpy_call = isinstance(func, cst.Attribute) and _dotted(func.value) in imports.numpy
+        numpy_call = isinstance(func, cst.Attribute) and dotted(func.value) in imports.numpy
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value == "dtype":
-                found = _dtype_of(arg.value, imports)
+                found = dtype_of(arg.value, imports)
                 if found:
                     add(arg.value, "expr", *found)
             elif arg.keyword is None and not arg.star and numpy_call:  # np.asarray(x, np.int32)
-                found = _dtype_of(arg.value, imports)
+                found = dtype_of(arg.value, imports)
                 if found and found[0] in ("numpy", "str"):
                     add(arg.value, "expr", *found)
-        found = _dtype_of(func, imports)
+        found = dtype_of(func, imports)
         if found and found[0] == "numpy":  # np.float16(x)
             add(func, "expr", *found)
     return sorted(sites.values(), key=lambda s: (s.line, src.span(s.node).start.column))
@@ -372,10 +372,10 @@ def _appended(node: cst.CSTNode, receiver: Callable[[cst.BaseExpression], bool])
     return []
 
 
-def _values_for(scope: cst.CSTNode, is_key: Callable[[str], bool]) -> list[cst.BaseExpression]:
+def values_for(scope: cst.CSTNode, is_key: Callable[[str], bool]) -> list[cst.BaseExpression]:
     """Expressions whose value ends up under a key `is_key` accepts: `k = …`, `out["k"] = …`,
     `out["k"].append(…)`, `{"k": …}`, `k=…`, and the assignments of the local names those use."""
-    nodes = _walk(scope)
+    nodes = walk(scope)
     values: list[cst.BaseExpression] = []
     for node in nodes:
         if isinstance(node, cst.Assign) and any(_key_target(t.target, is_key) for t in node.targets):
@@ -416,12 +416,12 @@ def _is_label_name(name: str) -> bool:
     )
 
 
-def _label_values(scope: cst.CSTNode) -> list[cst.BaseExpression]:
+def label_values(scope: cst.CSTNode) -> list[cst.BaseExpression]:
     """Expressions whose value ends up as labels: `labels = …`, `{"labels": …}`, `labels=…`."""
-    return _values_for(scope, _is_label_name)
+    return values_for(scope, _is_label_name)
 
 
-def _key_of(expr: cst.BaseExpression | None) -> str | None:
+def key_of(expr: cst.BaseExpression | None) -> str | None:
     if isinstance(expr, cst.SimpleString):
         value = expr.evaluated_value
         return value if isinstance(value, str) else None
@@ -454,8 +454,8 @@ class FunctionSource:
         src, fn = self.src, self.fn
         if src is None or fn is None:
             return None
-        values = _values_for(fn, lambda name: name == key)
-        sites = sorted({id(s.node): s for v in values for s in _cast_sites(src, v)}.values(), key=lambda s: s.line)
+        values = values_for(fn, lambda name: name == key)
+        sites = sorted({id(s.node): s for v in values for s in cast_sites(src, v)}.values(), key=lambda s: s.line)
         matching = [s for s in sites if dtype is None or s.dtype == dtype]
         if matching:
             return matching[-1].line
@@ -472,7 +472,7 @@ def _updates_itself(src: SourceAnalysis, value: cst.BaseExpression) -> bool:
     if not isinstance(stmt, cst.Assign):
         return False
     targets = {t.target.value for t in stmt.targets if isinstance(t.target, cst.Name)}
-    return any(isinstance(n, cst.Name) and n.value in targets for n in _walk(value))
+    return any(isinstance(n, cst.Name) and n.value in targets for n in walk(value))
 
 
 def read_source(path: Path) -> str:

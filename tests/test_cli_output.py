@@ -95,5 +95,5 @@ def test_a_stage_without_a_dtype_shows_no_shape() -> None:
 def test_the_fp32_trainable_fix_reads_as_english() -> None:
     from dtype_doctor.fix.strategies import Change, describe
 
-    text = describe(Change("trainable-fp32", "trainable", "float32", "float16"))
+    text = describe(Change("fp32-trainable", "trainable", "float32", "float16"))
     assert text == "keep the trainable parameters in float32 (were float16)"

@@ -47,7 +47,7 @@ def test_auto_picks_the_least_invasive_fix_and_leaves_the_model_alone() -> None:
     # the fixed pipeline really runs, where the original raises
     result.pipeline.model(**result.pipeline.inputs)
     assert_same(before, snapshot(model))
-    assert result.parity["reference"] == "float32" and result.parity["cosine"] > 0.999
+    assert result.parity.reference == "float32" and result.parity.cosine > 0.999
 
 
 def test_a_named_strategy_is_used_alone() -> None:
@@ -81,7 +81,7 @@ def test_half_model_is_refused_when_fp32_activations_overflow_fp16() -> None:
     forced = fix_model(Loud(), {"x": x}, strategy="half-model", force=True)
     [step] = forced.steps
     assert step.status == "failed" and "rolled back" in step.detail and not forced.verified
-    assert forced.tradeoff["half-model"]["max_activation"]["value"] > FP16_MAX
+    assert forced.tradeoff.half_model.max_activation.value > FP16_MAX
 
 
 class Put(nn.Module):
@@ -156,8 +156,8 @@ def test_labels_and_ids_are_cast_to_int64() -> None:
     assert result.pipeline.inputs["input_ids"].dtype == torch.int64
     assert result.pipeline.inputs["labels"].dtype == torch.int64
     # The fp32 reference takes the ids as the fix made them (float ids would stop it too).
-    assert result.parity is not None and "error" not in result.parity
-    assert result.parity["max_abs_diff"] == 0.0 and result.parity["cosine"] == 1.0
+    assert result.parity is not None and result.parity.error is None
+    assert result.parity.max_abs_diff == 0.0 and result.parity.cosine == 1.0
 
 
 def test_fp32_trainable_fixes_grad_scaler_with_fp16_weights() -> None:
@@ -192,10 +192,11 @@ def test_fp32_trainable_fixes_grad_scaler_with_fp16_weights() -> None:
 def test_tradeoff_measures_both_alternatives_on_the_model() -> None:
     result = fix_model(HalfConv(), {"pixel_values": torch.randn(2, 3, 8, 8)})
     t = result.tradeoff
-    assert t["dtype"] == "float16"
-    assert t["autocast"]["weight_bytes"] == t["reference_weight_bytes"]  # autocast keeps fp32 weights
-    assert t["half-model"]["weight_bytes"] * 2 == t["reference_weight_bytes"]  # half halves them
-    assert 0 <= t["half-model"]["max_abs_diff"] < 0.1 and t["autocast"]["cosine"] > 0.999
+    assert t.dtype == "float16"
+    assert t.autocast.weight_bytes == t.reference_weight_bytes  # autocast keeps fp32 weights
+    assert t.half_model.weight_bytes * 2 == t.reference_weight_bytes  # half halves them
+    assert 0 <= t.half_model.max_abs_diff < 0.1 and t.autocast.cosine > 0.999
+    assert t.to_dict()["half-model"]["weight_bytes"] == t.half_model.weight_bytes  # the JSON keeps its keys
 
 
 def test_to_device_moves_a_batch_the_pipeline_forgot_to_move() -> None:

@@ -217,12 +217,12 @@ def test_an_attempt_whose_patched_pipeline_fails_gives_way_to_the_next(tmp_path:
     prep = tmp_path / "prep.py"
     prep.write_text(textwrap.dedent(PREPROCESS["astype"][1]).lstrip())
     code = patches.UserCode(preprocess=f"{prep}:preprocess", outputs=frozenset({"input_ids", "attention_mask"}))
-    change = Change("cast-input", "input_ids", "int64", "float32", "preprocess")
+    change = Change("cast-inputs", "input_ids", "int64", "float32", "preprocess")
     plan = patches.plan_patch([Step("cast-inputs", "applied", "", (change,))], code=code, device_type="cpu",
                               model_dtype="float32", root=tmp_path)
     reruns: list[Change | None] = []
 
-    def verify(texts, change):
+    def verify(texts, change, *, transform=None):
         reruns.append(change)
         if change is not None and ".astype(np.int64)" in texts[prep.resolve()]:
             return "does not run: preprocess function prep.py:preprocess raised KeyError: 'x'"
@@ -233,7 +233,7 @@ def test_an_attempt_whose_patched_pipeline_fails_gives_way_to_the_next(tmp_path:
     assert "re-run: does not run" in out.edits[0].detail
     assert out.path and reruns == [change, change, None]  # each attempt, then the whole patch
 
-    def fails_whole(texts, change):
+    def fails_whole(texts, change, *, transform=None):
         return None if change is not None else "still has 1 finding(s) at or above error, first DD103: …"
 
     (tmp_path / "fix.patch").unlink()
@@ -247,13 +247,13 @@ def test_a_fix_module_transform_that_fails_leaves_apply_fix_and_says_scan_cannot
     from dtype_doctor.fix.outcome import Step
 
     code = patches.UserCode(transform={"kind": "audio", "column": "audio"}, scan=("dtype-doctor", "scan", "m", "d"))
-    change = Change("cast-input", "input_values", "bfloat16", "float32", "processor")
+    change = Change("cast-inputs", "input_values", "bfloat16", "float32", "processor")
     plan = patches.plan_patch([Step("cast-inputs", "applied", "", (change,))], code=code, device_type="cpu",
                               model_dtype="bfloat16", root=tmp_path)
 
-    def verify(texts, change):
-        module = texts[tmp_path / "dtype_doctor_fix.py"]
-        return "does not run: TypeError: Got unsupported ScalarType BFloat16" if "\ndef preprocess(" in module else None
+    def verify(texts, change, *, transform=None):
+        assert (transform is not None) == ("\ndef preprocess(" in texts[tmp_path / "dtype_doctor_fix.py"])
+        return "does not run: TypeError: Got unsupported ScalarType BFloat16" if transform is not None else None
 
     out = patches.write(plan, tmp_path / "fix.patch", root=tmp_path, force=False, verify=verify)
     assert [(e.codemod, e.status) for e in out.edits] == [("NewFixModule", "failed"), ("NewFixModule", "applied")]

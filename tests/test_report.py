@@ -22,7 +22,7 @@ from rich.cells import cell_len
 from hypothesis import strategies as st
 
 from dtype_doctor import __version__
-from dtype_doctor.fix.outcome import FixOutcome, PatchOutcome, Step
+from dtype_doctor.fix.outcome import FixOutcome, Parity, PatchOutcome, Step
 from dtype_doctor.errors import UsageError
 from dtype_doctor.records import (
     FixSuggestion,
@@ -179,7 +179,7 @@ FIX_BLOCK = FixOutcome(
     converged=True,
     rounds=1,
     detail="verified: the re-run trace has no finding at or above error",
-    parity={"reference": "float32", "max_abs_diff": 0.00048828125, "cosine": 0.99999994},
+    parity=Parity(reference="float32", max_abs_diff=0.00048828125, cosine=0.99999994),
     patch=PatchOutcome("fix.patch", ("prep.py",)),
 )
 
@@ -620,7 +620,7 @@ def test_rich_shows_the_fix_outcome():
 
 
 def test_a_parity_that_could_not_be_measured_says_why_instead_of_a_blank_row():
-    fix = replace(FIX_BLOCK, parity={"error": "RuntimeError: the reference failed"})
+    fix = replace(FIX_BLOCK, parity=Parity(error="RuntimeError: the reference failed"))
     text = _rich(full_report(fix=fix), width=100)
     assert "not measured: RuntimeError: the reference failed" in text
 

@@ -10,6 +10,7 @@ import typer
 
 from dtype_doctor.cli import options as o
 from dtype_doctor.cli.run import Steps
+from dtype_doctor.fix import strategies
 
 EXAMPLES = """
 Examples:
@@ -24,7 +25,7 @@ Examples:
   dtype-doctor fix ./model ./data --script train.py --strategy autocast \\
       --write-patch fix.patch && git apply fix.patch
 """
-Strategy = Annotated[str, typer.Option("--strategy", metavar="NAME", help="auto|cast-inputs|half-model|autocast|to-device|fp32-trainable.")]
+Strategy = Annotated[str, typer.Option("--strategy", metavar="NAME", help=strategies.help_text() + ".")]
 UnsafeFixes = Annotated[bool, typer.Option("--unsafe-fixes", help="Let auto use fixes that change weight precision (half-model).")]
 Force = Annotated[bool, typer.Option("--force", help="Overwrite an existing --write-patch file; apply half-model despite fp16 overflow evidence.")]
 WritePatch = Annotated[Optional[Path], typer.Option("--write-patch", metavar="PATH", help="Write the verified fix as a unified diff (git apply) to PATH.")]

@@ -20,10 +20,10 @@ from dtype_doctor.compare.records import REFERENCE, CompareRequest, Comparison, 
 from dtype_doctor.compare.train import error_line, grad_scaler_step, training_loss
 from dtype_doctor.compare.verdicts import recommend, verdict
 from dtype_doctor.errors import InputError, UsageError
-from dtype_doctor.fix.engine import _compare, _forward, _fp32_inputs, _fp32_reference, weight_bytes
+from dtype_doctor.numerics import forward, fp32_inputs, fp32_reference, output_diff, weight_bytes
 from dtype_doctor.records import Subject, Target, main_dtype_of
 from dtype_doctor.trace.engine import _preserved, environment
-from dtype_doctor.trace.recorder import device_name, dtype_name
+from dtype_doctor.numerics import device_name, dtype_name
 
 Progress = Callable[[str], None]
 
@@ -56,11 +56,11 @@ def run(model: torch.nn.Module, inputs: Mapping[str, Any], request: CompareReque
     request.validate()
     say = progress or (lambda _msg: None)
     device = _device(model, request.device)
-    ref_model = _fp32_reference(model) if _is_on(model, device) else copy.deepcopy(model).to(device).float()
-    ref_inputs = _fp32_inputs({k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()})
+    ref_model = fp32_reference(model) if _is_on(model, device) else copy.deepcopy(model).to(device).float()
+    ref_inputs = fp32_inputs({k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()})
     say("running the fp32 reference")
     try:
-        (name, out), numerics = probe(ref_model, lambda: _forward(ref_model, ref_inputs, None))
+        (name, out), numerics = probe(ref_model, lambda: forward(ref_model, ref_inputs, None))
     except Exception as exc:  # noqa: BLE001 - nothing to compare against: the pipeline's own problem
         raise InputError(f"the fp32 forward fails, so there is nothing to compare against ({error_line(exc)}); `dtype-doctor scan` says why") from exc
     ref = Reference(ref_model, ref_inputs, name, out.detach(), numerics, device)
@@ -119,7 +119,7 @@ def _row(v: Variant, ref: Reference, request: CompareRequest) -> Row:
     else:
         try:
             (_, output), numerics = probe(
-                setup.model, lambda: _forward(setup.model, setup.inputs, setup.autocast), ref.numerics.outputs
+                setup.model, lambda: forward(setup.model, setup.inputs, setup.autocast), ref.numerics.outputs
             )
         except Exception as exc:  # noqa: BLE001
             return replace(row, failure=error_line(exc))
@@ -170,12 +170,12 @@ def _keep_fp32_setup(ref: Reference) -> Setup:
 
 
 def _output_error(ref: torch.Tensor, got: torch.Tensor) -> OutputError:
-    measured = _compare(ref, got)
+    measured = output_diff(ref, got)
     finite = bool(torch.isfinite(got).all())
     scale = ref.detach().float().abs().max().item() if ref.numel() else 0.0
-    max_abs = measured["max_abs_diff"] if finite else float("inf")
+    max_abs = measured.max_abs_diff if finite else float("inf")
     rel = max_abs / scale if scale else (0.0 if max_abs == 0 else float("inf"))
-    return OutputError(max_abs, rel, min(measured["cosine"], 1.0), finite)  # float32 rounding: 1.000001
+    return OutputError(max_abs, rel, min(measured.cosine, 1.0), finite)  # float32 rounding: 1.000001
 
 
 def _cost(setup: Setup, device: torch.device, request: CompareRequest) -> tuple[int, tuple[float, ...]]:
@@ -192,7 +192,7 @@ def _cost(setup: Setup, device: torch.device, request: CompareRequest) -> tuple[
 def _runner(setup: Setup, train: bool) -> Callable[[], Any]:
     model, inputs, autocast = setup.model, setup.inputs, setup.autocast
     if not train:
-        return lambda: _forward(model, inputs, autocast)
+        return lambda: forward(model, inputs, autocast)
     device_type = next(iter(model.parameters())).device.type
 
     def step() -> None:

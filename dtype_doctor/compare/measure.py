@@ -21,13 +21,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from dtype_doctor.compare.records import OpError
-from dtype_doctor.trace.cuda_table import TENSOR_CORE_OPS
-from dtype_doctor.trace.recorder import _tensors
+from dtype_doctor.ops import PRECISION_OPS
+from dtype_doctor.numerics import tensors_in
 
 CUDA_PEAK = "torch.cuda.max_memory_allocated"
 TRACKED_PEAK = "tracked tensor bytes"
-# The ops whose half-precision rounding the table asks about: matmul family, conv, attention.
-PRECISION_OPS = TENSOR_CORE_OPS | {"conv1d", "conv2d", "conv3d", "cudnn_convolution", "mkldnn_convolution"}
 REFERENCE_STORE_LIMIT = 2 * 1024**3  # fp32 copies of the reference's op outputs kept at most
 
 
@@ -144,7 +142,7 @@ class _Probe(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         name = func.overloadpacket.__name__
-        first = next(iter(_tensors(out)), None)
+        first = next(iter(tensors_in(out)), None)
         if name in PRECISION_OPS and first is not None and first.is_floating_point():
             module = self.stack[-1] if self.stack else ""
             n = self.seen.get((module, name), 0)
@@ -193,7 +191,7 @@ def _own_error(func: Any, args: tuple, kwargs: Mapping[str, Any], got: torch.Ten
             exact = func(*[up(a) for a in args], **{k: up(v) for k, v in kwargs.items()})
     except Exception:  # noqa: BLE001 - a kernel with no float32 path (flash attention) has no own error
         return None
-    exact = next(iter(_tensors(exact)), None)
+    exact = next(iter(tensors_in(exact)), None)
     if exact is None or not bool(torch.isfinite(exact).all()):
         return None  # operands already inf/NaN: the error is inherited, the op adds none of its own
     return rel_error(exact.detach().to("cpu", torch.float32), got)
@@ -210,7 +208,7 @@ def _module_hooks(model: torch.nn.Module, stack: list[str], nonfinite: dict[str,
         if stack:
             stack.pop()
         name = names.get(id(mod), "")
-        if name not in nonfinite and any(t.is_floating_point() and not bool(torch.isfinite(t).all()) for t in _tensors(out)):
+        if name not in nonfinite and any(t.is_floating_point() and not bool(torch.isfinite(t).all()) for t in tensors_in(out)):
             nonfinite[name] = None
 
     handles = []

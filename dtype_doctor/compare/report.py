@@ -8,7 +8,7 @@ import math
 
 from dtype_doctor.compare.records import Comparison, Row
 from dtype_doctor.errors import UsageError
-from dtype_doctor.report.common import _bytes, json_default, module_label
+from dtype_doctor.report.common import byte_size, json_default, module_label
 
 FORMATS = ("rich", "json")
 SHOWN_MODULES = 3  # overflowing modules named before "… N more"
@@ -30,13 +30,13 @@ def renderable(comparison: Comparison):  # noqa: ANN201 - a rich renderable; ric
     from rich.text import Text
 
     from dtype_doctor.records import Report
-    from dtype_doctor.report.console import _Printable, header
+    from dtype_doctor.report.console import Printable, header
 
     parts = [header(Report((), comparison.target, comparison.environment)), Text(), Text(_method(comparison), style="dim")]
     parts += [_table(comparison), _details(comparison)]
     rec = comparison.recommendation
     parts += [Text(), Text.assemble((rec.question, "bold"), " ", rec.line)]
-    return _Printable(Group(*parts))
+    return Printable(Group(*parts))
 
 
 def _method(c: Comparison) -> str:
@@ -59,8 +59,8 @@ def _table(c: Comparison):  # noqa: ANN202
         out = r.output
         table.add_row(
             r.variant.label,
-            _bytes(r.weight_bytes),
-            _bytes(r.peak_bytes) if r.peak_bytes is not None else "—",
+            byte_size(r.weight_bytes),
+            byte_size(r.peak_bytes) if r.peak_bytes is not None else "—",
             _seconds(r.time_s),
             _error(out.max_abs) if out else "—",
             _error(out.max_rel) if out else "—",

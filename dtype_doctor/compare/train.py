@@ -9,7 +9,7 @@ from typing import Any, Mapping
 import torch
 
 from dtype_doctor.compare.records import TrainStep
-from dtype_doctor.fix.engine import primary_output
+from dtype_doctor.numerics import loss_of
 
 # A scaler that skips a step (inf/NaN gradients) halves its scale and retries, as a training
 # loop would on its next batch: from 2**16 down to 1 before the step is called a failure.
@@ -32,13 +32,7 @@ def error_line(exc: BaseException) -> str:
 def training_loss(out: Any) -> torch.Tensor | None:
     """The model's own loss; without one, the mean of its primary output, reduced as losses are
     (a sum over every element scales the gradients by the batch's size)."""
-    loss = getattr(out, "loss", None)
-    if isinstance(loss, torch.Tensor):
-        return loss
-    try:
-        return primary_output(out)[1].float().mean()
-    except (StopIteration, TypeError):
-        return None
+    return loss_of(out, "mean")
 
 
 def grad_scaler_step(

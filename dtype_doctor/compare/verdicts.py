@@ -6,7 +6,7 @@ import math
 from typing import Iterable
 
 from dtype_doctor.compare.records import COSINE_MIN, REFERENCE, Recommendation, Row
-from dtype_doctor.report.common import _bytes
+from dtype_doctor.report.common import byte_size
 
 QUESTION = "autocast or .half()?"
 
@@ -54,9 +54,9 @@ def recommend(rows: Iterable[Row]) -> Recommendation:
     if best is None:
         line = f"fp32: no other row is {criteria.replace('train', 'trains')}"
     else:
-        line = f"{best.variant.label}: the least peak memory ({_bytes(_peak(best))}) of the rows that are {criteria}"
+        line = f"{best.variant.label}: the least peak memory ({byte_size(_peak(best))}) of the rows that are {criteria}"
     if inference is not None and inference is not best:
-        line += f"; for inference alone: {inference.variant.label} ({_bytes(_peak(inference))} peak)"
+        line += f"; for inference alone: {inference.variant.label} ({byte_size(_peak(inference))} peak)"
     return Recommendation(
         question=QUESTION,
         row=best.variant.name if best else None,

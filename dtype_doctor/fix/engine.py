@@ -7,22 +7,21 @@ still making progress at the cap). Every outcome is a value in FixResult.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import itertools
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 import torch
 
 from dtype_doctor.errors import UsageError
-from dtype_doctor.fix.outcome import FixOutcome, PatchOutcome, Step
+from dtype_doctor.fix.outcome import Alternative, Cost, FixOutcome, Parity, PatchOutcome, Peak, Step, Tradeoff
 from dtype_doctor.fix.strategies import AUTO_ORDER, NAMES, STRATEGIES, Context, Pipeline, convert_keeping_fp32
 from dtype_doctor.records import FP16_MAX, Report, TraceRequest
 from dtype_doctor.trace.engine import as_request, diagnose, settle
-from dtype_doctor.trace.recorder import dtype_name
+from dtype_doctor.numerics import dtype_name, forward, fp32_inputs, fp32_reference, module_peaks, output_diff, weight_bytes
 
 MAX_ROUNDS = 5
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -36,9 +35,9 @@ class FixResult:
     before: Report
     after: Report
     pipeline: Pipeline  # the fixed pipeline (model, inputs, autocast) — not a copy of the user's
-    parity: Mapping[str, Any] | None
-    cost: Mapping[str, Any] | None
-    tradeoff: Mapping[str, Any] | None
+    parity: Parity | None
+    cost: Cost | None
+    tradeoff: Tradeoff | None
 
     @property
     def applied(self) -> tuple[Step, ...]:
@@ -101,7 +100,7 @@ def fix_model(
     before = trace(start)
     real = not before.target.simulated
     # One fp32 reference for every measurement; a model that cannot be copied is not measured.
-    reference = _guard(lambda: _fp32_reference(model)) if (real and measure) else None
+    reference: torch.nn.Module | str | None = _guard(lambda: fp32_reference(model), str) if (real and measure) else None
     measurable = isinstance(reference, torch.nn.Module)
     peaks = activation_peaks(reference, start.inputs) if measurable else None
     requested = None if strategy == "auto" else strategy
@@ -152,15 +151,19 @@ def fix_model(
         detail = "no strategy applies to the remaining findings"
     else:
         detail = "the applied fixes leave findings at or above " + fail_on
-    parity = cost = tradeoff = None
+    parity: Parity | None = None
+    cost: Cost | None = None
+    tradeoff: Tradeoff | None = None
     if real and measure:
-        cost = {"weight_bytes_before": weight_bytes(model), "weight_bytes_after": weight_bytes(current.model)}
-    if measurable:
+        cost = Cost(weight_bytes(model), weight_bytes(current.model))
+    if isinstance(reference, torch.nn.Module):
+        ref_model = reference
         # Parity of a pipeline that still fails means nothing; the trade-off is still measured.
-        parity = _guard(lambda: output_parity(reference, start.inputs, current)) if verified else None
-        tradeoff = _guard(lambda: amp_vs_half(reference, current, peaks))
-    elif isinstance(reference, Mapping):
-        parity = tradeoff = reference  # {"error": why the reference could not be built}
+        if verified:
+            parity = _guard(lambda: output_parity(ref_model, start.inputs, current), lambda why: Parity(error=why))
+        tradeoff = _guard(lambda: amp_vs_half(ref_model, current, peaks), lambda why: Tradeoff(error=why))
+    elif isinstance(reference, str):  # why the reference could not be built
+        parity, tradeoff = Parity(error=reference), Tradeoff(error=reference)
     return FixResult(
         strategy=strategy, steps=tuple(steps), verified=verified, converged=verified or not progressing,
         rounds=rounds, detail=detail, before=before, after=report, pipeline=current,
@@ -168,76 +171,26 @@ def fix_model(
     )
 
 
-def _guard(fn: Any) -> Any:
+def _guard(fn: Callable[[], T], failed: Callable[[str], Any]) -> Any:
+    """fn(), or `failed(why)` where it raises: a measurement that cannot run is reported, not raised."""
     try:
         return fn()
-    except Exception as exc:  # noqa: BLE001 - a measurement that cannot run is reported, not raised
-        return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+    except Exception as exc:  # noqa: BLE001
+        return failed(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
 
 
 # ---------------------------------------------------------------- measurement
 
 
-def weight_bytes(model: torch.nn.Module) -> int:
-    return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
-
-
-@contextlib.contextmanager
-def _eval(model: torch.nn.Module) -> Any:
-    flags = [(m, m.training) for m in model.modules()]
-    model.eval()
-    try:
-        yield
-    finally:
-        for m, flag in flags:
-            m.training = flag
-
-
-def _forward(model: torch.nn.Module, inputs: Mapping[str, Any], autocast: str | None) -> tuple[str, torch.Tensor]:
-    state = next(itertools.chain(model.parameters(), model.buffers()), None)
-    device = state.device if state is not None else torch.device("cpu")
-    with _eval(model), torch.no_grad(), contextlib.ExitStack() as stack:
-        if autocast:
-            stack.enter_context(torch.autocast(device.type, dtype=getattr(torch, autocast)))
-        out = model(**inputs)
-    return primary_output(out)
-
-
-def primary_output(out: Any) -> tuple[str, torch.Tensor]:
-    if isinstance(out, torch.Tensor):
-        return "output", out
-    items = out.items() if isinstance(out, Mapping) else enumerate(out)
-    named = {str(k): v for k, v in items if isinstance(v, torch.Tensor) and v.is_floating_point()}
-    for key in ("logits", "last_hidden_state", "prediction_logits", "start_logits"):
-        if key in named:
-            return key, named[key]
-    key = next((k for k in named if k != "loss"), None) or next(iter(named))
-    return key, named[key]
-
-
-def _fp32_reference(model: torch.nn.Module) -> torch.nn.Module:
-    floating = {p.dtype for p in model.parameters() if p.is_floating_point()}
-    return model if floating <= {torch.float32} else copy.deepcopy(model).float()
-
-
-def _fp32_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: (v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v) for k, v in inputs.items()}
-
-
-def _compare(ref: torch.Tensor, got: torch.Tensor) -> dict[str, float]:
-    a, b = ref.detach().float().flatten(), got.detach().float().flatten()
-    cosine = torch.nn.functional.cosine_similarity(a, b, dim=0).item() if a.numel() else 1.0
-    return {"max_abs_diff": (a - b).abs().max().item() if a.numel() else 0.0, "cosine": round(cosine, 6)}
-
-
-def output_parity(reference: torch.nn.Module, inputs: Mapping[str, Any], fixed: Pipeline) -> dict[str, Any]:
+def output_parity(reference: torch.nn.Module, inputs: Mapping[str, Any], fixed: Pipeline) -> Parity:
     """The fixed pipeline's output against the fp32 reference model on the original batch:
     floating data upcast to float32; every input the fix made integer (int32 labels → int64,
     float input_ids → int64) as the fix made it, since the reference itself needs those."""
     ref_inputs = {k: _reference_input(v, fixed.inputs.get(k, v)) for k, v in inputs.items()}
-    name, ref = _forward(reference, ref_inputs, None)
-    _, got = _forward(fixed.model, fixed.inputs, fixed.autocast)
-    return {"reference": "float32", "output": name, **_compare(ref, got)}
+    name, ref = forward(reference, ref_inputs, None)
+    _, got = forward(fixed.model, fixed.inputs, fixed.autocast)
+    measured = output_diff(ref, got)
+    return Parity("float32", name, measured.max_abs_diff, measured.cosine)
 
 
 def _reference_input(original: Any, fixed: Any) -> Any:
@@ -250,54 +203,40 @@ def _reference_input(original: Any, fixed: Any) -> Any:
 
 def activation_peaks(ref: torch.nn.Module, inputs: Mapping[str, Any]) -> dict[str, float]:
     """Max |value| of each module's floating outputs in the fp32 reference: fp16 overflow evidence."""
-    peaks: dict[str, float] = {}
-    names = {id(m): n for n, m in ref.named_modules()}
-
-    def hook(mod: torch.nn.Module, _args: Any, out: Any) -> None:
-        from dtype_doctor.trace.recorder import _tensors
-
-        for t in _tensors(out):
-            if t.is_floating_point() and t.numel():
-                v = t.detach().abs().max().item()
-                name = names.get(id(mod), "")
-                peaks[name] = max(peaks.get(name, 0.0), v)
-
-    handles = [m.register_forward_hook(hook) for m in ref.modules()]
-    try:
-        _forward(ref, _fp32_inputs(inputs), None)
-    except Exception:  # noqa: BLE001 - no evidence is not an error
-        return {}
-    finally:
-        for h in handles:
-            h.remove()
+    with module_peaks(ref) as peaks:
+        try:
+            forward(ref, fp32_inputs(inputs), None)
+        except Exception:  # noqa: BLE001 - no evidence is not an error
+            return {}
     return peaks
 
 
-def amp_vs_half(ref_model: torch.nn.Module, fixed: Pipeline, peaks: Mapping[str, float] | None) -> dict[str, Any]:
+def amp_vs_half(ref_model: torch.nn.Module, fixed: Pipeline, peaks: Mapping[str, float] | None) -> Tradeoff:
     """The trade-off users ask about, measured on their model: autocast keeps fp32 weights
     and casts per op; half-model halves weight memory and risks overflow."""
     used = fixed.autocast or next(
         (dtype_name(p.dtype) for p in fixed.model.parameters() if p.dtype in (torch.float16, torch.bfloat16)), "float16"
     )
     dtype = getattr(torch, used)
-    inputs32 = _fp32_inputs(fixed.inputs)
-    _, ref = _forward(ref_model, inputs32, None)
-    result: dict[str, Any] = {"dtype": used, "reference_weight_bytes": weight_bytes(ref_model)}
+    inputs32 = fp32_inputs(fixed.inputs)
+    _, ref = forward(ref_model, inputs32, None)
     try:
-        _, amp = _forward(ref_model, inputs32, used)
-        result["autocast"] = {"weight_bytes": weight_bytes(ref_model), **_compare(ref, amp)}
+        _, amp = forward(ref_model, inputs32, used)
+        measured = output_diff(ref, amp)
+        autocast = Alternative(weight_bytes(ref_model), measured.max_abs_diff, measured.cosine)
     except Exception as exc:  # noqa: BLE001
-        result["autocast"] = {"error": str(exc).splitlines()[0]}
+        autocast = Alternative(error=str(exc).splitlines()[0])
     half = copy.deepcopy(ref_model)
     convert_keeping_fp32(half, dtype)
     half_inputs = {k: (v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v) for k, v in inputs32.items()}
-    try:
-        _, out = _forward(half, half_inputs, None)
-        entry: dict[str, Any] = {"weight_bytes": weight_bytes(half), **_compare(ref, out)}
-    except Exception as exc:  # noqa: BLE001
-        entry = {"weight_bytes": weight_bytes(half), "error": str(exc).splitlines()[0]}
+    peak = None
     if peaks and used == "float16":
         worst = max(peaks.items(), key=lambda kv: kv[1])
-        entry["max_activation"] = {"module": worst[0], "value": worst[1], "float16_max": FP16_MAX}
-    result["half-model"] = entry
-    return result
+        peak = Peak(worst[0], worst[1], FP16_MAX)
+    try:
+        _, out = forward(half, half_inputs, None)
+        measured = output_diff(ref, out)
+        half_model = Alternative(weight_bytes(half), measured.max_abs_diff, measured.cosine, max_activation=peak)
+    except Exception as exc:  # noqa: BLE001
+        half_model = Alternative(weight_bytes(half), error=str(exc).splitlines()[0], max_activation=peak)
+    return Tradeoff(used, weight_bytes(ref_model), autocast, half_model)

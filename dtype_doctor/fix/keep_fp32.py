@@ -33,7 +33,7 @@ from dtype_doctor.records import COSINE_MIN, FP16_MAX
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from dtype_doctor.fix.engine import primary_output
+from dtype_doctor.numerics import fp32_inputs, module_peaks, output_diff, primary_output
 
 MAX_GROUP = 8  # siblings searched as one unit at most (q, k, v, o and a bias fit)
 
@@ -231,26 +231,10 @@ class _Trials:
     def _reference(self) -> tuple[torch.Tensor, dict[str, float], frozenset[str]]:
         """The float32 output, each parameter-owning module's largest |input| or |output|, and
         the ops that make inf or NaN from finite inputs in float32 already."""
-        peaks: dict[str, float] = {}
-        names = {id(m): n for n, m in self.work.named_modules()}
-
-        def record(module: torch.nn.Module, args: tuple, kwargs: dict, out: Any) -> None:
-            tensors = [*args, *kwargs.values(), *(out if isinstance(out, (tuple, list)) else (out,))]
-            values = [t.detach().abs().max().item() for t in tensors if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()]
-            name = names[id(module)]
-            peaks[name] = max([peaks.get(name, 0.0), *values])
-
-        handles = [m.register_forward_hook(record, with_kwargs=True) for m in self.work.modules() if owns_floating_parameters(m)]
         watch = _OverflowWatch()
-        try:
-            from dtype_doctor.fix.engine import _fp32_inputs
-
-            fp32_inputs = _fp32_inputs(self.inputs)
-            ref = self._forward(fp32_inputs, watch)
-        finally:
-            for h in handles:
-                h.remove()
-        return ref, peaks, frozenset(watch.overflowed())
+        with module_peaks(self.work, select=owns_floating_parameters, with_inputs=True) as peaks:
+            ref = self._forward(fp32_inputs(self.inputs), watch)
+        return ref, dict(peaks), frozenset(watch.overflowed())
 
     def run(self, kept: Iterable[str]) -> _Outcome:
         """How the model does with `kept` (and the declared modules) in float32."""
@@ -275,10 +259,8 @@ class _Trials:
             return _Outcome(False, float("nan"), float("inf"), f"failing ({type(exc).__name__}: {first})")
         if not torch.isfinite(got).all():
             return _Outcome(False, float("nan"), float("inf"), "non-finite")
-        from dtype_doctor.fix.engine import _compare
-
-        measured = _compare(self.reference, got)
-        cosine, diff = measured["cosine"], measured["max_abs_diff"]
+        measured = output_diff(self.reference, got)
+        cosine, diff = measured.cosine, measured.max_abs_diff
         overflowed = watch.overflowed()
         if overflowed:
             return _Outcome(False, cosine, diff, f"finite but overflowing ({', '.join(overflowed)} turned finite inputs into inf or NaN)")

@@ -9,43 +9,37 @@ from typing import Any, Mapping
 from dtype_doctor.records import Finding, SourceLoc
 
 
+# The `kind` a report's JSON has always given a change, where it is not the strategy's name.
+# Reports already carry these values (SPEC extends, never renames); `strategy` gives the name.
+JSON_KIND = {
+    "cast-inputs": "cast-input",
+    "half-model": "convert-model",
+    "to-device": "move-input",
+    "fp32-trainable": "trainable-fp32",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Change:
     """One concrete edit: what the patch writer turns into code."""
 
-    kind: str  # cast-input | convert-model | autocast | move-input | trainable-fp32
+    kind: str  # the strategy it belongs to (dtype_doctor.fix.strategies)
     target: str  # input name, or "model"
     to: str  # dtype or device
     before: str | None = None
-    stage: str | None = None  # lineage stage that produced the value (for cast-input)
+    stage: str | None = None  # lineage stage that produced the value (for cast-inputs)
     source: SourceLoc | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "kind": self.kind,
+            "kind": JSON_KIND.get(self.kind, self.kind),
+            "strategy": self.kind,
             "target": self.target,
             "from": self.before,
             "to": self.to,
             "stage": self.stage,
             "source": self.source.to_dict() if self.source else None,
         }
-
-
-def describe(c: Change) -> str:
-    verb = {
-        "cast-input": f"cast {c.target} {c.before} → {c.to}",
-        "convert-model": f"convert the model {c.before} → {c.to} (declared fp32 modules and buffers kept)",
-        "autocast": f"run the forward under torch.autocast(dtype=torch.{c.to})",
-        "move-input": f"move {c.target} {c.before} → {c.to}",
-        "trainable-fp32": f"keep the {c.target} parameters in float32 (were {c.before})",
-        "keep-fp32": (
-            f"keep {c.target} float32 instead of {c.before}"
-            if c.target != "model"
-            else (f"convert the model {c.before} → {c.to}" if c.before != c.to else f"keep the model {c.to}")
-            + " except the modules kept float32 (and those it declares fp32); each module casts its inputs to its own dtype"
-        ),
-    }
-    return verb.get(c.kind, f"{c.kind} {c.target} → {c.to}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +101,87 @@ class PatchOutcome:
         return out
 
 
+def _present(fields: dict[str, Any]) -> dict[str, Any]:
+    """The JSON of a measurement: the fields it has (a measurement that failed has only `error`)."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class Parity:
+    """The fixed pipeline's primary output against the float32 reference; or, with `error`,
+    why it could not be measured."""
+
+    reference: str | None = None  # "float32"
+    output: str | None = None  # which output was compared ("logits")
+    max_abs_diff: float | None = None
+    cosine: float | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _present({"reference": self.reference, "output": self.output, "max_abs_diff": self.max_abs_diff,
+                         "cosine": self.cosine, "error": self.error})
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """Weight memory before and after the fix."""
+
+    weight_bytes_before: int
+    weight_bytes_after: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"weight_bytes_before": self.weight_bytes_before, "weight_bytes_after": self.weight_bytes_after}
+
+
+@dataclass(frozen=True, slots=True)
+class Peak:
+    """The largest |activation| of the float32 reference, against float16's largest finite value."""
+
+    module: str
+    value: float
+    float16_max: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"module": self.module, "value": self.value, "float16_max": self.float16_max}
+
+
+@dataclass(frozen=True, slots=True)
+class Alternative:
+    """One way to run in half precision (autocast, half-model), measured against float32."""
+
+    weight_bytes: int | None = None
+    max_abs_diff: float | None = None
+    cosine: float | None = None
+    error: str | None = None  # the forward failed this way
+    max_activation: Peak | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _present({"weight_bytes": self.weight_bytes, "max_abs_diff": self.max_abs_diff, "cosine": self.cosine,
+                         "error": self.error, "max_activation": self.max_activation.to_dict() if self.max_activation else None})
+
+
+@dataclass(frozen=True, slots=True)
+class Tradeoff:
+    """autocast against half-model on the user's model, in `dtype`; or, with `error`, why not measured."""
+
+    dtype: str | None = None
+    reference_weight_bytes: int | None = None
+    autocast: Alternative | None = None
+    half_model: Alternative | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _present({
+            "dtype": self.dtype, "reference_weight_bytes": self.reference_weight_bytes,
+            "autocast": self.autocast.to_dict() if self.autocast else None,
+            "half-model": self.half_model.to_dict() if self.half_model else None, "error": self.error,
+        })
+
+
 @dataclass(frozen=True)
 class FixOutcome:
     """SPEC.md's `fix` block as a record: what was applied, whether the re-run is clean,
-    what it cost, and the patch. Measurements (parity, cost, tradeoff) stay plain values."""
+    what it cost, and the patch."""
 
     strategy: str
     steps: tuple[Step, ...]
@@ -120,9 +191,9 @@ class FixOutcome:
     converged: bool
     rounds: int
     detail: str
-    parity: Mapping[str, Any] | None = None
-    cost: Mapping[str, Any] | None = None
-    tradeoff: Mapping[str, Any] | None = None
+    parity: Parity | None = None
+    cost: Cost | None = None
+    tradeoff: Tradeoff | None = None
     patch: PatchOutcome | None = None
     patch_skipped: str | None = None  # a patch was asked for and none was written: why
 
@@ -132,13 +203,13 @@ class FixOutcome:
             "applied": [s.to_dict() for s in self.steps],
             "verified": self.verified,
             "after": {"findings": [f.to_dict() for f in self.after_findings], "summary": dict(self.after_summary)},
-            "parity": dict(self.parity) if self.parity else None,
+            "parity": self.parity.to_dict() if self.parity else None,
             "patch": self.patch.to_dict() if self.patch and self.patch.path else None,
             "converged": self.converged,
             "rounds": self.rounds,
             "detail": self.detail,
-            "cost": dict(self.cost) if self.cost else None,
-            "tradeoff": dict(self.tradeoff) if self.tradeoff else None,
+            "cost": self.cost.to_dict() if self.cost else None,
+            "tradeoff": self.tradeoff.to_dict() if self.tradeoff else None,
         }
         if self.patch_skipped:
             block["patch_skipped"] = self.patch_skipped

@@ -1,7 +1,7 @@
 """Turn the changes a verified fix applied into a unified diff against the user's code.
 
-Each change gets an ordered chain of codemods, and the first that applies (and, where the
-pipeline can be re-run, leaves it running) wins:
+Each change gets an ordered chain of codemods (its strategy's `edits`), and the first that
+applies (and, where the pipeline can be re-run, leaves it running) wins:
   1. rewrite the cast at the lineage's source location in the --preprocess function, in
      any dtype family (float → int included);
   2. rewrite the cast that builds the output of that name, wherever it is;
@@ -28,16 +28,18 @@ from pathlib import Path
 from typing import Any
 
 from dtype_doctor.fix import codemods as cm
-from dtype_doctor.fix.outcome import Change, CodemodOutcome, PatchOutcome, Step, describe
+from dtype_doctor.fix.outcome import Change, CodemodOutcome, PatchOutcome, Step
 from dtype_doctor.fix.patch import make_patch, read_source, repo_root
-
-LABEL_KEYS = ("labels", "label", "label_ids")
+from dtype_doctor.fix.strategies import STRATEGIES, Site, describe
+from dtype_doctor.fix.strategies.base import LABEL_KEYS
+from dtype_doctor.load.batch.preprocess import split_spec
 # What datasets' torch formatter makes of a stored column: the dtypes that survive it.
 FORMATTER_KEEPS = frozenset({"float32", "int64", "bool"})
 
 # Re-runs the pipeline with these file texts: None when it runs (and, given a change, that
-# change's input reaches the model in its dtype), else why not.
-Verify = Callable[[Mapping[Path, str], "Change | None"], "str | None"]
+# change's input reaches the model in its dtype), else why not. `transform`: the fix module
+# whose `preprocess` builds the batch, when the patch has one (None: the user's function does).
+Verify = Callable[..., "str | None"]  # (texts, change, *, transform=None)
 
 
 @dataclass(frozen=True)
@@ -77,11 +79,11 @@ class UserCode:
 
     @property
     def preprocess_file(self) -> Path | None:
-        return Path(self.preprocess.rpartition(":")[0]).resolve() if self.preprocess else None
+        return Path(split_spec(self.preprocess)[0]).resolve() if self.preprocess else None
 
     @property
     def preprocess_function(self) -> str | None:
-        return self.preprocess.rpartition(":")[2] if self.preprocess else None
+        return split_spec(self.preprocess)[1] if self.preprocess else None
 
     def survives_preprocess(self, dtype: str) -> bool:
         """Whether a dtype set in the preprocess function reaches the model as it is."""
@@ -109,53 +111,15 @@ def plan_patch(
     findings: Iterable[str] = (),
     root: Path,
 ) -> PatchPlan:
+    site = Site(device_type=device_type, model_dtype=model_dtype, script=code.script, code=code)
     chains = []
     for step in steps:
         if step.status != "applied":
             continue
         for c in step.changes:
-            attempts = [*_preprocess_attempts(c, code), *_script_attempts(c, code.script, device_type, model_dtype)]
+            attempts = STRATEGIES[c.kind].edits(c, site)
             chains.append(Chain(c, step.strategy, tuple(attempts)))
     return PatchPlan(tuple(chains), tuple(findings), root / cm.NewFixModule.FILENAME, code)
-
-
-def _preprocess_attempts(c: Change, code: UserCode) -> list[Attempt]:
-    file, func = code.preprocess_file, code.preprocess_function
-    if c.kind != "cast-input" or file is None or func is None:
-        return []
-    if not code.passes_through(c.target) or not code.survives_preprocess(c.to):
-        return []
-    attempts = []
-    if c.source is not None and Path(c.source.file).resolve() == file:
-        attempts.append(Attempt(file, cm.RetargetCast(func, c.to, key=c.target, lines=[c.source.line])))
-    attempts.append(Attempt(file, cm.RetargetCast(func, c.to, key=c.target)))
-    attempts.append(Attempt(file, cm.CastReturnedValue(func, c.target, c.to)))
-    return attempts
-
-
-def _script_attempts(c: Change, script: Path | None, device_type: str, model_dtype: str | None) -> list[Attempt]:
-    if script is None:
-        return []
-    if c.kind == "cast-input":
-        if c.target in LABEL_KEYS:
-            mods = [cm.LabelsToLong(key=c.target)] if c.to == "int64" else [cm.CastBatch(keys=(c.target,), dtype=c.to)]
-        else:
-            # Casting to the model's own dtype reads best (and survives a later dtype change).
-            mods = [cm.CastBatch(keys=(c.target,), dtype=None if c.to == model_dtype else c.to)]
-    elif c.kind == "convert-model":
-        mods = [cm.SetLoadDtype(c.to), cm.RemoveModelConversion()]
-    elif c.kind == "autocast":
-        mods = [cm.WrapForwardInAutocast(device_type=device_type, dtype=c.to)]
-    elif c.kind == "move-input":
-        mods = [cm.MoveBatchToDevice()]
-    elif c.kind == "trainable-fp32":
-        # The script converted the whole (trainable) model to half: keep it as loaded.
-        mods = [cm.RemoveModelConversion(from_dtype="float16"), cm.RemoveModelConversion(from_dtype="bfloat16")]
-    else:
-        mods = []
-    if not mods:
-        return []
-    return [Attempt(script, mods[0] if len(mods) == 1 else cm.AllOf(mods))]
 
 
 class FileEdits:
@@ -228,7 +192,7 @@ def write(
         module = _fix_module(leftover, plan, device_type, force, transform=True)
         result = module.apply(edits.current(file), file.name)
         if result.applied and result.new_source is not None and verify is not None and module.transform is not None:
-            problem = verify({**edits.texts, file: result.new_source}, None)
+            problem = verify({**edits.texts, file: result.new_source}, None, transform=file)
             if problem:
                 # The transform cannot carry the casts (say, bfloat16 rows the collator's numpy
                 # cannot hold): the module keeps apply_fix for the user's own loop.
@@ -248,7 +212,7 @@ def write(
     parts = _module_parts(leftover, device_type) if leftover and not unwritten else {}
     # The whole patch, re-run; not when the module casts only in apply_fix, which scan cannot see.
     if verify is not None and not unwritten and not ("cast-inputs" in parts and not transform):
-        problem = verify(edits.changed, None)
+        problem = verify(edits.changed, None, transform=plan.module_file if transform else None)
         if problem:
             return PatchOutcome(None, (), tuple(outcomes), skipped=f"the patched pipeline was re-run and {problem}")
     patch = make_patch(path, changed, root=root, force=force)
@@ -300,27 +264,9 @@ def _relative(file: Path) -> str:
 def _module_parts(chains: list[Chain], device_type: str) -> dict[str, dict[str, Any]]:
     """NewFixModule's parts for the changes in `chains`, one part a strategy."""
     parts: dict[str, dict[str, Any]] = {}
+    site = Site(device_type=device_type)
     for ch in chains:
-        c = ch.change
-        if c.kind == "cast-input":
-            casts = parts.setdefault("cast-inputs", {"casts": {}})["casts"]
-            # The function may return a label under the dataset's name; the collator renames it.
-            for key in LABEL_KEYS if c.target in LABEL_KEYS else (c.target,):
-                casts[key] = c.to
-        elif c.kind == "move-input":
-            parts.setdefault("to-device", {"device": c.to})
-        elif c.kind == "autocast":
-            parts.setdefault("autocast", {"dtype": c.to, "device_type": device_type})
-        elif c.kind == "convert-model":
-            parts.setdefault("half-model", {"dtype": c.to})
-        elif c.kind == "trainable-fp32":
-            parts.setdefault("fp32-trainable", {})
-        elif c.kind == "keep-fp32":
-            part = parts.setdefault("keep-fp32", {"modules": []})
-            if c.target == "model":
-                part["dtype"] = c.to
-            else:
-                part["modules"].append(c.target)
+        STRATEGIES[ch.change.kind].module_part(parts, ch.change, site)
     return parts
 
 

@@ -33,16 +33,17 @@ class PatchedRun:
     root: Path
     module_file: Path
 
-    def __call__(self, texts: Mapping[Path, str], change: Change | None = None) -> str | None:
+    def __call__(self, texts: Mapping[Path, str], change: Change | None = None, *, transform: Path | None = None) -> str | None:
         """None when the pipeline with these file texts runs (and, given `change`, brings its
-        input to the model in its dtype; without, traces clean); else what goes wrong."""
+        input to the model in its dtype; without, traces clean); else what goes wrong.
+        `transform`: the fix module whose `preprocess` builds the batch, when the patch has one."""
         options = self.prepared.options
-        user_file = Path(options.preprocess.rpartition(":")[0]).resolve() if options.preprocess else None
-        module = texts.get(self.module_file, "")
-        if "\ndef preprocess(" in module:
-            function, mode = (self.module_file, "preprocess"), "transform"
+        user = self.prepared.batch.preprocess_fn  # the loaded PreprocessFn, None without --preprocess
+        user_file = user.path if user is not None else None
+        if transform is not None:
+            function, mode = (transform, "preprocess"), "transform"
         elif user_file is not None and user_file in texts:
-            function, mode = (user_file, options.preprocess.rpartition(":")[2]), options.preprocess_mode
+            function, mode = (user_file, user.name), options.preprocess_mode
         else:
             return None  # nothing in the patch changes how the batch is built
         with tempfile.TemporaryDirectory(prefix="dtype-doctor-rerun-") as tmp:
@@ -64,8 +65,9 @@ class PatchedRun:
 
     def _run(self, spec: str, mode: str, change: Change | None) -> str | None:
         from dtype_doctor.load import build_batch
+        from dtype_doctor.load.batch.preprocess import split_spec
         from dtype_doctor.trace.engine import diagnose
-        from dtype_doctor.trace.recorder import dtype_name
+        from dtype_doctor.numerics import dtype_name
 
         p, o = self.prepared, self.prepared.options
         try:
@@ -74,7 +76,7 @@ class PatchedRun:
                 device=p.device, max_length=o.max_length, collator=o.collator, timeout=o.timeout,
             )
         except (InputError, UsageError) as exc:
-            return f"does not run: {str(exc).replace(str(Path(spec.rpartition(':')[0]).parent) + '/', '')}"
+            return f"does not run: {str(exc).replace(str(Path(split_spec(spec)[0]).parent) + '/', '')}"
         if change is not None:
             value = batch.inputs.get(change.target)
             got = dtype_name(value.dtype) if hasattr(value, "dtype") else None

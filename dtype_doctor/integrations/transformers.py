@@ -79,7 +79,7 @@ class DtypeDoctorCallback(TrainerCallback):
 def _autocast_in_force() -> str | None:
     import torch
 
-    from dtype_doctor.trace.recorder import dtype_name
+    from dtype_doctor.numerics import dtype_name
 
     for device_type in ("cuda", "cpu"):
         if torch.is_autocast_enabled(device_type):

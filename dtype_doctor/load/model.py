@@ -223,12 +223,6 @@ def _torch_dtype(name: str) -> Any:
     return getattr(torch, name)
 
 
-def _dtype_name(dt: Any) -> str | None:
-    if dt is None:
-        return None
-    return str(dt).replace("torch.", "")
-
-
 def _check_device(device: str) -> str:
     import torch
 
@@ -257,9 +251,9 @@ def _require_real_device(device: str) -> None:
 
 
 def _main_dtype(model: Any) -> str:
-    from dtype_doctor.records import main_dtype_of
+    from dtype_doctor.numerics import main_dtype
 
-    return main_dtype_of((_dtype_name(p.dtype) or "float32", p.numel()) for p in model.parameters()) or "float32"
+    return main_dtype(model)
 
 
 def forward_params_of(model: Any) -> tuple[str, ...]:

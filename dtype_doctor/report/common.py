@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from dtype_doctor.fix.outcome import FixOutcome
+from dtype_doctor.fix.outcome import Alternative, FixOutcome
 from dtype_doctor.records import (
     SEVERITIES,
     SEVERITY_RANK,
@@ -296,26 +296,25 @@ def fix_fields(fix: FixOutcome) -> list[tuple[str, str]]:
     rows.append(("verified", "yes — the re-run trace is clean" if verified else f"no — {FIX_NOT_VERIFIED}"))
     rows.append(("after", counts_line(fix.after_summary)))
     parity = fix.parity
-    if isinstance(parity, Mapping):
+    if parity is not None:
         bits = []
-        if parity.get("max_abs_diff") is not None:
-            bits.append(f"max |diff| {parity['max_abs_diff']:.3g}")
-        if parity.get("cosine") is not None:
-            bits.append(f"cosine {parity['cosine']:.8f}")
-        ref = f" against {parity['reference']}" if parity.get("reference") else ""
+        if parity.max_abs_diff is not None:
+            bits.append(f"max |diff| {parity.max_abs_diff:.3g}")
+        if parity.cosine is not None:
+            bits.append(f"cosine {parity.cosine:.8f}")
+        ref = f" against {parity.reference}" if parity.reference else ""
         if bits:
             rows.append(("parity", ", ".join(bits) + ref))
-        elif parity.get("error"):
-            rows.append(("parity", f"not measured: {parity['error']}"))
+        elif parity.error:
+            rows.append(("parity", f"not measured: {parity.error}"))
     cost = fix.cost
-    if isinstance(cost, Mapping) and cost.get("weight_bytes_before") is not None:
-        rows.append(("weights", f"{_bytes(cost['weight_bytes_before'])} → {_bytes(cost['weight_bytes_after'])}"))
+    if cost is not None:
+        rows.append(("weights", f"{byte_size(cost.weight_bytes_before)} → {byte_size(cost.weight_bytes_after)}"))
     tradeoff = fix.tradeoff
-    if isinstance(tradeoff, Mapping):
-        for key in ("autocast", "half-model"):
-            entry = tradeoff.get(key)
-            if isinstance(entry, Mapping):
-                rows.append((key, _tradeoff_line(entry, tradeoff.get("dtype"))))
+    if tradeoff is not None:
+        for key, entry in (("autocast", tradeoff.autocast), ("half-model", tradeoff.half_model)):
+            if entry is not None:
+                rows.append((key, _tradeoff_line(entry, tradeoff.dtype)))
     patch = fix.patch
     if patch is not None and patch.path:
         files = ", ".join(patch.files)
@@ -330,7 +329,8 @@ def fix_fields(fix: FixOutcome) -> list[tuple[str, str]]:
     return rows
 
 
-def _bytes(n: int) -> str:
+def byte_size(n: int) -> str:
+    """`12.2 KiB`: a byte count as the reports show it."""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -338,20 +338,20 @@ def _bytes(n: int) -> str:
     return str(n)
 
 
-def _tradeoff_line(entry: Mapping[str, Any], dtype: Any) -> str:
+def _tradeoff_line(entry: Alternative, dtype: str | None) -> str:
     """`12.2 KiB weights, max |diff| 0.00027, cosine 1.0000 (float16)` — one alternative measured."""
-    if entry.get("error"):
-        return f"fails: {entry['error']}"
+    if entry.error:
+        return f"fails: {entry.error}"
     bits = []
-    if entry.get("weight_bytes") is not None:
-        bits.append(f"{_bytes(entry['weight_bytes'])} weights")
-    if entry.get("max_abs_diff") is not None:
-        bits.append(f"max |diff| {entry['max_abs_diff']:.3g}")
-    if entry.get("cosine") is not None:
-        bits.append(f"cosine {entry['cosine']:.4f}")
-    peak = entry.get("max_activation")
-    if isinstance(peak, Mapping):
-        bits.append(f"peak |x| {peak['value']:.4g} of {peak['float16_max']:.0f}")
+    if entry.weight_bytes is not None:
+        bits.append(f"{byte_size(entry.weight_bytes)} weights")
+    if entry.max_abs_diff is not None:
+        bits.append(f"max |diff| {entry.max_abs_diff:.3g}")
+    if entry.cosine is not None:
+        bits.append(f"cosine {entry.cosine:.4f}")
+    peak = entry.max_activation
+    if peak is not None:
+        bits.append(f"peak |x| {peak.value:.4g} of {peak.float16_max:.0f}")
     return ", ".join(bits) + (f" ({dtype})" if dtype else "")
 
 

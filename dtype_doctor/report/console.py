@@ -78,7 +78,9 @@ def render_text(renderable: RenderableType, *, width: int, color: bool) -> str:
 _CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
 
-class _Printable:
+class Printable:
+    """A renderable the console report and the compare report print (text without control characters)."""
+
     def __init__(self, renderable: RenderableType) -> None:
         self.renderable = renderable
 
@@ -132,7 +134,7 @@ def report_renderable(report: Report) -> RenderableType:
     sections.append(summary(report))
     for section in sections:
         parts += [Text(), section]
-    return _Printable(Group(*parts))
+    return Printable(Group(*parts))
 
 
 def header(report: Report) -> Panel:

@@ -2,70 +2,14 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Callable, Iterable
 
+from dtype_doctor.fix.strategies import SAFE, UNSAFE, suggestion  # noqa: F401 - rules read SAFE/UNSAFE here
 from dtype_doctor.operands import required_dtype
+from dtype_doctor.ops import (  # noqa: F401 - the rules read the op families from here
+    ATTENTION, CLASS_LOSS, CONV, EMBEDDING, INDEX_PUT, LOSSES, MATMUL, NORM, VALUE_LOSS, base_op, family,
+)
 from dtype_doctor.records import FLOATING, HALF, INTEGER, FixSuggestion, OpCall, Remedy, SourceLoc, TensorMeta, Trace, in_modules
-
-MATMUL = frozenset(
-    {
-        "aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten.addbmm", "aten.addmv", "aten.mv",
-        "aten.dot", "aten.vdot", "aten.addr", "aten._addmm_activation", "aten.matmul", "aten.linear",
-    }
-)
-CONV = frozenset(
-    {"aten.convolution", "aten._convolution", "aten.conv1d", "aten.conv2d", "aten.conv3d"}
-    | {f"torch.{c}" for c in ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d")}
-)
-NORM = frozenset(
-    {
-        "aten.native_layer_norm", "aten.native_group_norm", "aten.native_batch_norm",
-        "aten._native_batch_norm_legit", "aten._native_batch_norm_legit_no_training",
-        "aten._native_batch_norm_legit_functional",
-    }
-)
-INDEX_PUT = frozenset({"aten.index_put", "aten.index_put_", "aten._index_put_impl_", "aten._index_put_impl"})
-ATTENTION = frozenset(
-    {
-        "torch.nn.functional.scaled_dot_product_attention",
-        "aten._scaled_dot_product_flash_attention_for_cpu",
-        "aten._scaled_dot_product_flash_attention",
-        "aten._scaled_dot_product_efficient_attention",
-        "aten._scaled_dot_product_cudnn_attention",
-        "aten._scaled_dot_product_attention_math",
-    }
-)
-EMBEDDING = frozenset({"aten.embedding", "aten.embedding_bag", "aten._embedding_bag"})
-CLASS_LOSS = frozenset({"aten.nll_loss_forward", "aten.nll_loss2d_forward", "aten.nll_loss", "aten.nll_loss_nd"})
-VALUE_LOSS = frozenset(
-    {
-        "aten.mse_loss", "aten.l1_loss", "aten.smooth_l1_loss", "aten.huber_loss",
-        "aten.binary_cross_entropy_with_logits", "aten.binary_cross_entropy",
-    }
-)
-LOSSES = CLASS_LOSS | VALUE_LOSS
-
-SAFE, UNSAFE = "safe", "unsafe"
-
-
-@lru_cache(maxsize=4096)
-def base_op(op: str) -> str:
-    """'aten.addmm.default' → 'aten.addmm'; function names are kept whole."""
-    if op.startswith("aten."):
-        parts = op.split(".")
-        return ".".join(parts[:2])
-    return op
-
-
-def family(op: str) -> str:
-    """One name for an op seen at both levels (torch.conv2d and aten.convolution → "conv")."""
-    base = base_op(op)
-    for name, members in (("matmul", MATMUL), ("conv", CONV), ("norm", NORM), ("attention", ATTENTION)):
-        if base in members:
-            return name
-    return base
-
 
 def kernel_dtype(op: OpCall, t: TensorMeta) -> str:
     """The dtype `t` has when the kernel runs.
@@ -202,24 +146,24 @@ def keep_fp32(trace: Trace, name: str) -> bool:
     return in_modules(trace.model.keep_in_fp32_modules, name)
 
 
+# A finding's suggested fix in words comes from the strategy table, from the same strategy name
+# and target dtype/device the rule's Remedy carries.
+
+
 def fix_cast_inputs(to: str) -> FixSuggestion:
-    return FixSuggestion("cast-inputs", SAFE, f"cast the input to {to} where the pipeline produces it")
+    return suggestion("cast-inputs", to)
 
 
 def fix_autocast(dtype: str) -> FixSuggestion:
-    return FixSuggestion(
-        "autocast", SAFE, f"run the forward under torch.autocast(dtype=torch.{dtype}); weights stay as they are"
-    )
+    return suggestion("autocast", dtype)
 
 
 def fix_half_model(dtype: str) -> FixSuggestion:
-    return FixSuggestion(
-        "half-model", UNSAFE, f"convert the model to {dtype} (dtype= at load), keeping its declared fp32 modules"
-    )
+    return suggestion("half-model", dtype)
 
 
 def fix_to_device(device: str) -> FixSuggestion:
-    return FixSuggestion("to-device", SAFE, f"move the tensor to {device}, the model's device")
+    return suggestion("to-device", device)
 
 
 def cast_remedies(

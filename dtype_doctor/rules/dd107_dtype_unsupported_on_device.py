@@ -10,7 +10,7 @@ from dtype_doctor.rules._common import (
     source_of, stage_of,
 )
 from dtype_doctor.rules.base import Rule
-from dtype_doctor.trace.cuda_table import op_name
+from dtype_doctor.ops import op_name
 from dtype_doctor.trace.verdicts import data_operands, unsupported_dtype
 
 

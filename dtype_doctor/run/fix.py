@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from dtype_doctor.errors import UsageError
-from dtype_doctor.fix import codemods as cm
 from dtype_doctor.fix.outcome import Change, FixOutcome, PatchOutcome, Step
-from dtype_doctor.fix.patches import LABEL_KEYS, Attempt, FileEdits
-from dtype_doctor.records import Report, SourceLoc, Subject, TraceRequest
+from dtype_doctor.fix.patches import Attempt, FileEdits
+from dtype_doctor.records import Report, Subject, TraceRequest
 from dtype_doctor.run.command import ScriptCommand
 from dtype_doctor.run.runner import RunOptions, RunResult, run_script
 
@@ -134,7 +133,7 @@ def _outside_changes(report: Report, inputs: Mapping[str, Any], fail_on: str) ->
                 continue
             now = next((t.dtype for t in f.tensors if t.origin == f"input:{r.target}"), None)
             source = r.source or (report.trace.sources.get(r.target) if report.trace else None)
-            changes[r.target] = Change("cast-input", r.target, r.to, now, r.stage, source)
+            changes[r.target] = Change("cast-inputs", r.target, r.to, now, r.stage, source)
     return list(changes.values())
 
 
@@ -142,75 +141,27 @@ def _outside_changes(report: Report, inputs: Mapping[str, Any], fail_on: str) ->
 
 
 def plan_edits(applied: list[Step], before: RunResult, options: RunOptions, command: ScriptCommand) -> list[tuple[Change, str, list[Attempt]]]:
-    """Each applied change → the edits to try in order: where its dtype was made, then at the forward."""
+    """Each applied change → the edits its strategy tries in order: where its dtype was made,
+    then at the forward."""
+    from dtype_doctor.fix.strategies import STRATEGIES, Site
+    from dtype_doctor.fix.strategies.base import resolve
+
     capture: Any = before.capture
-    call = _resolve(capture.call_site)
-    script = Path(command.target) if command.kind == "file" else call
-    model_dtype = before.report.target.model_dtype
-    device_type = (before.report.target.device or "cpu").split(":")[0]
-    positions = _positions(capture)
-    plans = []
-    for step in applied:
-        for c in step.changes:
-            edits: list[Attempt] = []
-            if c.kind == "cast-input":
-                edits += _at_source(c)
-                if call is not None and c.target in capture.inputs:
-                    if c.target in LABEL_KEYS and c.to == "int64":
-                        edits.append(Attempt(call, cm.LabelsToLong(key=c.target, line=capture.call_site.line)))
-                    else:
-                        dtype = None if c.to == model_dtype else c.to
-                        edits.append(Attempt(call, cm.CastBatch(keys=(c.target,), dtype=dtype, line=capture.call_site.line, positions=positions)))
-                elif c.to == "int64" and script is not None:
-                    edits.append(Attempt(script, cm.CastLabelsToLong()))
-            elif c.kind == "move-input" and call is not None:
-                edits.append(Attempt(call, cm.MoveBatchToDevice(line=capture.call_site.line)))
-            elif c.kind == "autocast" and call is not None:
-                edits.append(Attempt(call, cm.WrapForwardInAutocast(device_type=device_type, dtype=c.to, line=capture.call_site.line)))
-            elif c.kind in ("convert-model", "trainable-fp32"):
-                conversion = _last_conversion(capture)
-                where = _resolve(conversion.source) if conversion else script
-                if where is not None:
-                    if c.kind == "convert-model":
-                        edits.append(Attempt(where, cm.AllOf([cm.SetLoadDtype(c.to), cm.RemoveModelConversion()])))
-                    else:
-                        edits += [Attempt(where, cm.RemoveModelConversion(from_dtype=d)) for d in ("float16", "bfloat16")]
-                    if conversion is not None and conversion.source is not None:
-                        # A model the script builds itself: the conversion on the line that made it half.
-                        function = _enclosing_function(where, conversion.source.line)
-                        edits.append(Attempt(where, cm.RetargetCast(function, c.to, lines=[conversion.source.line])))
-            plans.append((c, step.strategy, edits))
-    return plans
-
-
-def _at_source(c: Change) -> list[Attempt]:
-    """Rewrite the cast on the line the lineage names, in the function (or top-level code) holding it."""
-    file = _resolve(c.source)
-    if file is None or c.source is None:
-        return []
-    function = _enclosing_function(file, c.source.line)
-    return [Attempt(file, cm.RetargetCast(function, c.to, lines=[c.source.line]))]
-
-
-def _resolve(loc: SourceLoc | None) -> Path | None:
-    if loc is None:
-        return None
-    path = Path(loc.file)
-    path = path if path.is_absolute() else Path.cwd() / path
-    return path.resolve() if path.is_file() else None
-
-
-def _enclosing_function(file: Path, line: int) -> str | None:
-    """The qualified name of the innermost def around `line` ("Class.method"), None at top level."""
-    import libcst
-
-    from dtype_doctor.fix.patch import read_source
-    from dtype_doctor.source_analysis import SourceAnalysis
-
-    try:
-        return SourceAnalysis(read_source(file), file.name).enclosing_function(line)
-    except (libcst.ParserSyntaxError, UnicodeDecodeError, OSError):
-        return None
+    call = resolve(capture.call_site)
+    conversion = _last_conversion(capture)
+    site = Site(
+        device_type=(before.report.target.device or "cpu").split(":")[0],
+        model_dtype=before.report.target.model_dtype,
+        script=Path(command.target) if command.kind == "file" else call,
+        run=True,
+        call=call,
+        call_line=capture.call_site.line if capture.call_site else None,
+        positions=_positions(capture),
+        step_inputs=frozenset(capture.inputs),
+        converted=conversion is not None,
+        conversion=conversion.source if conversion else None,
+    )
+    return [(c, step.strategy, STRATEGIES[c.kind].edits(c, site)) for step in applied for c in step.changes]
 
 
 def _positions(capture: Any) -> dict[str, int]:

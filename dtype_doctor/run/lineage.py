@@ -13,7 +13,6 @@ Nothing here ever raises into the user's script.
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any, Callable, Iterator
 
 import torch
@@ -22,15 +21,12 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from dtype_doctor.records import LineageStep, SourceLoc
 from dtype_doctor.run.modes import push_function_mode, remove_function_mode
-from dtype_doctor.run.user_code import display_path, is_user_file
-from dtype_doctor.trace.recorder import device_name, dtype_name
+from dtype_doctor.run.user_code import display_path, first_outside_tool, first_user_frame, frames_above, is_user_file
+from dtype_doctor.numerics import device_name, dtype_name
 
 Chain = tuple[LineageStep, ...]
 MAX_STEPS = 12
 
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-# The doctor's own modes (the recorder, the simulation) sit between the user's call and this one.
-_DOCTOR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # Library call sites that make a batch tensor out of Python / numpy values: the stage they stand for.
 _LIBRARY_STAGES = (
     (os.sep + "transformers" + os.sep, "processor"),
@@ -215,25 +211,18 @@ def _func_name(func: Any) -> str:
 
 def _call_site() -> tuple[str, int] | None:
     """The first frame outside torch and the doctor: where the user (or a library) called torch."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not filename.startswith((_TORCH_DIR, _DOCTOR_DIR)):
-            return filename, frame.f_lineno
-        frame = frame.f_back
-    return None
+    frame = first_outside_tool(frames_above(2))
+    return (frame.f_code.co_filename, frame.f_lineno) if frame else None
 
 
 def _caller_stage() -> str:
     """A user function run by datasets (map, transform) is preprocessing, by a DataLoader a collator."""
-    frame = sys._getframe(3)
-    while frame is not None:
+    for frame in frames_above(3):
         filename = frame.f_code.co_filename
         if os.sep + "datasets" + os.sep in filename:
             return "preprocess"
         if os.sep + os.path.join("torch", "utils", "data") + os.sep in filename:
             return "collator"
-        frame = frame.f_back
     return "preprocess"
 
 
@@ -249,12 +238,8 @@ def _library_step(func: Any, out: torch.Tensor, site: tuple[str, int], device: C
 
 
 def _nearest_user_frame() -> tuple[str, int] | None:
-    frame = sys._getframe(1)
-    while frame is not None:
-        if is_user_file(frame.f_code.co_filename):
-            return frame.f_code.co_filename, frame.f_lineno
-        frame = frame.f_back
-    return None
+    frame = first_user_frame(frames_above(1))
+    return (frame.f_code.co_filename, frame.f_lineno) if frame else None
 
 
 def _package(filename: str) -> str:

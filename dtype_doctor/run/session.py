@@ -43,7 +43,8 @@ from dtype_doctor.run.modes import push_function_mode, remove_function_mode
 from dtype_doctor.run.simulate import STAND_IN, CudaSimulation, SimulationStop
 from dtype_doctor.run.user_code import user_site
 from dtype_doctor.trace.engine import _failure, live_trace, model_info, report_from_trace
-from dtype_doctor.trace.recorder import Recorder, device_name, dtype_name
+from dtype_doctor.numerics import device_name, dtype_name
+from dtype_doctor.trace.recorder import Recorder
 
 
 @dataclass(frozen=True)

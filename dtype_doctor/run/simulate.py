@@ -25,7 +25,7 @@ from torch.overrides import TorchFunctionMode
 
 from dtype_doctor.records import SourceLoc
 from dtype_doctor.run.launch import StopScript
-from dtype_doctor.run.user_code import display_path, is_user_file
+from dtype_doctor.run.user_code import display_path, first_outside_tool, first_user_frame, frames_above
 from dtype_doctor.trace.gpus import GpuProfile
 
 STAND_IN = torch.device("meta")
@@ -117,20 +117,12 @@ def _func_name(func: Any) -> str:
 
 def _reading_frame() -> tuple[SourceLoc | None, bool]:
     """Where the value was asked for: the nearest user frame, else the first frame outside torch."""
-    import os
-
-    torch_dir = os.path.dirname(torch.__file__) + os.sep
-    here = os.path.dirname(os.path.abspath(__file__))
-    frame = sys._getframe(2)
-    first_outside = None
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if is_user_file(name):
-            return SourceLoc(display_path(name), frame.f_lineno), True
-        if first_outside is None and not name.startswith(torch_dir) and not name.startswith(here) and not name.startswith("<"):
-            first_outside = SourceLoc(display_path(name), frame.f_lineno)
-        frame = frame.f_back
-    return first_outside, False
+    stack = list(frames_above(2))
+    user = first_user_frame(stack)
+    if user is not None:
+        return SourceLoc(display_path(user.f_code.co_filename), user.f_lineno), True
+    outside = first_outside_tool(f for f in stack if not f.f_code.co_filename.startswith("<"))
+    return (SourceLoc(display_path(outside.f_code.co_filename), outside.f_lineno) if outside else None), False
 
 
 class CudaSimulation:

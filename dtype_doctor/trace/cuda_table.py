@@ -23,17 +23,10 @@ import json
 from functools import lru_cache
 from importlib import resources
 
+from dtype_doctor.ops import CONV_OPS, op_name
 from dtype_doctor.records import TensorMeta
 from dtype_doctor.trace.gpus import GpuProfile
 
-# Ops that run on tensor cores in half precision; before compute capability 8.0 there are no
-# bf16 tensor cores, and their bf16 kernels run emulated (DD107's warning).
-TENSOR_CORE_OPS = frozenset(
-    {"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "convolution", "_convolution",
-     "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-     "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_attention_math"}
-)
-_CONV = frozenset({"convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"})
 
 
 @lru_cache(maxsize=1)
@@ -45,13 +38,6 @@ def op_dtypes() -> dict[str, dict]:
         needs = {d: tuple(int(x) for x in cap.split(".")) for d, cap in lists.get("cuda_needs", {}).items()}
         out[k] = {"cpu": frozenset(lists["cpu"]), "cuda": frozenset(lists["cuda"]), "cuda_needs": needs}
     return out
-
-
-def op_name(op: str) -> str:
-    """'aten.addmm.default' → 'addmm'; 'torch.nn.functional.max_pool1d' → 'max_pool1d'."""
-    if op.startswith("aten."):
-        return op.removeprefix("aten.").split(".")[0]
-    return op.rsplit(".", 1)[-1]
 
 
 def _lists(op: str) -> dict | None:
@@ -98,7 +84,7 @@ def on_cuda(
                 if needs is not None and gpu is not None:
                     return f'"{name}" has no CUDA kernel for {t.dtype} on {gpu} (PyTorch op database: {t.dtype} needs compute capability {needs[0]}.{needs[1]})'
                 return f'"{name}" has no CUDA kernel for {t.dtype} (PyTorch op database: CUDA supports {", ".join(sorted(cuda - {"complex32"}))})'
-    if name in _CONV:
+    if name in CONV_OPS:
         x = [t for t in operands if t.role not in ("bias",) and not t.is_scalar]
         bias = [t for t in operands if t.role == "bias"]
         if bias and x and bias[0].dtype != x[0].dtype:

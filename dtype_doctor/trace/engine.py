@@ -29,7 +29,8 @@ from dtype_doctor.records import (
     TraceFailure,
     TraceRequest,
 )
-from dtype_doctor.trace.recorder import Recorder, device_name, dtype_name
+from dtype_doctor.numerics import device_name, dtype_name, loss_of
+from dtype_doctor.trace.recorder import Recorder
 from dtype_doctor.trace.verdicts import classify_error
 
 AUTOCAST_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -171,20 +172,6 @@ def fake_like(fake_mode: Any, t: torch.Tensor, device: torch.device | str) -> to
     return out.requires_grad_(t.requires_grad) if t.is_floating_point() else out
 
 
-def _loss_of(out: Any) -> torch.Tensor | None:
-    loss = getattr(out, "loss", None) if not isinstance(out, torch.Tensor) else None
-    if isinstance(loss, torch.Tensor):
-        return loss
-    if isinstance(out, torch.Tensor):
-        first = out
-    else:
-        values = out.values() if isinstance(out, Mapping) else (out if isinstance(out, (tuple, list)) else ())
-        first = next((v for v in values if isinstance(v, torch.Tensor) and v.is_floating_point()), None)
-    if first is None or not first.is_floating_point():
-        return None
-    return first.float().sum()
-
-
 @dataclass(frozen=True)
 class Placement:
     """Where a trace runs, decided once per request: real or fake tensors, on which device."""
@@ -302,7 +289,7 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
                     else:
                         out = model(**inputs)
                 if request.train:
-                    loss = _loss_of(out)
+                    loss = loss_of(out, "sum")
                     if loss is not None and loss.requires_grad:
                         loss.backward()
                         grads = _observe_grads(rec, state if state is not None else dict(model.named_parameters()))

@@ -21,6 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from dtype_doctor.errors import first_line
+from dtype_doctor.numerics import device_name, dtype_name, tensors_in
 from dtype_doctor.records import FP16_MAX, ModuleCall, OpCall, TensorMeta, in_modules
 from dtype_doctor.trace.values import ValueProbe
 from dtype_doctor.trace.verdicts import classify_error
@@ -86,16 +87,6 @@ def _mutates(func: Any) -> bool:
 
 def _big_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) > FP16_MAX
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda" and device.index is None:
-        return "cuda:0"
-    return str(device)
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,11 +300,11 @@ class Recorder:
             return
         if self._keep and any(t in self._fp32_kept for t, _ in operands):
             self._kept_ops.add(len(self.ops))
-            for o in _tensors(out):
+            for o in tensors_in(out):
                 self._fp32_kept[o] = True
         # A view holds its operand's values, an empty tensor whatever memory held: nothing to measure.
         skip = getattr(func, "is_view", False) or _base_name(func) in _UNINITIALISED
-        first = None if skip else next((o for o in _tensors(out) if o.is_floating_point()), None)
+        first = None if skip else next((o for o in tensors_in(out) if o.is_floating_point()), None)
         # Operands as they were last seen (an in-place op has since changed them), the output as it is now.
         # Parameters are left out: "made here" compares a result with the activations it came from,
         # and measuring every weight (an embedding table is most of a small model) costs a pass each.
@@ -460,15 +451,15 @@ class Recorder:
         self.autocast_stack.pop() if len(self.autocast_stack) > 1 else None
         if mod is self.model:
             self._in_root -= 1
-        inputs = tuple(self.meta(t) for t in _tensors(args, kwargs))
-        outputs = tuple(self.meta(t, "output") for t in _tensors(output))
+        inputs = tuple(self.meta(t) for t in tensors_in(args, kwargs))
+        outputs = tuple(self.meta(t, "output") for t in tensors_in(output))
         if self.values is not None:
-            self._module_values[len(self.modules)] = (self.observe(_tensors(output)), self.observe(_tensors(args, kwargs)))
+            self._module_values[len(self.modules)] = (self.observe(tensors_in(output)), self.observe(tensors_in(args, kwargs)))
             if self._keep and name and in_modules(self._keep, name):
-                for o in _tensors(output):
+                for o in tensors_in(output):
                     self._fp32_kept[o] = True
             elif self._keep and any(p.is_floating_point() for p in mod.parameters(recurse=False)):
-                for o in _tensors(output):  # a converted module hands on its own (half) dtype
+                for o in tensors_in(output):  # a converted module hands on its own (half) dtype
                     self._fp32_kept.pop(o, None)
         self.modules.append(ModuleCall(name, module_type, inputs, outputs, "forward"))
 
@@ -674,27 +665,11 @@ class _Arg:
     name: str
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
-    return dtype_name(dtype)
-
-
 def _autocast_state() -> str | None:
     for device_type in ("cuda", "cpu"):
         if torch.is_autocast_enabled(device_type):
             return dtype_name(torch.get_autocast_dtype(device_type))
     return None
-
-
-def _tensors(*objs: Any) -> Iterator[torch.Tensor]:
-    for obj in objs:
-        if isinstance(obj, torch.Tensor):
-            yield obj
-        elif isinstance(obj, dict):
-            yield from _tensors(*obj.values())
-        elif isinstance(obj, (list, tuple)):
-            yield from _tensors(*obj)
-        elif hasattr(obj, "to_tuple"):  # transformers ModelOutput
-            yield from _tensors(*obj.to_tuple())
 
 
 def _first_line(exc: BaseException) -> str:

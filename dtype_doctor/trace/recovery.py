@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import torch
 
 from dtype_doctor.operands import anchor_candidates, required_dtype
-from dtype_doctor.trace.recorder import dtype_name
+from dtype_doctor.numerics import dtype_name
 
 
 def repair(

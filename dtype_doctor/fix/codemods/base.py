@@ -14,17 +14,17 @@ import libcst as cst
 # The dtype vocabulary is the one analysis's (dtype_doctor.source_analysis); codemods import it from here.
 from dtype_doctor.source_analysis import (  # noqa: F401
     NotInSource,
-    _CAST_METHODS,
-    _DTYPE_METHODS,
-    _EXTRA_ALIASES,
-    _FLOATING,
-    _HALF,
-    _INTEGER,
-    _METHOD_DTYPES,
-    _NUMPY_DTYPES,
-    _STRING_DTYPES,
-    _TORCH_DTYPES,
-    _family,
+    CAST_METHODS,
+    DTYPE_METHODS,
+    EXTRA_ALIASES,
+    FLOATING,
+    HALF,
+    INTEGER,
+    METHOD_DTYPES,
+    NUMPY_DTYPES,
+    STRING_DTYPES,
+    TORCH_DTYPES,
+    dtype_family,
     normalize_dtype,
 )
 

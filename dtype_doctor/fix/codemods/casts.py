@@ -9,21 +9,21 @@ from collections.abc import Iterable, Sequence
 
 import libcst as cst
 
-from dtype_doctor.fix.codemods.base import _DTYPE_METHODS, _family, _INTEGER, _NUMPY_DTYPES, _Skip, normalize_dtype
-from dtype_doctor.fix.codemods.context import _CSTCodemod, _Ctx, _dotted
-from dtype_doctor.source_analysis import _cast_sites, _dtype_of, _key_of, _label_values, _Site, _values_for  # noqa: F401
+from dtype_doctor.fix.codemods.base import DTYPE_METHODS, dtype_family, INTEGER, NUMPY_DTYPES, _Skip, normalize_dtype
+from dtype_doctor.fix.codemods.context import _CSTCodemod, _Ctx, dotted
+from dtype_doctor.source_analysis import cast_sites, dtype_of, key_of, label_values, CastSite, values_for  # noqa: F401
 
 
 # ---------------------------------------------------------------------------------------
 # Rewriting casts (found by dtype_doctor.source_analysis)
 
 
-def _retarget(ctx: _Ctx, site: _Site, to: str) -> cst.CSTNode | None:
+def _retarget(ctx: _Ctx, site: CastSite, to: str) -> cst.CSTNode | None:
     """The node that replaces site.node to cast to `to` in the same style; None when impossible."""
     node = site.node
     if site.kind == "method":
-        return cst.Name(_DTYPE_METHODS[to]) if to in _DTYPE_METHODS else None
-    if site.lib in ("str", "numpy") and to not in _NUMPY_DTYPES.values():
+        return cst.Name(DTYPE_METHODS[to]) if to in DTYPE_METHODS else None
+    if site.lib in ("str", "numpy") and to not in NUMPY_DTYPES.values():
         return None  # numpy has no bfloat16
     if site.lib == "str":
         assert isinstance(node, cst.SimpleString)
@@ -39,13 +39,13 @@ def _retarget(ctx: _Ctx, site: _Site, to: str) -> cst.CSTNode | None:
     return None
 
 
-def _describe(ctx: _Ctx, site: _Site) -> str:
+def _describe(ctx: _Ctx, site: CastSite) -> str:
     if site.kind == "method":
         return f".{ctx.code(site.node)}()"
     return ctx.code(site.node)
 
 
-def _rewrite_sites(ctx: _Ctx, sites: Sequence[_Site], to: str) -> list[str]:
+def _rewrite_sites(ctx: _Ctx, sites: Sequence[CastSite], to: str) -> list[str]:
     changes = []
     for site in sites:
         new = _retarget(ctx, site, to)
@@ -102,11 +102,11 @@ class RetargetCast(_CSTCodemod):
         # function=None: the whole file (a script's top-level code), located by `lines` or `key`.
         fn = ctx.function(self.function) if self.function else ctx.module
         where = (f"{ctx.filename}:{self.function}" if self.function else ctx.filename) + (f" ({self.key})" if self.key else "")
-        family = _family(self.to_dtype)
+        family = dtype_family(self.to_dtype)
         if self.key is None:
-            sites = [s for s in _cast_sites(ctx, fn) if self.lines is not None or _family(s.dtype) == family]
+            sites = [s for s in cast_sites(ctx, fn) if self.lines is not None or dtype_family(s.dtype) == family]
         else:
-            found = {id(s.node): s for v in _values_for(fn, lambda name: name == self.key) for s in _cast_sites(ctx, v)}
+            found = {id(s.node): s for v in values_for(fn, lambda name: name == self.key) for s in cast_sites(ctx, v)}
             sites = sorted(found.values(), key=lambda s: (s.line, ctx.span(s.node).start.column))
         if self.lines is not None:
             sites = [s for s in sites if ctx.on_lines(s.node, self.lines)]
@@ -129,11 +129,11 @@ class RetargetCast(_CSTCodemod):
         return f"{where}: cast to {self.to_dtype} — " + "; ".join(changes)
 
 
-def _label_int_sites(ctx: _Ctx, scope: cst.CSTNode, lines: frozenset[int] | None) -> list[_Site]:
-    sites: dict[int, _Site] = {}
-    for value in _label_values(scope):
-        for site in _cast_sites(ctx, value):
-            if site.dtype in _INTEGER and site.dtype != "int64" and (lines is None or ctx.on_lines(site.node, lines)):
+def _label_int_sites(ctx: _Ctx, scope: cst.CSTNode, lines: frozenset[int] | None) -> list[CastSite]:
+    sites: dict[int, CastSite] = {}
+    for value in label_values(scope):
+        for site in cast_sites(ctx, value):
+            if site.dtype in INTEGER and site.dtype != "int64" and (lines is None or ctx.on_lines(site.node, lines)):
                 sites[id(site.node)] = site
     return sorted(sites.values(), key=lambda s: (s.line, ctx.span(s.node).start.column))
 
@@ -192,7 +192,7 @@ class CastReturnedValue(_CSTCodemod):
 
     def _cast(self, ctx: _Ctx, at: cst.CSTNode, value: str, batched: bool) -> str:
         numpy = next((n for n in sorted(ctx.imports.numpy) if ctx.scope_has(at, n)), None)
-        if numpy and not ctx.imports.top_level_torch and self.to_dtype in _NUMPY_DTYPES.values():
+        if numpy and not ctx.imports.top_level_torch and self.to_dtype in NUMPY_DTYPES.values():
             cast = f"{numpy}.asarray({{}}, dtype={numpy}.{self.to_dtype})"
         else:
             torch = ctx.torch_name()
@@ -216,12 +216,12 @@ class CastReturnedValue(_CSTCodemod):
             assert value is not None
             line = ctx.line(ret)
             if isinstance(value, cst.Dict):
-                el = next((e for e in value.elements if isinstance(e, cst.DictElement) and _key_of(e.key) == self.key), None)
+                el = next((e for e in value.elements if isinstance(e, cst.DictElement) and key_of(e.key) == self.key), None)
                 if el is not None:
                     ctx.replace(el.value, ctx.parse_expr(self._cast(ctx, ret, ctx.code(el.value), batched)))
                     done.append(f"line {line}")
                 continue  # a literal without the key does not return it here
-            if isinstance(value, cst.Call) and _dotted(value.func) == "dict" and not any(a.star for a in value.args):
+            if isinstance(value, cst.Call) and dotted(value.func) == "dict" and not any(a.star for a in value.args):
                 arg = next((a for a in value.args if a.keyword is not None and a.keyword.value == self.key), None)
                 if arg is not None:
                     ctx.replace(arg.value, ctx.parse_expr(self._cast(ctx, ret, ctx.code(arg.value), batched)))

@@ -12,7 +12,7 @@ from typing import Any
 import libcst as cst
 
 from dtype_doctor.fix.codemods.base import _Skip, Codemod
-from dtype_doctor.source_analysis import SourceAnalysis, _dotted, _walk  # noqa: F401 - codemods import these from here
+from dtype_doctor.source_analysis import SourceAnalysis, dotted, walk  # noqa: F401 - codemods import these from here
 
 
 # ---------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from dtype_doctor.fix.codemods.base import _HALF, _Skip, Codemod, normalize_dtype
+from dtype_doctor.fix.codemods.base import HALF, _Skip, Codemod, normalize_dtype
 
 
 # ---------------------------------------------------------------------------------------
@@ -471,7 +471,7 @@ class NewFixModule(Codemod):
             }
         if strategy == "autocast":
             dtype = normalize_dtype(p.get("dtype") or "float16")
-            if dtype not in _HALF:
+            if dtype not in HALF:
                 raise _Skip(f"autocast runs in float16 or bfloat16, not {dtype}")
             device_type = p.get("device_type")
             if device_type is not None and not re.fullmatch(r"[a-z_]+", str(device_type)):
@@ -482,12 +482,12 @@ class NewFixModule(Codemod):
             }
         if strategy == "half-model":
             dtype = normalize_dtype(p.get("dtype") or "float16")
-            if dtype not in _HALF:
+            if dtype not in HALF:
                 raise _Skip(f"half-model converts to float16 or bfloat16, not {dtype}")
             return {"dtype": dtype}
         if strategy == "keep-fp32":
             dtype = normalize_dtype(p.get("dtype") or "float16")
-            if dtype not in _HALF:
+            if dtype not in HALF:
                 raise _Skip(f"keep-fp32 converts to float16 or bfloat16, not {dtype}")
             modules = [str(m) for m in p.get("modules") or ()]
             # "" is the model itself (a bare nn.Linear): named_modules() calls it that.

@@ -11,9 +11,9 @@ from typing import Any
 
 import libcst as cst
 
-from dtype_doctor.fix.codemods.base import _HALF, _Skip, normalize_dtype
-from dtype_doctor.fix.codemods.casts import _dtype_of, _label_int_sites, _rewrite_sites
-from dtype_doctor.fix.codemods.context import _arg_name, _CSTCodemod, _Ctx, _dotted, _method_call
+from dtype_doctor.fix.codemods.base import HALF, _Skip, normalize_dtype
+from dtype_doctor.fix.codemods.casts import dtype_of, _label_int_sites, _rewrite_sites
+from dtype_doctor.fix.codemods.context import _arg_name, _CSTCodemod, _Ctx, dotted, _method_call
 from dtype_doctor.fix.codemods.model import _model_names
 
 
@@ -22,7 +22,7 @@ from dtype_doctor.fix.codemods.model import _model_names
 
 def _is_autocast(ctx: _Ctx, expr: cst.BaseExpression) -> bool:
     target = expr.func if isinstance(expr, cst.Call) else expr
-    name = _dotted(target) or ctx.code(target)
+    name = dotted(target) or ctx.code(target)
     return name.split(".")[-1] == "autocast"
 
 
@@ -125,7 +125,7 @@ class WrapForwardInAutocast(_CSTCodemod):
             raise ValueError(f"device_type is a device kind like 'cuda' or 'cpu', not {device_type!r}")
         self.device_type = device_type
         self.dtype = normalize_dtype(dtype)
-        if self.dtype not in _HALF:
+        if self.dtype not in HALF:
             raise ValueError(f"autocast runs in float16 or bfloat16, not {dtype!r}")
         self.variable = variable
         self.line = line
@@ -204,7 +204,7 @@ def _moves_device(ctx: _Ctx, expr: cst.BaseExpression) -> bool:
     if method != "to":
         return False
     return any(
-        _arg_name(arg) in (None, "device") and not arg.star and _dtype_of(arg.value, ctx.imports) is None
+        _arg_name(arg) in (None, "device") and not arg.star and dtype_of(arg.value, ctx.imports) is None
         for arg in expr.args
     )
 

@@ -9,15 +9,15 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from dtype_doctor.fix.codemods.base import _DTYPE_METHODS, _FLOATING, _METHOD_DTYPES, _Skip, normalize_dtype
-from dtype_doctor.fix.codemods.casts import _dtype_of, _rewrite_sites, _Site
+from dtype_doctor.fix.codemods.base import DTYPE_METHODS, FLOATING, METHOD_DTYPES, _Skip, normalize_dtype
+from dtype_doctor.fix.codemods.casts import dtype_of, _rewrite_sites, CastSite
 from dtype_doctor.fix.codemods.context import (
     _append_arg,
     _arg_name,
     _CSTCodemod,
     _Ctx,
     _detached,
-    _dotted,
+    dotted,
     _kwarg,
     _remove_arg,
 )
@@ -58,7 +58,7 @@ def _model_loads(ctx: _Ctx) -> tuple[list[_Load], list[str]]:
             continue
         if node.func.attr.value != "from_pretrained":
             continue
-        cls = _dotted(node.func.value)
+        cls = dotted(node.func.value)
         last = cls.rsplit(".", 1)[-1] if cls else None
         if last and any(word in last for word in _NOT_MODELS):
             passed_over.append(last)
@@ -135,7 +135,7 @@ class SetLoadDtype(_CSTCodemod):
     def _value_is_target(self, ctx: _Ctx, value: cst.BaseExpression) -> bool:
         if self.to_dtype == "auto":
             return isinstance(value, cst.SimpleString) and value.evaluated_value == "auto"
-        found = _dtype_of(value, ctx.imports)
+        found = dtype_of(value, ctx.imports)
         return found is not None and found[1] == self.to_dtype
 
     def _edit(self, ctx: _Ctx) -> str:
@@ -218,13 +218,13 @@ def _unchain(expr: cst.BaseExpression) -> tuple[cst.BaseExpression, list[cst.Cal
 
 def _conversion(ctx: _Ctx, link: cst.Call) -> _Conversion | None:
     attr = link.func.attr.value  # type: ignore[union-attr]
-    if attr in _METHOD_DTYPES and attr in ("half", "float", "double", "bfloat16") and not link.args:
-        return _Conversion(link, _METHOD_DTYPES[attr], None, False)
+    if attr in METHOD_DTYPES and attr in ("half", "float", "double", "bfloat16") and not link.args:
+        return _Conversion(link, METHOD_DTYPES[attr], None, False)
     if attr in ("to", "type"):
         for i, arg in enumerate(link.args):
             if arg.keyword is None or arg.keyword.value == "dtype":
-                found = _dtype_of(arg.value, ctx.imports)
-                if found and found[0] == "torch" and found[1] in _FLOATING:
+                found = dtype_of(arg.value, ctx.imports)
+                if found and found[0] == "torch" and found[1] in FLOATING:
                     return _Conversion(link, found[1], i, len(link.args) > 1)
     return None
 
@@ -379,7 +379,7 @@ class ReplaceModelConversion(_ModelConversionCodemod):
     def __init__(self, to_dtype: str, *, from_dtype: str | None = None, variable: str | None = None):
         super().__init__(from_dtype=from_dtype, variable=variable)
         self.to_dtype = normalize_dtype(to_dtype)
-        if self.to_dtype not in _FLOATING:
+        if self.to_dtype not in FLOATING:
             raise ValueError(f"ReplaceModelConversion converts to a floating dtype, not {to_dtype!r}")
 
     def _edit(self, ctx: _Ctx) -> str:
@@ -392,11 +392,11 @@ class ReplaceModelConversion(_ModelConversionCodemod):
                 line = ctx.line(conv.link)
                 if conv.dtype_arg is None:
                     attr = conv.link.func.attr  # type: ignore[union-attr]
-                    ctx.replace(attr, cst.Name(_DTYPE_METHODS[self.to_dtype]))
-                    changes.append(f"line {line}: .{attr.value}() → .{_DTYPE_METHODS[self.to_dtype]}()")
+                    ctx.replace(attr, cst.Name(DTYPE_METHODS[self.to_dtype]))
+                    changes.append(f"line {line}: .{attr.value}() → .{DTYPE_METHODS[self.to_dtype]}()")
                 else:
                     expr = conv.link.args[conv.dtype_arg].value
-                    site = _Site(expr, "expr", "torch", conv.dtype, line)
+                    site = CastSite(expr, "expr", "torch", conv.dtype, line)
                     changes += _rewrite_sites(ctx, [site], self.to_dtype)
         if not changes:
             raise _Skip(f"no conversion of the model to another dtype than {self.to_dtype} found in {ctx.filename}")

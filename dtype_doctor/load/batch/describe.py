@@ -5,11 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtype_doctor.records import LineageStep
-
-
-def dtype_name(dt: Any) -> str | None:
-    return None if dt is None else str(dt).replace("torch.", "")
+from dtype_doctor.records import LineageStep, dtype_name
 
 
 def feature_dtype(feat: Any) -> tuple[str | None, str]:

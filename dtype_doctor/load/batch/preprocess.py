@@ -21,6 +21,14 @@ from dtype_doctor.source_analysis import BATCHED_PARAM_NAMES, FunctionSource, ba
 SIDE_KWARGS = ("tokenizer", "image_processor", "feature_extractor", "processor", "config")
 
 
+def split_spec(spec: str) -> tuple[str, str]:
+    """'prep.py:tokenize' → ('prep.py', 'tokenize'): the one place FILE.py:FUNC is split."""
+    file, sep, func = spec.rpartition(":")
+    if not sep or not file or not func or not func.isidentifier():
+        raise UsageError(f"--preprocess must be FILE.py:FUNC, got {spec!r}")
+    return file, func
+
+
 def load_preprocess(spec: str, timeout: float | None = DEFAULT_TIMEOUT) -> PreprocessFn:
     """Import FILE.py and return FUNC. Writes nothing into the user's directory (no __pycache__).
 
@@ -29,9 +37,7 @@ def load_preprocess(spec: str, timeout: float | None = DEFAULT_TIMEOUT) -> Prepr
     ``image_processor``, ``feature_extractor``, ``processor`` or ``config`` by keyword gets the
     model's. Importing the file runs under `user_code` (prints to stderr, exits named, `timeout`).
     """
-    file, sep, func = spec.rpartition(":")
-    if not sep or not file or not func or not func.isidentifier():
-        raise UsageError(f"--preprocess must be FILE.py:FUNC, got {spec!r}")
+    file, func = split_spec(spec)
     path = Path(file).expanduser()
     if not path.is_file():
         raise InputError(f"preprocess file {file} does not exist; pass --preprocess FILE.py:FUNC with an existing file")

@@ -1,0 +1,219 @@
+"""What a fix strategy is: one class that owns everything about one fix.
+
+A strategy has a name (the `--strategy` value, the `Remedy.strategy` a rule names, and the
+`Change.kind` of what it plans), an applicability (safe | unsafe), a one-line summary (the
+`--strategy` help and the docs), the text a rule's finding suggests (`suggestion`), how a change
+reads (`describe`), `plan`/`apply` on the model and batch, `edits(change, site)` for the user's
+files (the codemods to try in order) and its part of the generated fix module (`module_part`).
+
+A strategy never edits the pipeline it is given: it returns a new one (sharing what it did
+not change), so rolling back a fix is dropping the new pipeline.
+
+This module imports no torch (the CLI's help is built from the table): the strategies import
+it where they plan and apply.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+
+from dtype_doctor.fix.outcome import Change, Step
+from dtype_doctor.records import Finding, Remedy, Report, SourceLoc, TraceRequest
+
+if TYPE_CHECKING:
+    import torch
+
+    from dtype_doctor.fix import codemods as cm
+    from dtype_doctor.fix.patches import Attempt, UserCode
+
+SAFE, UNSAFE = "safe", "unsafe"
+# Model-input keys that carry labels (the collator may rename the dataset's column to any).
+LABEL_KEYS = ("labels", "label", "label_ids")
+
+
+@dataclass
+class Pipeline:
+    """What a trace runs: the working copy a fix changes (model, batch, and how it is traced)."""
+
+    model: "torch.nn.Module"
+    inputs: dict[str, Any]
+    request: TraceRequest = field(default_factory=TraceRequest)
+
+    @property
+    def autocast(self) -> str | None:
+        return self.request.autocast
+
+    @property
+    def simulate(self) -> bool:
+        return self.request.simulate
+
+    def with_(self, **changes: Any) -> "Pipeline":
+        return replace(self, **changes)
+
+
+class Skip(Exception):
+    """Raised inside plan() to say the strategy does not apply, with the reason."""
+
+
+@dataclass(frozen=True)
+class Context:
+    fail_on: str = "error"
+    unsafe: bool = False  # --unsafe-fixes, or the strategy asked for by name
+    force: bool = False  # apply half-model despite overflow evidence
+    overflow: dict[str, float] | None = None  # module → max |value| in the fp32 reference
+    requested: str | None = None  # the strategy asked for by name (None under auto)
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a change can land in the user's code.
+
+    `scan --script`/`fix MODEL DATA` (`run` False): the --preprocess function (`code`) and the
+    --script pipeline. `fix --run` (`run` True): the script run, with the forward call's file and
+    line (`call`, `call_line`), positional inputs and the model conversion the run saw.
+    """
+
+    device_type: str = "cpu"
+    model_dtype: str | None = None
+    script: Path | None = None
+    run: bool = False
+    code: "UserCode | None" = None  # the scanned pipeline's preprocess function
+    call: Path | None = None  # fix --run: the file holding the model call
+    call_line: int | None = None
+    positions: Mapping[str, int] = field(default_factory=dict)  # input → position in the call
+    step_inputs: frozenset[str] = frozenset()  # fix --run: the inputs the model call took
+    converted: bool = False  # fix --run: the script converted its model's dtype
+    conversion: SourceLoc | None = None  # fix --run: the line of its last conversion, when known
+
+    @property
+    def conversion_file(self) -> Path | None:
+        """Where the model's dtype is set: the converting line's file, else the script."""
+        return resolve(self.conversion) if self.converted else self.script
+
+    def retarget_conversion(self, c: Change) -> list["Attempt"]:
+        """fix --run, a script that builds its model itself: the conversion on the line that
+        made it half, retargeted to `c.to`."""
+        from dtype_doctor.fix import codemods as cm
+        from dtype_doctor.fix.patches import Attempt
+
+        where = self.conversion_file
+        if not self.run or where is None or self.conversion is None:
+            return []
+        function = enclosing_function(where, self.conversion.line)
+        return [Attempt(where, cm.RetargetCast(function, c.to, lines=[self.conversion.line]))]
+
+
+def resolve(loc: SourceLoc | None) -> Path | None:
+    """The existing file a source location names (relative to the working directory)."""
+    if loc is None:
+        return None
+    path = Path(loc.file)
+    path = path if path.is_absolute() else Path.cwd() / path
+    return path.resolve() if path.is_file() else None
+
+
+def enclosing_function(file: Path, line: int) -> str | None:
+    """The qualified name of the innermost def around `line` ("Class.method"), None at top level."""
+    import libcst
+
+    from dtype_doctor.fix.patch import read_source
+    from dtype_doctor.source_analysis import SourceAnalysis
+
+    try:
+        return SourceAnalysis(read_source(file), file.name).enclosing_function(line)
+    except (libcst.ParserSyntaxError, UnicodeDecodeError, OSError):
+        return None
+
+
+def at_source(c: Change) -> list["Attempt"]:
+    """Rewrite the cast on the line the lineage names, in the function (or top-level code) holding it."""
+    from dtype_doctor.fix import codemods as cm
+    from dtype_doctor.fix.patches import Attempt
+
+    file = resolve(c.source)
+    if file is None or c.source is None:
+        return []
+    return [Attempt(file, cm.RetargetCast(enclosing_function(file, c.source.line), c.to, lines=[c.source.line]))]
+
+
+def one_attempt(file: Path | None, mods: list["cm.Codemod"]) -> list["Attempt"]:
+    """The codemods as one attempt on `file` (all of them, or none)."""
+    from dtype_doctor.fix import codemods as cm
+    from dtype_doctor.fix.patches import Attempt
+
+    if file is None or not mods:
+        return []
+    return [Attempt(file, mods[0] if len(mods) == 1 else cm.AllOf(mods))]
+
+
+class Strategy(ABC):
+    """Declared as `class CastInputs(Strategy, name=..., applicability=..., rank=..., summary=...)`."""
+
+    name: ClassVar[str]
+    applicability: ClassVar[str]  # safe | unsafe
+    summary: ClassVar[str]  # one line for --strategy help and the docs
+    # `auto` tries strategies in ascending rank: least invasive first.
+    rank: ClassVar[int]
+    # Asked for by name, it runs even when the scan is clean: a conversion the user wants.
+    on_request: ClassVar[bool] = False
+
+    def __init_subclass__(
+        cls, *, name: str, applicability: str, rank: int, summary: str, on_request: bool = False, **kw: Any
+    ) -> None:
+        super().__init_subclass__(**kw)
+        cls.name, cls.applicability, cls.rank, cls.summary, cls.on_request = name, applicability, rank, summary, on_request
+
+    # -- what a rule's finding says -------------------------------------------------------
+
+    @abstractmethod
+    def suggestion(self, to: str) -> str:
+        """The fix a finding suggests in words, for a remedy giving `to` (a dtype or device)."""
+
+    def describe(self, c: Change) -> str:
+        """One change of this strategy, as the report says it."""
+        return f"{c.kind} {c.target} → {c.to}"
+
+    # -- on the model and batch -----------------------------------------------------------
+
+    def run(self, pipeline: Pipeline, report: Report, ctx: Context) -> tuple[Pipeline, Step]:
+        if self.applicability == UNSAFE and not ctx.unsafe:
+            return pipeline, Step(self.name, "skipped", "changes weight precision; pass --unsafe-fixes or --strategy " + self.name)
+        try:
+            changes = self.plan(pipeline, report, ctx)
+        except Skip as why:
+            return pipeline, Step(self.name, "skipped", str(why))
+        try:
+            new = self.apply(pipeline, changes)
+        except Exception as exc:  # noqa: BLE001 - a failing fix is a result, not a crash
+            return pipeline, Step(self.name, "failed", f"{type(exc).__name__}: {exc}".splitlines()[0], changes)
+        from dtype_doctor.fix.strategies import describe
+
+        return new, Step(self.name, "applied", "; ".join(describe(c) for c in changes), changes)
+
+    def relevant(self, report: Report, ctx: Context) -> list[Finding]:
+        """The findings at or above --fail-on whose rule offers this strategy as a remedy."""
+        return [f for f in report.at_or_above(ctx.fail_on) if any(r.strategy == self.name for r in f.remedies)]
+
+    def remedies(self, report: Report, ctx: Context) -> list[Remedy]:
+        return [r for f in self.relevant(report, ctx) for r in f.remedies if r.strategy == self.name]
+
+    @abstractmethod
+    def plan(self, pipeline: Pipeline, report: Report, ctx: Context) -> tuple[Change, ...]: ...
+
+    @abstractmethod
+    def apply(self, pipeline: Pipeline, changes: tuple[Change, ...]) -> Pipeline: ...
+
+    # -- in the user's files ----------------------------------------------------------------
+
+    def edits(self, c: Change, site: Site) -> list["Attempt"]:
+        """The codemods to try, in order, to write change `c` into the user's code at `site`;
+        the first that applies wins. [] when no user code can take it (the fix module does)."""
+        return []
+
+    def module_part(self, parts: dict[str, dict[str, Any]], c: Change, site: Site) -> None:
+        """Add change `c` to this strategy's part of the generated fix module (NewFixModule's
+        `parts`, one a strategy)."""
+        parts.setdefault(self.name, {})

@@ -1,0 +1,71 @@
+"""The strategy table: one class a strategy, discovered; everything that names strategies
+(the --strategy help, auto's order, a change's words, a rule's suggested fix) reads it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from dtype_doctor.fix.outcome import Change
+from dtype_doctor.fix.strategies import AUTO_ORDER, NAMES, STRATEGIES, Site, describe, help_text, suggestion
+from dtype_doctor.fix.strategies.base import SAFE, UNSAFE
+from dtype_doctor.rules._common import fix_autocast, fix_cast_inputs, fix_half_model, fix_to_device
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_strategy_module_is_discovered_in_autos_order() -> None:
+    assert AUTO_ORDER == ("to-device", "cast-inputs", "autocast", "fp32-trainable", "keep-fp32", "half-model")
+    assert NAMES == (*AUTO_ORDER, "auto")
+    assert len({s.rank for s in STRATEGIES.values()}) == len(STRATEGIES)
+    assert {s.applicability for s in STRATEGIES.values()} <= {SAFE, UNSAFE}
+    assert [n for n, s in STRATEGIES.items() if s.applicability == UNSAFE] == ["half-model"]
+
+
+def test_the_strategy_help_names_every_strategy_keep_fp32_included() -> None:
+    text = help_text()
+    assert all(f"{name}:" in text or f"{name} [unsafe]:" in text for name in STRATEGIES)
+    out = subprocess.run(
+        [sys.executable, "-m", "dtype_doctor", "fix", "--help"], capture_output=True, text=True,
+        env={"PYTHONPATH": str(ROOT), "COLUMNS": "400", "PATH": ""}, cwd=ROOT, check=True,
+    ).stdout
+    assert "keep-fp32" in out and "half-model [unsafe]" in out
+
+
+def test_a_change_is_said_in_its_strategys_words() -> None:
+    assert describe(Change("cast-inputs", "input_ids", "int64", "float32")) == "cast input_ids float32 → int64"
+    assert describe(Change("to-device", "x", "cuda:0", "cpu")) == "move x cpu → cuda:0"
+    assert describe(Change("half-model", "model", "float16", "float32")).startswith("convert the model float32 → float16")
+    assert describe(Change("keep-fp32", "encoder.block.0", "float32", "float16")) == "keep encoder.block.0 float32 instead of float16"
+    assert describe(Change("unknown", "t", "x")) == "unknown t → x"
+
+
+def test_the_json_keeps_the_kinds_reports_already_carry_and_adds_the_strategy() -> None:
+    d = Change("cast-inputs", "labels", "int64", "int32").to_dict()
+    assert d["kind"] == "cast-input" and d["strategy"] == "cast-inputs"
+    assert Change("keep-fp32", "model", "float16", "float32").to_dict()["kind"] == "keep-fp32"  # SPEC's kind
+
+
+def test_a_rules_fix_text_comes_from_the_table() -> None:
+    assert fix_cast_inputs("int64") == suggestion("cast-inputs", "int64")
+    assert fix_cast_inputs("int64").description == "cast the input to int64 where the pipeline produces it"
+    assert fix_autocast("bfloat16").applicability == SAFE and "torch.bfloat16" in fix_autocast("bfloat16").description
+    assert fix_half_model("float16").applicability == UNSAFE
+    assert fix_to_device("cuda:0").description == "move the tensor to cuda:0, the model's device"
+
+
+def test_each_strategy_plans_its_edits_and_its_part_of_the_fix_module(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    site = Site(device_type="cuda", model_dtype="float32", script=script)
+    assert [type(a.codemod).__name__ for a in STRATEGIES["to-device"].edits(Change("to-device", "x", "cuda:0", "cpu"), site)] == ["MoveBatchToDevice"]
+    assert [type(a.codemod).__name__ for a in STRATEGIES["half-model"].edits(Change("half-model", "model", "float16"), site)] == ["AllOf"]
+    assert STRATEGIES["keep-fp32"].edits(Change("keep-fp32", "model", "float16"), site) == []  # only the fix module takes it
+    assert STRATEGIES["autocast"].edits(Change("autocast", "forward", "float16"), Site()) == []  # no script, no edit
+    parts: dict = {}
+    for c in (Change("cast-inputs", "labels", "int64"), Change("autocast", "forward", "bfloat16"),
+              Change("keep-fp32", "model", "float16"), Change("keep-fp32", "lm_head", "float32")):
+        STRATEGIES[c.kind].module_part(parts, c, site)
+    assert parts["cast-inputs"] == {"casts": {"labels": "int64", "label": "int64", "label_ids": "int64"}}
+    assert parts["autocast"] == {"dtype": "bfloat16", "device_type": "cuda"}
+    assert parts["keep-fp32"] == {"modules": ["lm_head"], "dtype": "float16"}
