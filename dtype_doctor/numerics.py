@@ -63,12 +63,27 @@ def fp32_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
+def config_kept(model: torch.nn.Module) -> Iterator[None]:
+    """The config facts a forward decides as it runs put back after the block: transformers'
+    classification heads store the problem_type the first labels' dtype chose (DD111)."""
+    config = getattr(model, "config", None)
+    kept = hasattr(config, "problem_type")
+    problem_type = getattr(config, "problem_type", None)
+    try:
+        yield
+    finally:
+        if kept:
+            config.problem_type = problem_type
+
+
+@contextlib.contextmanager
 def evaluating(model: torch.nn.Module) -> Iterator[None]:
-    """The model in eval mode for the block; each module's own training flag restored after."""
+    """The model in eval mode for the block; each module's own training flag and the config restored after."""
     flags = [(m, m.training) for m in model.modules()]
     model.eval()
     try:
-        yield
+        with config_kept(model):
+            yield
     finally:
         for m, flag in flags:
             m.training = flag

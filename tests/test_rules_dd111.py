@@ -92,3 +92,19 @@ def test_scan_on_a_csv_whose_label_column_fillna_made_float(tmp_path: Path) -> N
     assert [(f["code"], f["stage"]) for f in report["findings"]] == [("DD111", "dataset")]
     assert report["lineage"]["labels"][0]["dtype"] == "float64"
     assert data.read_bytes() == before
+
+
+def test_fix_casts_the_labels_and_the_rerun_is_clean(tmp_path: Path) -> None:
+    data = tmp_path / "reviews.csv"
+    data.write_text("text,label\nthe movie was fine,0.0\nawful plot,2.0\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "dtype_doctor", "fix", str(REPO / "fixtures/models/bert-tiny"), str(data), "--train", "--format", "json"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    fix = json.loads(proc.stdout)["fix"]
+    assert fix["verified"] is True and fix["after"]["summary"]["error"] == 0
+    [applied] = fix["applied"]
+    assert applied["strategy"] == "cast-inputs" and applied["status"] == "applied"
+    assert [(c["target"], c["to"]) for c in applied["changes"]] == [("labels", "int64")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["reviews.csv"]  # fix without --write-patch writes nothing

@@ -29,7 +29,7 @@ from dtype_doctor.records import (
     TraceFailure,
     TraceRequest,
 )
-from dtype_doctor.numerics import device_name, dtype_name, loss_of
+from dtype_doctor.numerics import config_kept, device_name, dtype_name, loss_of
 from dtype_doctor.trace.recorder import Recorder
 from dtype_doctor.trace.verdicts import classify_error
 
@@ -95,9 +95,6 @@ def _preserved(model: torch.nn.Module, *, train: bool) -> Iterable[None]:
     """
     flags = [(m, m.training) for m in model.modules()]
     grads = [(p, p.grad) for p in model.parameters()]
-    # transformers' classification heads set config.problem_type from the first labels they see.
-    config = getattr(model, "config", None)
-    problem_type = getattr(config, "problem_type", None)
     # Buffers are small; a forward may update them in place (BatchNorm stats, counters, caches).
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
     try:
@@ -105,12 +102,11 @@ def _preserved(model: torch.nn.Module, *, train: bool) -> Iterable[None]:
             for p, _ in grads:
                 p.grad = None
         model.train(train)
-        yield
+        with config_kept(model):
+            yield
     finally:
         for m, flag in flags:
             m.training = flag
-        if config is not None and hasattr(config, "problem_type"):
-            config.problem_type = problem_type
         with torch.no_grad():
             for p, g in grads:
                 p.grad = g

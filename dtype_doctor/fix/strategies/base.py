@@ -30,8 +30,6 @@ if TYPE_CHECKING:
     from dtype_doctor.fix.patches import Attempt, UserCode
 
 SAFE, UNSAFE = "safe", "unsafe"
-# Model-input keys that carry labels (the collator may rename the dataset's column to any).
-LABEL_KEYS = ("labels", "label", "label_ids")
 
 
 @dataclass

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dtype_doctor.fix.outcome import Change
-from dtype_doctor.fix.strategies.base import LABEL_KEYS, SAFE, Context, Pipeline, Site, Skip, Strategy, at_source, one_attempt
-from dtype_doctor.records import Remedy, Report
+from dtype_doctor.fix.strategies.base import SAFE, Context, Pipeline, Site, Skip, Strategy, at_source, one_attempt
+from dtype_doctor.records import LABEL_KEYS, Remedy, Report
 
 if TYPE_CHECKING:
     from dtype_doctor.fix.patches import Attempt
