@@ -121,7 +121,12 @@ def primary_output(out: Any) -> tuple[str, torch.Tensor]:
 def loss_of(out: Any, reduce: str = "mean") -> torch.Tensor | None:
     """The loss of an output: the model's own (`out.loss`); without one, its primary output in
     float32 reduced to a scalar (`mean`, as losses are; `sum`); None when it has no floating output."""
-    loss = getattr(out, "loss", None) if not isinstance(out, torch.Tensor) else None
+    if isinstance(out, torch.Tensor):
+        loss = None
+    elif isinstance(out, Mapping):  # a ModelOutput is a Mapping too; a plain dict has no .loss
+        loss = out.get("loss")
+    else:
+        loss = getattr(out, "loss", None)
     if isinstance(loss, torch.Tensor):
         return loss
     try:

@@ -22,7 +22,8 @@ from dtype_doctor.compare.verdicts import recommend, verdict
 from dtype_doctor.errors import InputError, UsageError
 from dtype_doctor.numerics import forward, fp32_inputs, fp32_reference, output_diff, weight_bytes
 from dtype_doctor.records import Subject, Target, main_dtype_of
-from dtype_doctor.trace.engine import _preserved, environment
+from dtype_doctor.trace.engine import environment
+from dtype_doctor.trace.guard import preserved
 from dtype_doctor.numerics import device_name, dtype_name
 
 Progress = Callable[[str], None]
@@ -181,7 +182,7 @@ def _output_error(ref: torch.Tensor, got: torch.Tensor) -> OutputError:
 def _cost(setup: Setup, device: torch.device, request: CompareRequest) -> tuple[int, tuple[float, ...]]:
     """(peak bytes beyond weights and inputs, seconds per timed run), after the warm-up runs."""
     step = _runner(setup, request.train)
-    with _preserved(setup.model, train=True) if request.train else contextlib.nullcontext():
+    with preserved(setup.model, train=True) if request.train else contextlib.nullcontext():
         for _ in range(request.warmup):
             step()
         extra = run_peak(step, device)

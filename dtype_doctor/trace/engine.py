@@ -29,7 +29,8 @@ from dtype_doctor.records import (
     TraceFailure,
     TraceRequest,
 )
-from dtype_doctor.numerics import config_kept, device_name, dtype_name, loss_of
+from dtype_doctor.numerics import device_name, dtype_name, loss_of
+from dtype_doctor.trace.guard import preserved
 from dtype_doctor.trace.recorder import Recorder
 from dtype_doctor.trace.verdicts import classify_error
 
@@ -85,33 +86,6 @@ def model_info(
         num_labels=num_labels if isinstance(num_labels, int) else None,
         problem_type=problem_type if isinstance(problem_type, str) else None,
     )
-
-
-@contextlib.contextmanager
-def _preserved(model: torch.nn.Module, *, train: bool) -> Iterable[None]:
-    """Restore training flags, gradients and buffers on the way out.
-
-    The model is never moved: a trace on another device runs on moved copies of its state.
-    """
-    flags = [(m, m.training) for m in model.modules()]
-    grads = [(p, p.grad) for p in model.parameters()]
-    # Buffers are small; a forward may update them in place (BatchNorm stats, counters, caches).
-    buffers = [(b, b.detach().clone()) for b in model.buffers()]
-    try:
-        if train:
-            for p, _ in grads:
-                p.grad = None
-        model.train(train)
-        with config_kept(model):
-            yield
-    finally:
-        for m, flag in flags:
-            m.training = flag
-        with torch.no_grad():
-            for p, g in grads:
-                p.grad = g
-            for b, saved in buffers:
-                b.copy_(saved)
 
 
 def _moved_state(model: torch.nn.Module, device: torch.device) -> dict[str, torch.Tensor]:
@@ -262,7 +236,7 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
     emulate_cuda_amp = where.simulate and where.label is not None and where.label.type == "cuda" and run_device.type != "cuda"
     failure: TraceFailure | None = None
     grads: list[tuple[str, str, int | None]] = []
-    with _preserved(model, train=request.train):
+    with preserved(model, train=request.train, guard_writes=state is None):
         rec.attach()
         try:
             with contextlib.ExitStack() as stack:

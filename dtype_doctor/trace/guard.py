@@ -1,0 +1,125 @@
+"""What a traced step may change in the user's model, and how it is put back.
+
+`diagnose()` promises the model as it was: parameters (values, identity, requires_grad),
+gradients, buffers, training flags, every module's attributes and the config. A forward can
+change each of them, and the ones that matter in practice:
+
+- buffers updated in place (BatchNorm statistics, counters, caches): copied before, copied back;
+- buffers and attributes *replaced* (transformers' dynamic RoPE re-registers `inv_freq` and
+  moves `max_seq_len_cached` past the cached length): each module's `__dict__`, `_buffers`,
+  `_parameters` and `_modules` are restored to the objects they held;
+- parameters written in place (`self.weight.data.mul_(2)`, a `copy_` into a weight), on the
+  way to an exception or not: parameters are large, so nothing is copied up front; a dispatch
+  mode sees every op that writes into a tensor and copies a parameter the first time an op is
+  about to write into its storage (copy on first write), and the copy is written back after;
+- the config's attributes (`problem_type`, which a classification head decides from the first
+  labels it sees): numerics.config_kept.
+
+Not restored: tensors the forward writes to outside the model (a global cache, the inputs),
+and parameters written through a storage the dispatcher never sees (a C extension writing raw
+memory). A trace on moved or fake copies of the state (another device, --simulate) never
+touches the parameters, and runs without the write guard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from dtype_doctor.numerics import config_kept
+
+
+class WriteGuard(TorchDispatchMode):
+    """Copies a watched tensor's values the first time an op is about to write into its storage."""
+
+    def __init__(self, watched: list[torch.Tensor]) -> None:
+        super().__init__()
+        self._by_storage = {t.untyped_storage().data_ptr(): t for t in watched if t.numel()}
+        self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # storage → (tensor, its values)
+        self._writes: dict[Any, tuple[int, ...]] = {}  # op → indices of the arguments it writes
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        written = self._writes.get(func)
+        if written is None:
+            written = self._writes[func] = tuple(
+                i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write
+            )
+        if written:
+            schema = func._schema.arguments
+            for i in written:
+                target = args[i] if i < len(args) else kwargs.get(schema[i].name)
+                for t in target if isinstance(target, (list, tuple)) else (target,):
+                    if isinstance(t, torch.Tensor):
+                        self._before_write(t)
+        return func(*args, **kwargs)
+
+    def _before_write(self, t: torch.Tensor) -> None:
+        try:
+            ptr = t.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError):  # a tensor without storage (fake, functional)
+            return
+        watched = self._by_storage.get(ptr)
+        if watched is not None and ptr not in self.saved:
+            with torch.no_grad():
+                self.saved[ptr] = (watched, watched.detach().clone())
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for watched, values in self.saved.values():
+                watched.detach().copy_(values)
+        self.saved.clear()
+
+
+@contextlib.contextmanager
+def preserved(model: torch.nn.Module, *, train: bool, guard_writes: bool = True) -> Iterator[None]:
+    """The block runs a step on `model`; on the way out the model is as it was (see the module doc).
+
+    `guard_writes`: watch the parameters for in-place writes (off where the step runs on copies).
+    """
+    modules = list(model.modules())
+    flags = [(m, m.training) for m in modules]
+    attrs = [(m, dict(m.__dict__), dict(m._parameters), dict(m._buffers), dict(m._modules), set(m._non_persistent_buffers_set)) for m in modules]
+    params = list(model.parameters())
+    grads = [(p, p.grad, p.requires_grad) for p in params]
+    # Buffers are small; a forward may update them in place (BatchNorm stats, counters, caches).
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    guard = WriteGuard(params) if guard_writes and params else None
+    try:
+        if train:
+            for p in params:
+                p.grad = None
+        model.train(train)
+        with config_kept(model), (guard if guard is not None else contextlib.nullcontext()):
+            yield
+    finally:
+        for m, saved, parameters, own_buffers, children, non_persistent in attrs:
+            _refill(m._parameters, parameters)
+            _refill(m._buffers, own_buffers)
+            _refill(m._modules, children)
+            m._non_persistent_buffers_set.clear()
+            m._non_persistent_buffers_set.update(non_persistent)
+            for key in [k for k in m.__dict__ if k not in saved]:
+                del m.__dict__[key]
+            m.__dict__.update(saved)
+        for m, flag in flags:
+            m.training = flag
+        if guard is not None:
+            guard.restore()
+        with torch.no_grad():
+            for p, g, requires_grad in grads:
+                p.grad = g
+                p.requires_grad_(requires_grad)
+            for b, saved_values in buffers:
+                b.copy_(saved_values)
+
+
+def _refill(target: dict, saved: dict) -> None:
+    """`target` holds exactly `saved`'s entries again, in their order, the dict object kept."""
+    if target.keys() == saved.keys() and all(target[k] is v for k, v in saved.items()):
+        return
+    target.clear()
+    target.update(saved)
