@@ -135,6 +135,33 @@ def test_within_the_margin_is_info_and_far_below_is_silent():
     assert not found(dtype_doctor.diagnose(FFN(1.0).half(), {"x": X.half()}), "DD301")
 
 
+class KeptFFN(FFN):
+    """T5's pattern: the model declares `wo` fp32 and casts what reaches it to wo's dtype."""
+
+    _keep_in_fp32_modules = ["wo"]
+
+    def forward(self, x):
+        h = torch.relu(self.wi(x))
+        return self.wo(h.to(self.wo.weight.dtype))
+
+
+def test_a_kept_fp32_module_overflows_under_half_but_not_under_a_keeping_load():
+    model = KeptFFN(30000)
+    with torch.no_grad():
+        halved = copy.deepcopy(model).half()  # the seeds' recipe: wo converted too
+        assert torch.isinf(halved(X.half())).any()
+        kept = copy.deepcopy(model).half()
+        kept.wo.float()  # what from_pretrained(dtype=float16) does with _keep_in_fp32_modules
+        assert kept.wo.weight.dtype == torch.float32 and kept.wi.weight.dtype == torch.float16
+        assert torch.isfinite(kept(X.half())).all()
+    [f] = found(dtype_doctor.diagnose(model, {"x": X}), "DD301")
+    assert (f.severity, f.module) == ("warning", "wo")
+    assert "model.half()" in f.message and "from_pretrained(dtype=torch.float16)" in f.message
+    assert [r.strategy for r in f.remedies] == ["keep-fp32"]
+    # Kept in float32 as declared, nothing overflows and nothing is reported.
+    assert not found(dtype_doctor.diagnose(kept, {"x": X.half()}), "DD301")
+
+
 def test_t5_overflow_fixture_before_and_after_conversion():
     fp32 = load_fixture("t5-overflow")
     ids = torch.tensor([[5, 6, 7, 1], [8, 9, 1, 0]])

@@ -131,15 +131,27 @@ def _forecast(trace: Trace) -> Iterator[Finding]:
         and op.stats.absmax >= threshold  # type: ignore[union-attr]
         and base_op(op.op) not in WRITES
         and not op.attr("fp32_kept")
-        and not keep_fp32(trace, op.module)
         and escapes(op, outputs, threshold)
     ]
-    for module, op in _by_module(risky).items():
+    converted = [op for op in risky if not keep_fp32(trace, op.module)]
+    for module, op in _by_module(converted).items():
         peak = op.stats.absmax  # type: ignore[union-attr]
         beyond = peak > FP16_MAX
         where = trace.autocast or (op.outputs[0].dtype if op.outputs else "this trace")
         limit = "beyond float16's 65504, inf once converted" if beyond else f"within {FORECAST_MARGIN:g}× of float16's 65504"
         yield _at_module(module, op, f"reaches |x| = {value(peak)} in {where}: {limit}", "warning" if beyond else "info")
+    # A module the model declares fp32 overflows only where the conversion ignores that
+    # declaration: from_pretrained(dtype=float16) keeps it, model.half() converts it.
+    kept = [op for op in risky if keep_fp32(trace, op.module) and op.stats.absmax > FP16_MAX]  # type: ignore[union-attr]
+    for module, op in _by_module(kept).items():
+        where = trace.autocast or (op.outputs[0].dtype if op.outputs else "this trace")
+        yield _at_module(
+            module, op,
+            f"reaches |x| = {value(op.stats.absmax)} in {where}, beyond float16's 65504. from_pretrained(dtype=torch.float16) "  # type: ignore[union-attr]
+            "keeps this module in float32 (_keep_in_fp32_modules), but model.half() and .to(torch.float16) convert it: "
+            "inf there",
+            "warning",
+        )
 
 
 RULE = Rule(
@@ -167,7 +179,8 @@ RULE = Rule(
     check=check,
     device_note=(
         "Value statistics come from real tensors; a simulated trace has none and only reports constants. "
-        f"A forecast flags values from 65504/{FORECAST_MARGIN:g} up (info) and beyond 65504 (warning); "
-        "modules the model keeps in fp32 and what flows from them until a converted module are not flagged."
+        f"A forecast flags values from 65504/{FORECAST_MARGIN:g} up (info) and beyond 65504 (warning). A module the "
+        "model keeps in fp32 is flagged only beyond 65504, naming the conversions that ignore the declaration "
+        "(model.half(), .to(float16)); what flows from it until a converted module is not flagged."
     ),
 )
