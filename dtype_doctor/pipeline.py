@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from dtype_doctor.errors import UsageError
+from dtype_doctor.placement import Placement, decide, parse_device
 from dtype_doctor.load.batch.state import DATASET_FORMATS, PREPROCESS_MODES
 from dtype_doctor.records import Report, Subject, TraceRequest
 from dtype_doctor.load.memory import MAX_BATCH_SIZE
 from dtype_doctor.run.control import DEFAULT_TIMEOUT, check_timeout
 
-DEVICES_HELP = "auto|cpu|cuda|cuda:N"
 MODEL_DTYPES = ("auto", "float32", "float16", "bfloat16")
 AUTOCAST = ("off", "float16", "bfloat16")
 
@@ -60,7 +60,7 @@ class ScanOptions:
             raise UsageError(f"unknown --dataset-format {self.dataset_format!r}; choose {_either(DATASET_FORMATS)}")
         if self.preprocess is not None and ":" not in self.preprocess:
             raise UsageError(f"--preprocess must be FILE.py:FUNCTION, not {self.preprocess!r}")
-        resolve_device(self.device, self.simulate, check_only=True)
+        parse_device(self.device)
         if self.gpu is not None:
             from dtype_doctor.trace.gpus import gpu_profile
 
@@ -72,30 +72,13 @@ class ScanOptions:
         parse_codes(self.select)
         parse_codes(self.ignore)
 
+    def placement(self) -> Placement:
+        """Where the step runs: decided here, once, for every stage of scan and fix."""
+        return decide(self.device, simulate=self.simulate, gpu=self.gpu)
+
 
 def _either(names: tuple[str, ...]) -> str:
     return f"{', '.join(names[:-1])} or {names[-1]}"
-
-
-def resolve_device(device: str, simulate: bool, *, check_only: bool = False) -> str:
-    """'auto' → cuda when present (or the simulated target), else cpu."""
-    import re
-
-    if device not in ("auto", "cpu", "cuda") and not re.fullmatch(r"cuda:\d+", device):
-        raise UsageError(f"unknown --device {device!r}; use {DEVICES_HELP}")
-    if check_only:
-        return device
-    if simulate:
-        return "cuda:0" if device in ("auto", "cuda") else device
-    import torch
-
-    if device == "auto":
-        return "cuda:0" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        from dtype_doctor.errors import InputError
-
-        raise InputError(f"--device {device} asked for but no CUDA device is available; add --simulate to check a CUDA target without a GPU")
-    return "cuda:0" if device == "cuda" else device
 
 
 @dataclass(frozen=True)
@@ -139,7 +122,8 @@ def prepare(
     say = progress or (lambda _msg: None)
     from dtype_doctor.load import build_batch, load_model, load_rows
 
-    device = resolve_device(options.device, options.simulate)
+    device = options.placement().device
+    assert device is not None  # the CLI always names one ("auto" decided)
     say(f"loading model {model}")
     loaded = load_model(
         model,

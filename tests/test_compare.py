@@ -273,7 +273,7 @@ def test_cli_rich_table_at_100_columns(capsys: pytest.CaptureFixture[str], monke
         (["--format", "sarif"], "unknown format 'sarif' for compare"),
         (["--variants", "fp8"], "unknown variant 'fp8'"),
         (["--repeat", "0"], "--repeat must be at least 1"),
-        (["--device", "tpu"], "unknown --device 'tpu'"),
+        (["--device", "tpu"], "unknown device 'tpu'"),
     ],
 )
 def test_cli_bad_input_is_one_line_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], needle: str) -> None:

@@ -411,5 +411,5 @@ def test_real_transfer_to_a_missing_gpu(loaded, data_dirs) -> None:  # type: ign
         build_batch(loaded["bert"], rows(data_dirs, "text"), device="cuda")
     assert str(e.value) == (
         "device cuda:0 is not available here (torch.cuda.is_available() is False); "
-        "pass --simulate to trace for it with fake tensors"
+        "pass --simulate (simulate=True) to trace for it with fake tensors"
     )

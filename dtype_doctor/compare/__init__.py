@@ -69,9 +69,10 @@ def compare_pipeline(
     """`dtype-doctor compare MODEL DATASET`: the batch built exactly as `scan` builds it, compared."""
     from dataclasses import replace
 
-    from dtype_doctor.compare.engine import run
+    from dtype_doctor.compare.engine import REAL_ONLY, run
     from dtype_doctor.compare.records import VARIANT_NAMES, CompareRequest
     from dtype_doctor.pipeline import ScanOptions, prepare
+    from dtype_doctor.placement import decide
     from dtype_doctor.records import Subject
 
     options = options or ScanOptions()
@@ -80,21 +81,10 @@ def compare_pipeline(
     )
     request.validate()  # before the slow part
     options.validate()
-    _check_cuda(options.device)
+    decide(options.device, real_only=REAL_ONLY)
     p = prepare(model, dataset, options, progress=progress)
     request = replace(request, device=p.device, subject=Subject(model, dataset, p.rows.split))
     return run(p.loaded.model, p.batch.inputs, request, progress)
-
-
-def _check_cuda(device: str) -> None:
-    """scan's message suggests --simulate; compare measures real tensors, so it has none."""
-    if device.startswith("cuda"):
-        import torch
-
-        from dtype_doctor.errors import InputError
-
-        if not torch.cuda.is_available():
-            raise InputError(f"--device {device} asked for but no CUDA device is available; compare measures on a real device")
 
 
 class _CallablePackage(types.ModuleType):

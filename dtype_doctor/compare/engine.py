@@ -19,12 +19,16 @@ from dtype_doctor.compare.measure import Numerics, peak_method, probe, run_peak,
 from dtype_doctor.compare.records import REFERENCE, CompareRequest, Comparison, OutputError, Row, Variant
 from dtype_doctor.compare.train import error_line, grad_scaler_step, training_loss
 from dtype_doctor.compare.verdicts import recommend, verdict
-from dtype_doctor.errors import InputError, UsageError
+from dtype_doctor.errors import InputError
 from dtype_doctor.numerics import forward, fp32_inputs, fp32_reference, output_diff, weight_bytes
 from dtype_doctor.records import Subject, Target, main_dtype_of
+from dtype_doctor.placement import decide
 from dtype_doctor.trace.engine import environment
 from dtype_doctor.trace.guard import preserved
 from dtype_doctor.numerics import device_name, dtype_name
+
+# compare times real kernels, so a GPU this machine lacks cannot be simulated for it.
+REAL_ONLY = "compare measures real tensors on a real device (scan --simulate checks a CUDA target)"
 
 Progress = Callable[[str], None]
 
@@ -87,10 +91,9 @@ def _device(model: torch.nn.Module, requested: str | None) -> torch.device:
     if requested in (None, "auto"):
         first = next((t for t in [*model.parameters(), *model.buffers()]), None)
         return first.device if first is not None else torch.device("cpu")
-    device = torch.device("cuda", 0) if requested == "cuda" else torch.device(requested)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"device={requested!r} but no CUDA device is available")
-    return device
+    where = decide(requested, real_only=REAL_ONLY)
+    assert where.device is not None
+    return torch.device(where.device)
 
 
 def _is_on(model: torch.nn.Module, device: torch.device) -> bool:

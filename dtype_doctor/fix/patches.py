@@ -31,7 +31,6 @@ from dtype_doctor.fix import codemods as cm
 from dtype_doctor.fix.outcome import Change, CodemodOutcome, PatchOutcome, Step
 from dtype_doctor.fix.patch import make_patch, read_source, repo_root
 from dtype_doctor.fix.strategies import STRATEGIES, Site, describe
-from dtype_doctor.records import LABEL_KEYS
 from dtype_doctor.load.batch.preprocess import split_spec
 # What datasets' torch formatter makes of a stored column: the dtypes that survive it.
 FORMATTER_KEEPS = frozenset({"float32", "int64", "bool"})

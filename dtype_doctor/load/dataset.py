@@ -376,7 +376,7 @@ def _load_hub(spec: str, split: str | None, n: int) -> LoadedRows:
     ds = obj[chosen]
     if len(ds) == 0:
         raise InputError(f"{spec} split {chosen!r} has no rows")
-    small = _slice_in_memory(ds, n, str(d))
+    small = _slice_in_memory(ds, n, spec)
     return LoadedRows(
         dataset=small, features=small.features, split=chosen, path=spec, num_rows_read=len(small),
         splits=tuple(available), reader="cache", builder=None, spec=spec,

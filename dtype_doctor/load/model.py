@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Any
 
 from dtype_doctor.errors import InputError, PickleRefusedError, RemoteCodeError, UsageError, first_line as _first_line
+from dtype_doctor.placement import decide
 from dtype_doctor.records import Loading
 
 __all__ = ["LoadedModel", "load_model", "MODEL_DTYPES", "resolve_model_dir"]
@@ -221,33 +222,6 @@ def _torch_dtype(name: str) -> Any:
     import torch
 
     return getattr(torch, name)
-
-
-def _check_device(device: str) -> str:
-    import torch
-
-    if device == "auto":
-        return "cuda:0" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise UsageError(f"device {device!r} is not a torch device ({_first_line(e)}); use cpu, cuda or cuda:N") from None
-    if dev.type == "cuda" and dev.index is None:
-        return "cuda:0"
-    return str(dev)
-
-
-def _require_real_device(device: str) -> None:
-    import torch
-
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(
-            f"device {device} is not available here (torch.cuda.is_available() is False); "
-            "pass --simulate to trace for it with fake tensors"
-        )
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise UsageError(f"device {device} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)")
 
 
 def _main_dtype(model: Any) -> str:
@@ -541,7 +515,9 @@ def load_model(
     import torch
 
     fake_mode = None
-    dev = _check_device(device)
+    where = decide(device, simulate=simulate)
+    dev = where.device
+    assert dev is not None
     weight_files: tuple[str, ...]
     if simulate:
         if auto_ref is not None:
@@ -570,7 +546,6 @@ def load_model(
         loading = loading_report(model_dir, weight_files, model, info)
         model.eval()
         if dev != "cpu":
-            _require_real_device(dev)
             model.to(dev)
 
     return LoadedModel(

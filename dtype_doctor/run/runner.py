@@ -36,7 +36,7 @@ class RunOptions:
     timeout: float | None = DEFAULT_TIMEOUT  # seconds the script may run until its traced steps are done
 
     def validate(self) -> None:
-        from dtype_doctor.pipeline import resolve_device
+        from dtype_doctor.placement import parse_device
         from dtype_doctor.rules import parse_codes
 
         if self.steps < 1:
@@ -44,7 +44,7 @@ class RunOptions:
         check_timeout(self.timeout)
         parse_codes(self.select)
         parse_codes(self.ignore)
-        resolve_device(self.device, self.simulate, check_only=True)
+        parse_device(self.device)
         if self.simulate and self.device == "cpu":
             raise UsageError("--simulate makes the script see a CUDA machine; --device cpu contradicts it (use --device cuda, or leave --simulate out)")
         if self.gpu is not None:
@@ -58,12 +58,11 @@ class RunOptions:
         """The RunSession keywords: where the script's CUDA is simulated, hidden or real."""
         import torch
 
-        from dtype_doctor.pipeline import resolve_device
+        from dtype_doctor.placement import decide
 
-        if self.simulate:
-            return {"simulate": True, "device": resolve_device(self.device, True), "gpu": self.gpu}
-        if self.device.startswith("cuda"):
-            resolve_device(self.device, False)  # no GPU here: an input error that names --simulate
+        where = decide(self.device, simulate=self.simulate, gpu=self.gpu)  # no GPU here: refused, naming --simulate
+        if where.simulated:
+            return {"simulate": True, "device": where.device, "gpu": where.gpu}
         return {"hide_cuda": self.device == "cpu" and torch.cuda.is_available()}
 
 

@@ -30,6 +30,7 @@ from dtype_doctor.records import (
     TraceRequest,
 )
 from dtype_doctor.numerics import device_name, dtype_name, loss_of
+from dtype_doctor.placement import decide, parse_device
 from dtype_doctor.trace.guard import preserved
 from dtype_doctor.trace.recorder import Recorder
 from dtype_doctor.trace.verdicts import classify_error
@@ -143,25 +144,27 @@ def fake_like(fake_mode: Any, t: torch.Tensor, device: torch.device | str) -> to
 
 
 @dataclass(frozen=True)
-class Placement:
-    """Where a trace runs, decided once per request: real or fake tensors, on which device."""
+class Where:
+    """How one trace runs the Placement decided at the boundary: real or fake tensors, the device
+    the report names, and where the tensors live (the label, or its simulation stand-in)."""
 
     simulate: bool
     label: torch.device | None  # the device the report names; None: wherever the model is
-    run_on: torch.device | None  # where the tensors live: the label, or its simulation stand-in
+    run_on: torch.device | None
 
 
-def place(model: torch.nn.Module, inputs: Mapping[str, Any], request: TraceRequest) -> Placement:
-    """Decide real or simulated and the device; a model holding fake or meta tensors can only be simulated."""
-    target = torch.device(request.device) if request.device not in (None, "auto") else None
-    if request.simulate or _holds_no_data(model, inputs):
-        label = target or _declared_device(model) or torch.device("cuda", 0)
-        return Placement(True, label, simulation_device(label, request.autocast))
-    if target is not None and target.type == "cuda" and not torch.cuda.is_available():
-        from dtype_doctor.errors import UsageError
-
-        raise UsageError(f"device={request.device!r} but no CUDA device is available; pass simulate=True to check a CUDA target")
-    return Placement(False, target, target)
+def place(model: torch.nn.Module, inputs: Mapping[str, Any], request: TraceRequest) -> Where:
+    """A model holding fake or meta tensors can only be simulated; without a device the trace runs
+    where the model is. A CUDA device this machine lacks is refused by placement.decide."""
+    simulate = request.simulate or _holds_no_data(model, inputs)
+    asked = parse_device(None if request.device in (None, "auto") else request.device)
+    if simulate:
+        label = torch.device(asked) if asked else (_declared_device(model) or torch.device("cuda", 0))
+        return Where(True, label, simulation_device(label, request.autocast))
+    if asked is not None:
+        decide(asked)
+    target = torch.device(asked) if asked else None
+    return Where(False, target, target)
 
 
 def settle(model: torch.nn.Module, inputs: Mapping[str, Any], request: TraceRequest) -> TraceRequest:

@@ -5,28 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtype_doctor.errors import UsageError, first_line
+from dtype_doctor.placement import decide
 from dtype_doctor.load.batch.describe import value_step
 from dtype_doctor.load.batch.state import BatchContext, BatchState
 
 
 def target_device(device: str, simulated: bool) -> Any:
+    """The torch device the batch moves to, as the Placement decides it."""
     import torch
 
-    if device == "auto":
-        device = "cuda:0" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise UsageError(f"device {device!r} is not a torch device ({first_line(e)}); use cpu, cuda or cuda:N") from None
-    if dev.type == "cuda" and dev.index is None:
-        dev = torch.device("cuda:0")
-    if not simulated and dev.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(
-            f"device {dev} is not available here (torch.cuda.is_available() is False); "
-            "pass --simulate to trace for it with fake tensors"
-        )
-    return dev
+    where = decide(device, simulate=simulated)
+    return torch.device(where.device or "cpu")
 
 
 def run(state: BatchState, ctx: BatchContext) -> BatchState:
