@@ -3,8 +3,8 @@
     text = render(report, "sarif")                 # what goes to stdout or --output
     print_report(report, "rich", console)          # straight to a terminal console
 
-Each format is a module beside this one with `render(report, options) -> str`; adding a
-format is a module and a line in `_FORMATS`. Formats import lazily, so `--format json`
+Each format is a module beside this one with `render(report, options) -> str` and its name in
+`FORMAT`; adding a format is adding its module (and its test): modules are discovered. Formats import lazily, so `--format json`
 never imports rich, and nothing here imports torch.
 """
 
@@ -32,14 +32,30 @@ __all__ = [
     "render_renderable",
 ]
 
-_FORMATS = {
-    "rich": "dtype_doctor.report.console",
-    "json": "dtype_doctor.report.json",
-    "sarif": "dtype_doctor.report.sarif",
-    "markdown": "dtype_doctor.report.markdown",
-    "junit": "dtype_doctor.report.junit",
-    "github": "dtype_doctor.report.github",
-}
+def _discover() -> dict[str, str]:
+    """Format name → module: every module here with a top-level `render(report, options)`,
+    named by its `FORMAT = "..."` (else its file name). Read from the source, not imported,
+    so that choosing one format never imports the others (json never imports rich)."""
+    import ast
+    from pathlib import Path
+
+    found: dict[str, str] = {}
+    for path in sorted(Path(__file__).parent.glob("[!_]*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if not any(isinstance(n, ast.FunctionDef) and n.name == "render" for n in tree.body):
+            continue
+        name = next(
+            (n.value.value for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+             and any(isinstance(t, ast.Name) and t.id == "FORMAT" for t in n.targets)),
+            path.stem,
+        )
+        found[name] = f"{__name__}.{path.stem}"
+    # rich first: the default on a terminal.
+    return dict(sorted(found.items(), key=lambda kv: (kv[0] != "rich", kv[0])))
+
+
+# Adding a format is adding its module (with `render` and `FORMAT`) and its test.
+_FORMATS = _discover()
 FORMATS = tuple(_FORMATS)
 DEFAULT_WIDTH = 100  # rich text written to a file or pipe, where no terminal says how wide
 

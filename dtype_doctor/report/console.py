@@ -57,6 +57,8 @@ from dtype_doctor.report.common import (
 )
 from dtype_doctor.report.dtype_tree import DtypeNode, DtypeTree, dtype_tree
 
+FORMAT = "rich"  # the name --format knows this module by
+
 # Off-majority tree leaves shown before the tree says "… N more"; keeps big models to a screen.
 TREE_LEAVES = 12
 
