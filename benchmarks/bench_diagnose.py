@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModel, AutoTokenizer
 
     import dtype_doctor
-    from dtype_doctor.trace.engine import report_from_trace, trace_model
+    from dtype_doctor.diagnosis import report_from_trace
+    from dtype_doctor.trace.engine import trace_model
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()

@@ -21,11 +21,11 @@ __all__ = ["diagnose", "watch", "compare", "Report", "Finding", "Trace", "__vers
 if TYPE_CHECKING:  # pragma: no cover
     from dtype_doctor.compare import compare
     from dtype_doctor.records import Finding, Report, Trace
-    from dtype_doctor.trace.engine import diagnose, watch
+    from dtype_doctor.diagnosis import diagnose, watch
 
 _LAZY = {
-    "diagnose": ("dtype_doctor.trace.engine", "diagnose"),
-    "watch": ("dtype_doctor.trace.engine", "watch"),
+    "diagnose": ("dtype_doctor.diagnosis", "diagnose"),
+    "watch": ("dtype_doctor.diagnosis", "watch"),
     # The package itself: it is callable, so dtype_doctor.compare(model, inputs) works before
     # and after anything imports dtype_doctor.compare.<module> (which sets this attribute).
     "compare": ("dtype_doctor.compare", None),

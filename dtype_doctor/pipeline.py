@@ -158,7 +158,7 @@ def scan(
     progress: Callable[[str], None] | None = None,
 ) -> Report:
     """Load, build the batch, trace it and return the Report."""
-    from dtype_doctor.trace.engine import diagnose
+    from dtype_doctor.diagnosis import diagnose
 
     with memory_named(options or ScanOptions()):
         p = prepare(model, dataset, options, progress=progress)

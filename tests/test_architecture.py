@@ -19,14 +19,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "dtype_doctor"
 
-# Private names still imported across packages: each one is a debt, and the list can only
-# shrink (a new one fails the test; one paid off must be struck from here).
-# 31 at the start of issue 15; these two are the trace session's (item 2 of the issue,
-# one TraceSession that run/session and compare drive instead of reaching into trace/engine).
-ALLOWED_PRIVATE: set[tuple[str, str]] = {
-    ("dtype_doctor.run.session", "dtype_doctor.trace.engine:_failure"),
-    ("dtype_doctor.run.session", "dtype_doctor.trace.engine:_rules_predict"),
-}
+# Private names imported across packages: none. 31 at the start of issue 15; the last ones
+# (run/session reaching into trace/engine) went with the TraceSession. A new one fails.
+ALLOWED_PRIVATE: set[tuple[str, str]] = set()
 
 
 def _modules() -> dict[str, Path]:

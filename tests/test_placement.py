@@ -86,7 +86,7 @@ def test_the_no_cuda_refusal_is_one_error_with_one_line_everywhere(monkeypatch: 
 # Where torch.cuda.is_available() may be asked for something else than choosing a device:
 # the report's environment block, the memory estimate's device budget, and what `run` lets the
 # script see (a --device cpu run hides the GPU from the script).
-NOT_DECIDING = {"trace/engine.py", "load/memory.py", "run/runner.py"}
+NOT_DECIDING = {"diagnosis.py", "load/memory.py", "run/runner.py"}
 
 
 def test_no_other_module_asks_torch_to_choose_a_device() -> None:

@@ -66,7 +66,7 @@ class PatchedRun:
     def _run(self, spec: str, mode: str, change: Change | None) -> str | None:
         from dtype_doctor.load import build_batch
         from dtype_doctor.load.batch.preprocess import split_spec
-        from dtype_doctor.trace.engine import diagnose
+        from dtype_doctor.diagnosis import diagnose
         from dtype_doctor.numerics import dtype_name
 
         p, o = self.prepared, self.prepared.options

@@ -27,7 +27,7 @@ class DoctorFixture:
 
     def check(self, model: Any, inputs: Any, **options: Any) -> Any:
         """`dtype_doctor.diagnose(model, inputs, **options)`; the report counts for this test."""
-        from dtype_doctor.trace.engine import diagnose
+        from dtype_doctor.diagnosis import diagnose
 
         report = diagnose(model, inputs, **options)
         self.reports.append(report)
@@ -36,7 +36,7 @@ class DoctorFixture:
     @contextlib.contextmanager
     def watch(self, model: Any, **options: Any) -> Iterator[Any]:
         """Trace the block's own forward/backward; dtype and device errors are stepped over and reported."""
-        from dtype_doctor.trace.engine import watch
+        from dtype_doctor.diagnosis import watch
 
         w = watch(model, raise_errors=False, **options)
         try:

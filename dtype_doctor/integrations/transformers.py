@@ -61,7 +61,7 @@ class DtypeDoctorCallback(TrainerCallback):
         self._remove()
         import inspect
 
-        from dtype_doctor.trace.engine import diagnose
+        from dtype_doctor.diagnosis import diagnose
 
         inputs = dict(kwargs)
         if args:

@@ -39,12 +39,12 @@ from dtype_doctor.run.lineage import (
     sources_of,
     step_input_lineage,
 )
-from dtype_doctor.run.modes import push_function_mode, remove_function_mode
 from dtype_doctor.run.simulate import STAND_IN, CudaSimulation, SimulationStop
 from dtype_doctor.run.user_code import user_site
-from dtype_doctor.trace.engine import _failure, live_trace, model_info, report_from_trace
+from dtype_doctor.diagnosis import live_trace, report_from_trace
+from dtype_doctor.trace.engine import model_info
+from dtype_doctor.trace.session import TraceSession
 from dtype_doctor.numerics import device_name, dtype_name
-from dtype_doctor.trace.recorder import Recorder
 
 
 @dataclass(frozen=True)
@@ -90,9 +90,7 @@ class RunSession:
         self.gpu = gpu
         self.hide_cuda = hide_cuda
         self.alias = {device_name(STAND_IN): device_name(self.target)} if self.target is not None else {}
-        self._rec: Recorder | None = None
-        self._modes: contextlib.ExitStack | None = None
-        self._function_modes: list[TorchFunctionMode] = []
+        self._session: TraceSession | None = None
         self._failure: TraceFailure | None = None
         self._depth = 0  # top-level module calls in progress (the model's, a loss module's)
         self._model_depth = 0  # the model's own forward in progress
@@ -145,14 +143,11 @@ class RunSession:
         session = self
 
         def __next__(it: Any) -> Any:
-            rec = session._rec if session.report is None else None
-            if rec is None:
+            traced = session._session if session.report is None else None
+            if traced is None:
                 return original(it)
-            rec._suspended += 1
-            try:
+            with traced.suspended():
                 return original(it)
-            finally:
-                rec._suspended -= 1
 
         _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]
         self._original_next = original
@@ -167,7 +162,7 @@ class RunSession:
             return
         self._closed = True
         try:
-            if self._rec is not None and self.report is None:
+            if self._session is not None and self.report is None:
                 self.finish(error)
         finally:
             self._disarm()
@@ -214,8 +209,8 @@ class RunSession:
         try:
             return original(module, *args, **kwargs)
         except Exception as exc:
-            if is_model and self._rec is not None and self.report is None:
-                self._failure = _failure(self._rec, exc)
+            if is_model and self._session is not None and self.report is None:
+                self._failure = self._session.failure(exc)
             raise
         finally:
             self._depth -= 1
@@ -223,46 +218,30 @@ class RunSession:
 
     def _unrecorded(self, original: Any, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
         """A second model called in the step (a teacher, a frozen encoder): its ops are not this model's."""
-        assert self._rec is not None
-        self._rec._suspended += 1
+        assert self._session is not None
         self._depth += 1
         try:
-            return original(module, *args, **kwargs)
+            with self._session.suspended():
+                return original(module, *args, **kwargs)
         finally:
             self._depth -= 1
-            self._rec._suspended -= 1
 
     def _start(self, model: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         self.model = model
         self.steps = 1
         self._info = model_info(model, None, self.alias)
-        predict = None
-        if self.simulate:
-            from dtype_doctor.trace.engine import _rules_predict
-            from dtype_doctor.trace.gpus import gpu_profile
-            from dtype_doctor.trace.probe import KernelProbe
-
-            predict = KernelProbe(cuda=True, gpu=gpu_profile(self.gpu), fallback=_rules_predict)
-        self._rec = Recorder(model, recover=True, device_alias=dict(self.alias), predict=predict)
-        rec = self._rec
-        self.book.is_step_tensor = lambda t: self.report is None and rec.prov.get(t) is not None
+        session = self._session = TraceSession(model, recover=True, simulated=self.simulate, probe_gpu=self.gpu,
+                                               alias=self.alias, extra_modes=[_StepInputs(self)])
+        self.book.is_step_tensor = lambda t: self.report is None and session.recorder.knows(t)
         self._set_amp(self._simulation.amp_dtype if self._simulation else None)
         self._lineage = boundary_lineage(self.book, model, args, kwargs)
         self.capture = StepCapture(model, named_inputs(model, args, kwargs), user_site(1), self._autocast_now(model),
                                    self._conversions)
-        self._rec.attach()  # before the call: the root's own pre-hook tags the forward's inputs
-        self._modes = contextlib.ExitStack()
-        self._modes.enter_context(self._rec.dispatch_mode())
-        # Function modes go on and off by identity: the script's own modes may sit above them.
-        self._function_modes = [self._rec.function_mode(), _StepInputs(self)]
-        for mode in self._function_modes:
-            push_function_mode(mode)
+        session.start()
 
     def _set_amp(self, dtype: torch.dtype | None) -> None:
-        if self._rec is not None:
-            from dtype_doctor.trace.cuda_autocast import CudaAutocast
-
-            self._rec.amp = CudaAutocast(dtype) if dtype is not None else None
+        if self._session is not None:
+            self._session.set_amp(dtype)
 
     def _autocast_now(self, model: torch.nn.Module) -> str | None:
         if self._simulation is not None:
@@ -276,24 +255,21 @@ class RunSession:
 
     def tag_step_input(self, name: str, t: torch.Tensor, consumer: str) -> None:
         """A pipeline tensor used by the step outside the model (a loss target): name it, keep its lineage."""
-        assert self._rec is not None
-        taken = set(self._lineage) | {m.name for m in self._rec.boundary_inputs}
+        assert self._session is not None
+        rec = self._session.recorder
+        taken = set(self._lineage) | {m.name for m in rec.boundary_inputs}
         unique, i = name, 2
         while unique in taken:
             unique, i = f"{name}_{i}", i + 1
-        self._rec.tag_input(unique, t)
+        rec.tag_input(unique, t)
         self._lineage[unique] = step_input_lineage(self.book, t, consumer)
 
     # ------------------------------------------------------------------ report
 
     def finish(self, error: BaseException | None) -> Report:
         """End the trace: `error` is what ended the script during the traced step(s), if anything."""
-        assert self._rec is not None and self.model is not None and self._modes is not None
-        for mode in reversed(self._function_modes):
-            remove_function_mode(mode)
-        self._function_modes = []
-        self._modes.close()
-        self._rec.detach()
+        assert self._session is not None and self.model is not None
+        self._session.stop()
         if self.keep_running and not self.simulate:
             self._disarm()  # the rest of the run goes at full speed
         failure = self._failure
@@ -318,8 +294,8 @@ class RunSession:
         return report
 
     def _report(self, failure: TraceFailure | None) -> Report:
-        assert self._rec is not None and self.model is not None
-        trace = live_trace(self._rec, self._info, failure, lineage=self._lineage, sources=sources_of(self._lineage))
+        assert self._session is not None and self.model is not None
+        trace = live_trace(self._session, self._info, failure, lineage=self._lineage, sources=sources_of(self._lineage))
         if self.simulate:
             trace = self._simulated(trace)
         request = TraceRequest(select=self.select, ignore=self.ignore, subject=Subject(model=self.label))
@@ -365,8 +341,8 @@ class _StepInputs(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
         s = self.session
-        rec = s._rec
-        if rec is not None and s._model_depth == 0 and not rec._suspended and s.report is None:
+        traced = s._session
+        if traced is not None and s._model_depth == 0 and not traced.recorder.is_suspended and s.report is None:
             try:
                 self._tag(func, args, kwargs)
             except Exception:  # noqa: BLE001 - naming must never break the script
@@ -375,11 +351,11 @@ class _StepInputs(TorchFunctionMode):
 
     def _tag(self, func: Any, args: tuple, kwargs: dict) -> None:
         s = self.session
-        assert s._rec is not None
+        assert s._session is not None
         tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
         if len(tensors) < 2:
             return
-        new = [t for t in tensors if s.book.chain(t) and s._rec.prov.get(t) is None]
+        new = [t for t in tensors if s.book.chain(t) and not s._session.recorder.knows(t)]
         if not new or len(new) == len(tensors):
             return  # pipeline tensors among themselves (collate, stacking): not the step using them
         from_pipeline = [(n, t) for n, t in _named_operands(func, args, kwargs) if any(t is x for x in new)]

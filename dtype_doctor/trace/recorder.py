@@ -11,6 +11,7 @@ mismatch instead of stopping at the first one as PyTorch does.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
@@ -394,6 +395,26 @@ class Recorder:
             if o not in self.prov:  # in-place ops return an operand: keep what it was
                 self.prov[o] = prov
             yield self.meta(o, "output")
+
+    # ------------------------------------------------------------ suspension
+
+    @contextlib.contextmanager
+    def suspended(self) -> Iterator[None]:
+        """Ops run inside are not the model's: a DataLoader fetch, a second model, the recorder's
+        own repairs and autocast casts."""
+        self._suspended += 1
+        try:
+            yield
+        finally:
+            self._suspended -= 1
+
+    @property
+    def is_suspended(self) -> bool:
+        return self._suspended > 0
+
+    def knows(self, t: torch.Tensor) -> bool:
+        """Whether `t` is the model's own or was made in the traced step (a parameter, an input, an op's output)."""
+        return self.prov.get(t) is not None
 
     # ----------------------------------------------------------------- modules
 

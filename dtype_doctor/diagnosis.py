@@ -1,0 +1,171 @@
+"""The drivers over the trace: `diagnose`, `watch`, and the Report a Trace becomes.
+
+trace/ records a step (trace/engine.py `trace_model` for a batch, trace/session.py's
+TraceSession for any code); the rules judge the Trace; this module puts the two together for
+the API, `dtype-doctor run` and compare, and names the environment the report was made in.
+"""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from dtype_doctor.records import Lineage, ModelInfo, Report, SourceLoc, Subject, Target, Trace, TraceFailure, TraceRequest
+from dtype_doctor.trace.engine import holds_no_data, model_info, trace_model, values_note
+from dtype_doctor.trace.session import TraceSession
+
+
+def environment() -> dict[str, Any]:
+    env: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__}
+    for lib in ("transformers", "datasets"):
+        try:
+            env[lib] = __import__(lib).__version__
+        except ImportError:
+            env[lib] = None
+    env["cuda_available"] = torch.cuda.is_available()
+    return env
+
+
+def _target(trace: Trace, model: torch.nn.Module, subject: Subject | None) -> Target:
+    subject = subject or Subject()
+    return Target(
+        model=subject.model or type(model).__name__,
+        dataset=subject.dataset,
+        split=subject.split,
+        device=trace.device,
+        simulated=trace.simulated,
+        model_dtype=trace.model.main_dtype,
+        autocast=trace.autocast,
+        train=trace.train,
+        gpu=trace.gpu,
+    )
+
+
+def report_from_trace(trace: Trace, model: torch.nn.Module, request: TraceRequest | None = None) -> Report:
+    from dtype_doctor.rules import run_rules
+
+    request = request or TraceRequest()
+    findings = run_rules(trace, select=request.select, ignore=request.ignore)
+    return Report(findings=findings, target=_target(trace, model, request.subject), environment=environment(), trace=trace)
+
+
+def as_request(request: TraceRequest | None, options: Mapping[str, Any]) -> TraceRequest:
+    """A TraceRequest, or one built from TraceRequest's keyword options (device=, autocast=, ...)."""
+    if request is not None and options:
+        raise TypeError(f"pass a TraceRequest or keyword options, not both (got {', '.join(options)})")
+    return request if request is not None else TraceRequest(**options)
+
+
+def diagnose(model: torch.nn.Module, inputs: Mapping[str, Any], request: TraceRequest | None = None, **options: Any) -> Report:
+    """Trace `model(**inputs)` once (and one backward with train=True) and run every rule.
+
+    `inputs` is a dict of tensors, a BatchEncoding or a BatchFeature. Options are a
+    TraceRequest or its fields as keywords: `device` runs the trace there, on copies of the
+    model's state (the model itself is not moved); `simulate=True` traces with fake tensors
+    on `device` (default: the model's device, or cuda:0 for a model without data), reading
+    no tensor data; `move_inputs=False` leaves the inputs on their own devices instead of
+    moving them to `device` with the model; `gpu` ("t4", "a100", "8.0") is the GPU a simulated
+    CUDA trace targets; `autocast`, `train`, `select`, `ignore` as the CLI.
+    """
+    request = as_request(request, options)
+    return report_from_trace(trace_model(model, inputs, request), model, request)
+
+
+class watch:
+    """Trace whatever forward/backward runs inside the block.
+
+        with dtype_doctor.watch(model) as w:
+            loss = model(**batch).loss
+            loss.backward()
+        print(w.report.findings)
+
+    The block runs as it would without the doctor: an error PyTorch raises still propagates,
+    but `w.report` is set either way, and the exception carries the report
+    (`exc.dtype_doctor_report`) and a note naming the findings, with the doctor's own frames
+    taken out of its traceback. With `raise_errors=False` dtype and device errors are repaired
+    as in `diagnose()` and the block runs on.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        request: TraceRequest | None = None,
+        *,
+        raise_errors: bool = True,
+        **options: Any,
+    ) -> None:
+        self.model = model
+        self.request = as_request(request, options)  # select / ignore: the block itself runs as written
+        self.raise_errors = raise_errors
+        self.report: Report | None = None
+        self._session: TraceSession
+
+    def __enter__(self) -> "watch":
+        self._session = TraceSession(self.model, recover=not self.raise_errors,
+                                     stats=self.request.stats and not holds_no_data(self.model, {}))
+        self._info = model_info(self.model)
+        self._session.start()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        session = self._session
+        session.stop()
+        trace = live_trace(session, self._info, session.failure(exc) if exc is not None else None)
+        self.report = report_from_trace(trace, self.model, self.request)
+        if exc is not None:
+            _explain(exc, self.report)
+        return False  # the user's exception still propagates
+
+
+def live_trace(
+    session: TraceSession,
+    info: ModelInfo,
+    failure: TraceFailure | None,
+    *,
+    lineage: Lineage | None = None,
+    sources: Mapping[str, SourceLoc] | None = None,
+) -> Trace:
+    """The Trace of what a session saw the user's own code run (watch(), `dtype-doctor run`).
+
+    No gradients: by the time the user's step ends, their GradScaler has scaled and unscaled
+    them and their optimizer may have cleared them, so what is left says nothing about
+    underflow. DD302's gradient check belongs to traces that take the step themselves."""
+    params = list(session.model.parameters())
+    fake = bool(params) and holds_no_data(session.model, {})
+    return session.trace(info, failure, lineage=lineage, sources=sources,
+                         values=values_note(TraceRequest(stats=session.recorder.values is not None), fake))
+
+
+def _explain(exc: BaseException, report: Report) -> None:
+    """Attach the report to `exc`, name its findings in a note, drop the doctor's frames."""
+    import dtype_doctor
+
+    try:
+        exc.dtype_doctor_report = report  # type: ignore[attr-defined]
+    except AttributeError:  # an exception type with __slots__
+        pass
+    shown = [f for f in report.findings if f.severity != "info"]
+    if shown:
+        lines = [f"dtype-doctor found {len(shown)} problem{'s' if len(shown) != 1 else ''} in this step:"]
+        lines += [f"  {f.code} {f.severity} at {f.module or '<model>'}: {f.message}" for f in shown]
+        exc.add_note("\n".join(lines))
+    package = str(Path(dtype_doctor.__file__).parent)
+    exc.__traceback__ = _without_frames_from(exc.__traceback__, package)
+
+
+def _without_frames_from(tb: Any, directory: str) -> Any:
+    """The traceback `tb` without the frames whose code lives under `directory`."""
+    import types
+
+    frames = []
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(directory):
+            frames.append(tb)
+        tb = tb.tb_next
+    rebuilt = None
+    for t in reversed(frames):
+        rebuilt = types.TracebackType(rebuilt, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return rebuilt

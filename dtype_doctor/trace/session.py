@@ -1,0 +1,211 @@
+"""One traced step's machinery, assembled in one place: `TraceSession`.
+
+`diagnose` (trace/engine.py `trace_model`), `watch`, `dtype-doctor run` (run/session.py) and
+`compare` drive it; none of them builds a recorder, a kernel probe or a value probe itself.
+
+    session = TraceSession(model, where=Where(...), recover=True, stats=True)
+    session.start()                 # module hooks, the dispatch mode, the function mode(s)
+    try:
+        out = model(**inputs)       # the step: the caller's own code, or the user's script
+    except Exception as exc:
+        failure = session.failure(exc)
+    finally:
+        session.stop()
+    trace = session.trace(info, failure)
+
+The function modes go on and off by identity (run/modes.py), so a mode the user's code
+pushes while the session is on stays where it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from typing import Any, Iterable, Iterator, Mapping
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from dtype_doctor.numerics import device_name
+from dtype_doctor.records import GradStats, Lineage, ModelInfo, SourceLoc, Trace, TraceFailure
+from dtype_doctor.errors import first_line
+from dtype_doctor.trace.recorder import Recorder
+from dtype_doctor.trace.verdicts import classify_error
+
+# Fake tensors have no values: these are steps a simulated trace cannot take.
+_NO_META_KERNEL = "with Meta tensors"  # an op PyTorch gives no shape function (geqrf, histogram)
+_SIMULATION_LIMITS = ("DataDependentOutputException", "DynamicOutputShapeException", "UnsupportedOperatorException")
+
+
+def rules_predict(op: Any) -> str | None:
+    """Where a real device would raise when no kernel can be asked: the first rule that says it rejects the op."""
+    from dtype_doctor.rules import rejected_by
+
+    rule = rejected_by(op)
+    return None if rule is None else f"a real device would raise here ({rule.code} {rule.name})"
+
+
+class TraceSession:
+    """The recorder of one step with what it needs: the kernel probe of a simulated target
+    (`probe_gpu`: the GPU profile a CUDA one targets; `probe_cuda` False for a simulated CPU),
+    value statistics (`stats`, real tensors only), CUDA autocast emulation (`amp`), and the
+    state a trace on copies swaps in (`state`, `alias` naming a stand-in device as the target).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        recover: bool = True,
+        stats: bool = False,
+        simulated: bool = False,
+        probe_cuda: bool = True,
+        probe_gpu: str | None = None,
+        state: dict[str, torch.Tensor] | None = None,
+        alias: Mapping[str, str] | None = None,
+        extra_modes: Iterable[TorchFunctionMode] = (),
+    ) -> None:
+        predict = None
+        if simulated:
+            from dtype_doctor.trace.gpus import gpu_profile
+            from dtype_doctor.trace.probe import KernelProbe
+
+            predict = KernelProbe(cuda=probe_cuda, gpu=gpu_profile(probe_gpu) if probe_cuda else None, fallback=rules_predict)
+        values = None
+        if stats and not simulated:
+            from dtype_doctor.trace.values import ValueProbe
+
+            values = ValueProbe()
+        self.model = model
+        self.simulated = simulated
+        self.predict = predict
+        self.recorder = Recorder(model, state=state, recover=recover, device_alias=dict(alias or {}), predict=predict, values=values)
+        self._extra = tuple(extra_modes)
+        self._dispatch: contextlib.ExitStack | None = None
+        self._function_modes: list[TorchFunctionMode] = []
+
+    # ------------------------------------------------------------------ on and off
+
+    def start(self) -> None:
+        from dtype_doctor.run.modes import push_function_mode
+
+        rec = self.recorder
+        rec.attach()  # before the call: the root's own pre-hook tags the forward's inputs
+        self._dispatch = contextlib.ExitStack()
+        self._dispatch.enter_context(rec.dispatch_mode())
+        self._function_modes = [rec.function_mode(), *self._extra]
+        for mode in self._function_modes:
+            push_function_mode(mode)
+
+    def stop(self) -> None:
+        from dtype_doctor.run.modes import remove_function_mode
+
+        for mode in reversed(self._function_modes):
+            remove_function_mode(mode)
+        self._function_modes = []
+        if self._dispatch is not None:
+            self._dispatch.close()
+            self._dispatch = None
+        self.recorder.detach()
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator["TraceSession"]:
+        self.start()
+        try:
+            yield self
+        finally:
+            self.stop()
+
+    def set_amp(self, dtype: torch.dtype | None) -> None:
+        """CUDA's autocast lists applied per function (a simulated CUDA target on a CPU-only build)."""
+        from dtype_doctor.trace.cuda_autocast import CudaAutocast
+
+        self.recorder.amp = CudaAutocast(dtype) if dtype is not None else None
+
+    @contextlib.contextmanager
+    def cuda_autocast(self, dtype: torch.dtype) -> Iterator[None]:
+        """The block runs under CUDA autocast as a GPU would (its thread-local state on, CUDA's lists applied)."""
+        from dtype_doctor.trace.cuda_autocast import CudaAutocast
+
+        with CudaAutocast(dtype) as amp:
+            self.recorder.amp = amp
+            try:
+                yield
+            finally:
+                self.recorder.amp = None
+
+    def suspended(self) -> contextlib.AbstractContextManager[None]:
+        """Ops run inside are not the step's (a DataLoader fetch, a second model)."""
+        return self.recorder.suspended()
+
+    # ------------------------------------------------------------------ results
+
+    def failure(self, exc: BaseException) -> TraceFailure:
+        """What stopped the step, in the terms the rules read."""
+        rec = self.recorder
+        message = first_line(exc, 500)
+        if type(exc).__name__ in _SIMULATION_LIMITS or (rec.predict is not None and _NO_META_KERNEL in message):
+            module, module_type = self._raising_module(exc)
+            return TraceFailure("simulation", f"fake tensors cannot follow this step ({type(exc).__name__}: {message})", module, module_type, None)
+        last = next((op for op in reversed(rec.ops) if op.error and not op.recovered), None)
+        if last is not None:
+            return TraceFailure(classify_error(last.error or message, last.operands), message, last.module, last.module_type, last.op, last.phase)
+        module, module_type = self._raising_module(exc)
+        return TraceFailure(classify_error(message, ()), message, module, module_type, None)
+
+    def _raising_module(self, exc: BaseException) -> tuple[str, str]:
+        """The innermost module whose forward was on the stack when `exc` was raised."""
+        found = ("", type(self.model).__name__)
+        for frame, _ in traceback.walk_tb(exc.__traceback__):
+            owner = frame.f_locals.get("self")
+            name = self.recorder.module_name(owner) if isinstance(owner, torch.nn.Module) else None
+            if name is not None:
+                found = (name, type(owner).__name__)
+        return found
+
+    def observe_grads(self, params: Mapping[str, torch.Tensor]) -> list[tuple[str, str, int | None]]:
+        """Handles for each trainable parameter's gradient, taken right after the backward."""
+        from dtype_doctor.numerics import dtype_name
+
+        rec = self.recorder
+        if rec.values is None:
+            return []
+        named = [(n, p) for n, p in params.items() if isinstance(p, torch.Tensor) and p.grad is not None]
+        handles = rec.observe(p.grad for _, p in named)
+        return [(n, dtype_name(p.grad.dtype), h) for (n, p), h in zip(named, handles)]
+
+    def trace(
+        self,
+        info: ModelInfo,
+        failure: TraceFailure | None,
+        *,
+        lineage: Lineage | None = None,
+        sources: Mapping[str, SourceLoc] | None = None,
+        grads: list[tuple[str, str, int | None]] = (),  # type: ignore[assignment]
+        values: str,
+        **fields: Any,
+    ) -> Trace:
+        """The Trace of what the session recorded. `fields` the caller knows better than the
+        recording (device, autocast, train, gpu …); otherwise they are read from what ran."""
+        rec = self.recorder
+        params = list(rec.model.parameters())
+        seen = dict(
+            inputs=tuple(rec.boundary_inputs),
+            device=device_name(params[0].device) if params else "cpu",
+            autocast=next((op.autocast for op in rec.ops if op.autocast), None),
+            train=any(op.phase == "backward" for op in rec.ops),
+        )
+        if self.predict is not None and self.predict.gpu is not None:
+            seen.update(gpu=str(self.predict.gpu), gpu_capability=self.predict.gpu.capability)
+        resolved = tuple(GradStats(n, d, s) for n, d, h in grads if rec.values is not None and (s := rec.values.get(h)) is not None)
+        return Trace(
+            ops=rec.finished_ops(),
+            modules=rec.finished_modules(),
+            model=info,
+            lineage=dict(lineage or {}),
+            failure=failure,
+            sources=dict(sources or {}),
+            values=values,
+            grads=resolved,
+            **{**seen, **fields},
+        )
