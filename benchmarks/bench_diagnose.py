@@ -4,7 +4,7 @@
     A' = dtype_doctor.diagnose(model, batch, stats=False) (the same without value statistics)
     B  = with torch.no_grad(): model(**batch)
 
-Targets: median of the per-triple ratios A/B ≤ 1.2 and A'/B ≤ 1.15. All sides run in this one
+Targets: median of the per-triple ratios A/B ≤ 1.15 and A'/B ≤ 1.05. All sides run in this one
 process on the same model object and the same batch, with torch.set_num_threads fixed, after
 warm-up, in turns whose order rotates (A A' B, A' B A, B A A', ...), so drift on a shared
 machine and cache effects of the side before hit every side alike.
@@ -23,8 +23,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import fmt_spread, header, minilm_dir, spread, verdict  # noqa: E402
 
-LIMIT = 1.2  # with value statistics
-LIMIT_NO_STATS = 1.15
+LIMIT = 1.15  # with value statistics (the reliability issue's limit; 1.2 before)
+LIMIT_NO_STATS = 1.05  # without (1.15 before)
 
 
 def main(argv: list[str] | None = None) -> int:
