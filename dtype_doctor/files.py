@@ -18,21 +18,22 @@ from typing import Iterable
 from dtype_doctor.errors import UsageError
 
 
-def write_atomic(path: Path, text: str, *, exclusive: bool = False, what: str = "the report") -> None:
-    """Write `text` to `path` through a temporary file in the same directory, renamed into place.
+def write_atomic(path: Path, text: str | bytes, *, exclusive: bool = False, what: str = "the report") -> None:
+    """Write `text` (str as UTF-8, or bytes as they are) to `path` through a temporary file in the same directory, renamed into place.
 
     `exclusive`: refuse when `path` exists (checked again just before the rename).
     Any failure raises UsageError naming `path`; the temporary file is removed and an
     existing `path` is untouched."""
     path = Path(path)
+    data = text.encode("utf-8") if isinstance(text, str) else text
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise UsageError(f"cannot write {what} to {path}: it is a directory")
     if str(path.absolute()).startswith(("/dev/", "/proc/")) or (path.exists() and not path.is_file()):
         # /dev/stdout, /proc/self/fd/N, a named pipe: a stream to write into, not a file to replace
         try:
-            with open(path, "w", encoding="utf-8", newline="") as fh:
-                fh.write(text)
+            with open(path, "wb") as fh:
+                fh.write(data)
         except OSError as exc:
             raise UsageError(f"cannot write {what} to {path}: {exc.strerror or exc}") from None
         return
@@ -43,8 +44,8 @@ def write_atomic(path: Path, text: str, *, exclusive: bool = False, what: str = 
     try:
         parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         _set_mode(path, tmp)
@@ -91,7 +92,9 @@ def local_inputs(*specs: str | Path | None) -> list[Path]:
             continue
         text = str(spec)
         if ".py:" in text:
-            text = text.rsplit(":", 1)[0]
+            from dtype_doctor.load.batch.preprocess import split_spec
+
+            text = split_spec(text)[0]
         p = Path(text).expanduser()
         if p.exists():
             out.append(p.resolve())

@@ -28,14 +28,6 @@ class Placement:
     simulated: bool = False
     gpu: str | None = None
 
-    @property
-    def is_cuda(self) -> bool:
-        return self.device is not None and self.device.startswith("cuda")
-
-    @property
-    def device_type(self) -> str | None:
-        return None if self.device is None else self.device.split(":")[0]
-
 
 def parse_device(device: str | None) -> str | None:
     """'cuda' → 'cuda:0'; None and 'auto' stay; anything but auto|cpu|cuda|cuda:N is a UsageError."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
@@ -26,6 +25,7 @@ import typer
 
 from dtype_doctor import __version__
 from dtype_doctor.errors import UsageError
+from dtype_doctor.files import write_atomic
 
 PRE_COMMIT = Path(".pre-commit-config.yaml")
 WORKFLOW = Path(".github/workflows/dtype-doctor.yml")
@@ -79,14 +79,14 @@ def init_command(model: ModelOpt = None, dataset: DatasetOpt = None, script: Scr
         raise UsageError(f"{', '.join(map(str, existing))} already there; nothing written (--force replaces it)")
     table = pyproject_with_table(root / PYPROJECT)
     if table is not None:
-        write_atomic(root / PYPROJECT, table)
+        write_atomic(root / PYPROJECT, table, what=str(PYPROJECT))
         say(f"wrote [tool.dtype-doctor] to {PYPROJECT}")
     else:
         say(f"{PYPROJECT} already has [tool.dtype-doctor]; left as it is")
-    write_atomic(root / PRE_COMMIT, pre_commit_config(pipeline).encode())
+    write_atomic(root / PRE_COMMIT, pre_commit_config(pipeline), what=str(PRE_COMMIT))
     say(f"wrote {PRE_COMMIT} (run `pre-commit install` to check every commit)")
     action, guessed = action_ref()
-    write_atomic(root / WORKFLOW, workflow(pipeline, gpu, action).encode())
+    write_atomic(root / WORKFLOW, workflow(pipeline, gpu, action), what=str(WORKFLOW))
     say(f"wrote {WORKFLOW}")
     if pipeline.placeholder:
         say(f"no model and dataset or training script found: edit {PLACEHOLDER_MODEL} and {PLACEHOLDER_DATA} "
@@ -258,21 +258,3 @@ def workflow(pipeline: Pipeline, gpu: str, action: str) -> str:
         "          sarif_file: dtype-doctor.sarif\n"
         "          category: dtype-doctor\n"
     )
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """`data` to `path` through a temporary file in the same folder and a rename, keeping its mode."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from exc
