@@ -64,16 +64,17 @@ def fp32_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def config_kept(model: torch.nn.Module) -> Iterator[None]:
-    """The config facts a forward decides as it runs put back after the block: transformers'
-    classification heads store the problem_type the first labels' dtype chose (DD111)."""
+    """The config's attributes as they were after the block. A forward decides some as it runs:
+    transformers' classification heads store the problem_type the first labels' dtype chose (DD111)."""
     config = getattr(model, "config", None)
-    kept = hasattr(config, "problem_type")
-    problem_type = getattr(config, "problem_type", None)
+    saved = dict(vars(config)) if config is not None and hasattr(config, "__dict__") else None
     try:
         yield
     finally:
-        if kept:
-            config.problem_type = problem_type
+        if saved is not None:
+            for key in [k for k in vars(config) if k not in saved]:
+                del vars(config)[key]
+            vars(config).update(saved)
 
 
 @contextlib.contextmanager
