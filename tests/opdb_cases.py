@@ -237,10 +237,22 @@ def sampled_modules(n_modules: int, per_module: int = 2, seed: int = 0) -> list[
 # ------------------------------------------------------------------ running a case
 
 
-def real_error(case: Case) -> BaseException | None:
+def real_error(case: Case, device: str = "cpu") -> BaseException | None:
+    """The real call's error on `device` (None: it ran). On a GPU the case's tensors and module
+    are copied there first, as `diagnose(device=...)` moves them, and the call is synchronised
+    so an asynchronous kernel error belongs to this case."""
     args, kwargs = case.fresh()
+    call = case.call
     try:
-        case.call(*args, **kwargs)
+        if device != "cpu":
+            args, kwargs = _map((args, kwargs), lambda t: t.to(device))
+            if isinstance(call, torch.nn.Module):
+                import copy
+
+                call = copy.deepcopy(call).to(device)
+        call(*args, **kwargs)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize(device)
     except Exception as exc:  # noqa: BLE001 - the outcome is what we record
         return exc
     return None
@@ -269,12 +281,12 @@ class OpModule(torch.nn.Module):
         return dict(zip(self.slots, found))
 
 
-def doctor_report(case: Case, *, simulate: bool = False, device: str | None = None) -> Any:
+def doctor_report(case: Case, *, simulate: bool = False, device: str | None = None, **options: Any) -> Any:
     import dtype_doctor
 
     args, kwargs = case.fresh()
     module = OpModule(case.call, args, kwargs)
-    return dtype_doctor.diagnose(module, module.inputs(args, kwargs), simulate=simulate, device=device)
+    return dtype_doctor.diagnose(module, module.inputs(args, kwargs), simulate=simulate, device=device, **options)
 
 
 def expected_on_cuda(case: Case, real: BaseException | None) -> str | None:
@@ -287,20 +299,31 @@ def expected_on_cuda(case: Case, real: BaseException | None) -> str | None:
     * conv with a bias dtype other than the input's: cuDNN checks it, the CPU slow path does not
       (aten/src/ATen/native/Convolution.cpp, check_input_same_type_as_parameters);
     * integer max_pool1d: CUDA always takes max_pool2d_with_indices, floating only
-      (aten/src/ATen/native/MaxPooling.cpp).
+      (aten/src/ATen/native/MaxPooling.cpp);
+    * layer_norm / group_norm: the CUDA kernels read weight and bias as the input's scalar type
+      (layer_norm_kernel.cu, group_norm_kernel.cu), where the CPU ones take mixed types;
+    * integer max_unpool: the CUDA kernels dispatch every integer type (MaxUnpooling.cu,
+      AT_DISPATCH_ALL_TYPES_AND(Half)) where op_db lists, and the CPU runs, floating types only.
+    The last two rows were found by the real-GPU sweep (benchmarks/oracle_cuda.py).
     """
     tensors = list(_tensor_paths(case.args, case.kwargs))
     first = tensors[0][1] if tensors else None
     cpu_error = None if real is None else ((str(real).splitlines() or [type(real).__name__])[0] or type(real).__name__)
     cpu, cuda = (set(case.info.supported_dtypes("cpu")), set(case.info.supported_dtypes("cuda"))) if case.info is not None else (set(), set())
+    op = case.aten.removeprefix("nn.functional.")
     if cpu_error is not None:
         named = re.search(r"not implemented for '(\w+)'", cpu_error)
         if named and _SCALAR_NAMES.get(named.group(1)) in cuda and _SCALAR_NAMES.get(named.group(1)) not in cpu:
             return None
+        if op.startswith("max_unpool") and first is not None and not first.is_floating_point():
+            return None
         return cpu_error
     if first is not None and first.dtype in cpu and first.dtype not in cuda:
         return f"{case.aten}: op_db lists {_n(first.dtype)} for CPU, not CUDA"
-    op = case.aten.removeprefix("nn.functional.")
+    if op in ("layer_norm", "native_layer_norm", "group_norm") and first is not None:
+        params = [t for t in _module_params(case) or [t for _, t in tensors[1:]] if t.is_floating_point()]
+        if any(t.dtype != first.dtype for t in params):
+            return f"CUDA {op}: weight and bias must have the input's dtype"
     if op.startswith("conv") and first is not None and not case.kind.startswith("module"):
         bias = case.kwargs.get("bias", case.args[2] if len(case.args) > 2 else None)
         if isinstance(bias, torch.Tensor) and bias.dtype != first.dtype:
@@ -308,6 +331,11 @@ def expected_on_cuda(case: Case, real: BaseException | None) -> str | None:
     if op == "max_pool1d" and first is not None and not first.is_floating_point():
         return "CUDA max_pool1d takes max_pool2d_with_indices, which has floating kernels only"
     return None
+
+
+def _module_params(case: Case) -> list[torch.Tensor]:
+    """A module case's parameters (the norm's weight and bias); none for an op case."""
+    return list(case.call.parameters()) if isinstance(case.call, torch.nn.Module) else []
 
 
 _SCALAR_NAMES = {

@@ -34,8 +34,11 @@ def mismatched(op: OpCall) -> tuple[TensorMeta, ...] | None:
     if family in NORM and op.operands:
         x = op.operands[0]
         params = [t for t in op.operands[1:] if t.is_floating and t.role in PARAM_ROLES]
-        # Half input with fp32 affine params is a supported mixed-type kernel (CPU and CUDA).
-        bad = [p for p in params if p.dtype != x.dtype and not (is_half(x.dtype) and p.dtype == "float32")]
+        # Half input with fp32 affine params is a mixed-type kernel every CPU norm and CUDA's
+        # batch norm run; CUDA's layer_norm/group_norm refuse it (trace/cuda_table.py): the
+        # kernel's verdict decides.
+        mixed_ok = not refused(op)
+        bad = [p for p in params if p.dtype != x.dtype and not (mixed_ok and is_half(x.dtype) and p.dtype == "float32")]
         return (x, *bad) if bad else None
     if family in INDEX_PUT and op.operands:
         dest = op.operands[0]

@@ -13,6 +13,10 @@ to CUDA except in these documented cases, each grounded in PyTorch itself:
 | integer `F.max_pool1d` | refused: the mode-free CPU path (`max_pool1d_impl`) has floating kernels only; with `return_indices=True` (`max_pool2d_with_indices`) it runs | refused either way: CUDA always takes `max_pool2d_with_indices`, floating only | aten/src/ATen/native/MaxPooling.cpp; op_db's max_pool2d lists |
 | layer_norm, softmax, pow, losses … under float16/bfloat16 autocast | run in the autocast dtype | run in float32 | CUDA's autocast lists (trace/cuda_autocast.py), applied to simulated CUDA traces |
 | binary_cross_entropy under autocast | runs in float32 | refused: "unsafe to autocast" | autocast_mode.cpp registers `binary_cross_entropy_banned` for CUDA only |
+| layer_norm / group_norm with a weight or bias of another dtype than the input (an fp16 activation into an fp32 LayerNorm, outside autocast) | runs (the CPU kernels take mixed types) | refused: "expected scalar type Half but found Float" | the CUDA kernels read gamma/beta as the input's scalar type (layer_norm_kernel.cu, group_norm_kernel.cu); measured on an H100 (benchmarks/oracle_cuda.py) |
+| batch norm whose weight differs from the input, beyond a half input with float32 parameters | refused or run by the CPU kernel | refused: "Expected tensor for argument #1 'input' to have the same type as tensor for argument #2 'weight'" | `cudnn_batch_norm`'s `checkAllSameType`, with the mixed half/float32 case cuDNN takes; a CUDA build of torch routes fake CUDA tensors to `cudnn_batch_norm`, which has no CPU kernel to probe; measured on an H100 |
+| an RNN's hidden state of another dtype than its input | refused by the CPU kernels | refused: "Input and hidden tensors are not the same dtype" | `_cudnn_rnn` (a CUDA build routes fake CUDA tensors there; no CPU kernel to probe); measured on an H100 |
+| integer `max_unpool1d/2d/3d` | refused: floating kernels only | runs | the CUDA kernels dispatch `AT_DISPATCH_ALL_TYPES_AND(Half)` (MaxUnpooling.cu); op_db samples floating types only; measured on an H100 |
 
 Anything not in this table is assumed to behave on CUDA as on this CPU.
 """
@@ -24,9 +28,14 @@ from functools import lru_cache
 from importlib import resources
 
 from dtype_doctor.ops import CONV_OPS, op_name
-from dtype_doctor.records import TensorMeta
+from dtype_doctor.records import INTEGER, TensorMeta
 from dtype_doctor.trace.gpus import GpuProfile
+from dtype_doctor.trace.verdicts import scalar_type_name
 
+# Dtypes a CUDA kernel dispatches that op_db leaves out of its lists (it samples floating types).
+_CUDA_ALSO = {"max_unpool2d": INTEGER, "max_unpool3d": INTEGER}
+_NORMS_SAME_TYPE = ("native_layer_norm", "native_group_norm")
+_BATCH_NORMS = ("cudnn_batch_norm", "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training")
 
 
 @lru_cache(maxsize=1)
@@ -73,9 +82,12 @@ def on_cuda(
     lists = _lists(op)
     cuda = cuda_dtypes(lists, gpu) if lists is not None else None
     if cpu_error is not None:
-        if unsupported and cuda is not None and unsupported in cuda:
+        if unsupported and (cuda is not None and unsupported in cuda or unsupported in _CUDA_ALSO.get(name, ())):
             return None  # CUDA implements what this CPU lacks
         return cpu_error
+    fact = cuda_kernel_check(name, operands)
+    if fact is not None:
+        return fact
     # An op's dtype lists are for its first tensor (OpInfo's sample input, 0-dim or not).
     if cuda is not None:
         for t in [t for t in operands if t.role not in ("index", "mask")][:1]:
@@ -89,6 +101,33 @@ def on_cuda(
         bias = [t for t in operands if t.role == "bias"]
         if bias and x and bias[0].dtype != x[0].dtype:
             return f"Input type ({x[0].dtype}) and bias type ({bias[0].dtype}) should be the same (cuDNN checks the bias; this CPU's slow path does not)"
+    return None
+
+
+def cuda_kernel_check(name: str, operands: tuple[TensorMeta, ...]) -> str | None:
+    """A CUDA kernel's own dtype check that the CPU kernel does not make, or that runs in a
+    kernel this CPU build lacks (cuDNN's batch norm and RNN): CUDA's refusal, in its words."""
+    data = [t for t in operands if not t.is_scalar and t.role not in ("index", "mask", "buffer")]
+    inputs = [t for t in data if t.role == "input"]
+    if not inputs:
+        return None
+    x, params = inputs[0], [t for t in data if t.role in ("weight", "bias")]
+    if name in _NORMS_SAME_TYPE:
+        other = next((t for t in params if t.dtype != x.dtype), None)
+        if other is not None:
+            return f"expected scalar type {scalar_type_name(x.dtype)} but found {scalar_type_name(other.dtype)}"
+    if name in _BATCH_NORMS:
+        weight = next((t for t in params if t.role == "weight"), None)
+        mixed = x.dtype in ("float16", "bfloat16") and weight is not None and weight.dtype == "float32"
+        if weight is not None and weight.dtype != x.dtype and not mixed:
+            return (f"Expected tensor for argument #1 'input' to have the same type as tensor for argument #2 'weight'; "
+                    f"but type torch.cuda.{scalar_type_name(x.dtype)}Tensor does not equal "
+                    f"torch.cuda.{scalar_type_name(weight.dtype)}Tensor (while checking arguments for cudnn_batch_norm)")
+    if name == "_cudnn_rnn":
+        hidden = next((t for t in inputs[1:] if t.dtype != x.dtype), None)
+        if hidden is not None:
+            return (f"Input and hidden tensors are not the same dtype, found input tensor with "
+                    f"{scalar_type_name(x.dtype)} and hidden tensor with {scalar_type_name(hidden.dtype)}")
     return None
 
 

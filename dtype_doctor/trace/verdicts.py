@@ -78,6 +78,11 @@ def data_operands(operands: tuple[TensorMeta, ...]) -> tuple[TensorMeta, ...]:
     return tuple(t for t in operands if not t.is_scalar and t.role not in ("index", "mask", "target"))
 
 
+def scalar_type_name(dtype: str) -> str:
+    """Our dtype name as PyTorch's C++ messages spell it: "float16" → "Half"."""
+    return next((k for k, v in _SCALAR_NAMES.items() if v == dtype), dtype)
+
+
 def unsupported_dtype(message: str, operands: tuple[TensorMeta, ...]) -> str | None:
     """The dtype a kernel refused outright (no kernel for it), or None for a mismatch.
 
