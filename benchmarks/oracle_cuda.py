@@ -17,7 +17,7 @@ A case whose CPU call fails on values (an index out of range) is not sent to the
 is a device-side assert that poisons the process. If a kernel still poisons it, the sweep stops,
 prints `POISONED <n>`, and `--start <n+1>` resumes after it.
 
-Usage: python benchmarks/oracle_cuda.py [--samples 2] [--only NAME,…] [--start N] [--json PATH]
+Usage: python benchmarks/oracle_cuda.py [--samples 2] [--only NAME,…] [--start N] [--shard I/N] [--json PATH]
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def main() -> int:
     p.add_argument("--samples", type=int, default=2)
     p.add_argument("--only", default="")
     p.add_argument("--start", type=int, default=0, help="skip the first N cases (resume after a poisoned context)")
+    p.add_argument("--shard", default="0/1", help="I/N: this process takes every N-th case from the I-th (parallel runs)")
     p.add_argument("--json", default="")
     p.add_argument("--kinds", default="perturbed,clean,error-input,module,module-clean,module-error-input")
     a = p.parse_args()
@@ -86,12 +87,13 @@ def _sweep(a: argparse.Namespace, oc, only: set, stats: dict, bad: list, gpu: st
     """Run the cases; the index of a case that poisoned the CUDA context, or None."""
     from oracle_sweep import _codes, _msg
 
+    shard, shards = (int(x) for x in a.shard.split("/"))
     n = -1
     for case in oc.cases(samples_per_op=a.samples, kinds=tuple(a.kinds.split(","))):
         if only and case.op.split(".")[0] not in only and case.op not in only:
             continue
         n += 1
-        if n < a.start:
+        if n < a.start or n % shards != shard:
             continue
         c = stats[(case.family, case.kind)]
         c["cases"] += 1

@@ -72,7 +72,7 @@ def meta(dtype: str, role: str = "input", shape: tuple[int, ...] = (2, 3)) -> Te
     ("int32", "float32", True), ("float64", "float32", True), ("float32", "float16", True), ("bfloat16", "float16", True),
 ])
 def test_cudnn_batch_norm_takes_same_types_or_half_with_float32_parameters(x: str, w: str, refused: bool) -> None:
-    operands = (meta(x), meta(w, "weight", (3,)), meta(w, "bias", (3,)), meta("float32", "buffer", (3,)))
+    operands = (meta(x), meta(w, "weight", (3,)), meta(w, "bias", (3,)), meta(w, "buffer", (3,)), meta(w, "buffer", (3,)))
     verdict = on_cuda("aten.cudnn_batch_norm.default", operands, None, None, None, cpu_kernel=False)
     assert (verdict is not None) is refused, verdict
     if refused:
@@ -86,3 +86,13 @@ def test_cudnn_rnn_needs_the_hidden_state_in_the_input_dtype(hidden: str, refuse
     assert (verdict is not None) is refused, verdict
     if refused:
         assert "hidden" in verdict and names_dtypes(verdict, "float32", hidden)
+
+
+def test_cudnn_batch_norm_needs_running_stats_of_the_weights_type() -> None:
+    """F.batch_norm with float64 running stats: refused here and, by cuDNN, on CUDA."""
+    x, mean, var, w = torch.rand(2, 3), torch.zeros(3).double(), torch.ones(3).double(), torch.ones(3)
+    with pytest.raises(RuntimeError):
+        F.batch_norm(x, mean, var, w)
+    operands = (meta("float32"), meta("float32", "weight", (3,)), meta("float64", "buffer", (3,)), meta("float64", "buffer", (3,)))
+    verdict = cuda_kernel_check("cudnn_batch_norm", operands)
+    assert verdict is not None and names_dtypes(verdict, "float32", "float64")

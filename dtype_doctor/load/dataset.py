@@ -183,7 +183,11 @@ def _slice_in_memory(ds: Any, n: int, where: str = "the dataset") -> Any:
     table = ds.select(range(k)).with_format("arrow")[:k]
     check_row_bytes(where, table.nbytes, k)
     table = table.combine_chunks() if hasattr(table, "combine_chunks") else table
-    return Dataset(InMemoryTable(table), info=ds.info.copy(), split=ds.split)
+    # A fingerprint of our own: without one datasets hashes the whole table by pickling it,
+    # which costs a pass over the rows and fails on Python 3.12 with pyarrow 26 ("Can't pickle
+    # <class 'MonthDayNano'>", seen on a GPU machine's Python 3.12).
+    fingerprint = f"dtype-doctor-{getattr(ds, '_fingerprint', None) or 'rows'}-{k}"
+    return Dataset(InMemoryTable(table), info=ds.info.copy(), split=ds.split, fingerprint=fingerprint)
 
 
 def _saved_without_data(d: Path) -> bool:

@@ -14,7 +14,9 @@ to CUDA except in these documented cases, each grounded in PyTorch itself:
 | layer_norm, softmax, pow, losses … under float16/bfloat16 autocast | run in the autocast dtype | run in float32 | CUDA's autocast lists (trace/cuda_autocast.py), applied to simulated CUDA traces |
 | binary_cross_entropy under autocast | runs in float32 | refused: "unsafe to autocast" | autocast_mode.cpp registers `binary_cross_entropy_banned` for CUDA only |
 | layer_norm / group_norm with a weight or bias of another dtype than the input (an fp16 activation into an fp32 LayerNorm, outside autocast) | runs (the CPU kernels take mixed types) | refused: "expected scalar type Half but found Float" | the CUDA kernels read gamma/beta as the input's scalar type (layer_norm_kernel.cu, group_norm_kernel.cu); measured on an H100 (benchmarks/oracle_cuda.py) |
-| batch norm whose weight differs from the input, beyond a half input with float32 parameters | refused or run by the CPU kernel | refused: "Expected tensor for argument #1 'input' to have the same type as tensor for argument #2 'weight'" | `cudnn_batch_norm`'s `checkAllSameType`, with the mixed half/float32 case cuDNN takes; a CUDA build of torch routes fake CUDA tensors to `cudnn_batch_norm`, which has no CPU kernel to probe; measured on an H100 |
+| batch norm (nn.BatchNorm*, F.batch_norm, instance_norm) whose weight, bias and running stats are not of one type, or whose input differs from them beyond a half input with float32 state | refused or run by the CPU kernel | refused: "Expected tensor for argument #2 'weight' to have the same type as tensor for argument #5 'running_var'" | `cudnn_batch_norm`'s `checkAllSameType`, with the mixed half/float32 case cuDNN takes; a CUDA build of torch routes fake CUDA tensors to `cudnn_batch_norm`, which has no CPU kernel to probe; measured on an H100. (`torch.native_batch_norm` called directly takes CUDA's native kernel, which accepts running stats of another dtype: the simulation judges as cuDNN does) |
+| an op the CPU runs on mixed dtypes (an int32 addend of `addmv`, a bf16 `igamma` with an fp32 argument) | runs, promoted | runs, promoted: op_db's list is checked for the promoted dtype, not the first tensor's | measured on an H100 |
+| `native_dropout_backward` with a non-bool mask | runs | refused: "Mask should be Bool Scalar Type…" | measured on an H100 |
 | an RNN's hidden state of another dtype than its input | refused by the CPU kernels | refused: "Input and hidden tensors are not the same dtype" | `_cudnn_rnn` (a CUDA build routes fake CUDA tensors there; no CPU kernel to probe); measured on an H100 |
 | integer `max_unpool1d/2d/3d` | refused: floating kernels only | runs | the CUDA kernels dispatch `AT_DISPATCH_ALL_TYPES_AND(Half)` (MaxUnpooling.cu); op_db samples floating types only; measured on an H100 |
 
@@ -88,14 +90,17 @@ def on_cuda(
     fact = cuda_kernel_check(name, operands)
     if fact is not None:
         return fact
-    # An op's dtype lists are for its first tensor (OpInfo's sample input, 0-dim or not).
-    if cuda is not None:
-        for t in [t for t in operands if t.role not in ("index", "mask")][:1]:
-            if (t.dtype in lists["cpu"] or not cpu_kernel) and t.dtype not in cuda:
-                needs = lists.get("cuda_needs", {}).get(t.dtype)
-                if needs is not None and gpu is not None:
-                    return f'"{name}" has no CUDA kernel for {t.dtype} on {gpu} (PyTorch op database: {t.dtype} needs compute capability {needs[0]}.{needs[1]})'
-                return f'"{name}" has no CUDA kernel for {t.dtype} (PyTorch op database: CUDA supports {", ".join(sorted(cuda - {"complex32"}))})'
+    # An op's dtype lists are for its first tensor (OpInfo's sample input, 0-dim or not); an
+    # op the CPU ran on mixed dtypes computes in the dtype it promoted them to (an int32
+    # addend of addmv, a bf16 igamma with an fp32 argument: measured on an H100).
+    data = [t for t in operands if t.role not in ("index", "mask")]
+    if cuda is not None and data:
+        dtype = _promoted(data) if cpu_kernel else data[0].dtype
+        if (dtype in lists["cpu"] or not cpu_kernel) and dtype not in cuda:
+            needs = lists.get("cuda_needs", {}).get(dtype)
+            if needs is not None and gpu is not None:
+                return f'"{name}" has no CUDA kernel for {dtype} on {gpu} (PyTorch op database: {dtype} needs compute capability {needs[0]}.{needs[1]})'
+            return f'"{name}" has no CUDA kernel for {dtype} (PyTorch op database: CUDA supports {", ".join(sorted(cuda - {"complex32"}))})'
     if name in CONV_OPS:
         x = [t for t in operands if t.role not in ("bias",) and not t.is_scalar]
         bias = [t for t in operands if t.role == "bias"]
@@ -106,29 +111,58 @@ def on_cuda(
 
 def cuda_kernel_check(name: str, operands: tuple[TensorMeta, ...]) -> str | None:
     """A CUDA kernel's own dtype check that the CPU kernel does not make, or that runs in a
-    kernel this CPU build lacks (cuDNN's batch norm and RNN): CUDA's refusal, in its words."""
-    data = [t for t in operands if not t.is_scalar and t.role not in ("index", "mask", "buffer")]
-    inputs = [t for t in data if t.role == "input"]
+    kernel this CPU build lacks (cuDNN's batch norm and RNN): CUDA's refusal, in its words.
+    Each was measured against the real kernel on an H100 (benchmarks/oracle_cuda.py)."""
+    if name == "native_dropout_backward":
+        mask = next((t for t in operands if t.role == "mask"), None)
+        return None if mask is None or mask.dtype == "bool" else f"Mask should be Bool Scalar Type{scalar_type_name(mask.dtype)}"
+    tensors = [t for t in operands if not t.is_scalar and t.role not in ("index", "mask")]
+    inputs = [t for t in tensors if t.role == "input"]
     if not inputs:
         return None
-    x, params = inputs[0], [t for t in data if t.role in ("weight", "bias")]
+    x, params = inputs[0], [t for t in tensors if t.role in ("weight", "bias")]
     if name in _NORMS_SAME_TYPE:
         other = next((t for t in params if t.dtype != x.dtype), None)
         if other is not None:
             return f"expected scalar type {scalar_type_name(x.dtype)} but found {scalar_type_name(other.dtype)}"
     if name in _BATCH_NORMS:
-        weight = next((t for t in params if t.role == "weight"), None)
-        mixed = x.dtype in ("float16", "bfloat16") and weight is not None and weight.dtype == "float32"
-        if weight is not None and weight.dtype != x.dtype and not mixed:
-            return (f"Expected tensor for argument #1 'input' to have the same type as tensor for argument #2 'weight'; "
-                    f"but type torch.cuda.{scalar_type_name(x.dtype)}Tensor does not equal "
-                    f"torch.cuda.{scalar_type_name(weight.dtype)}Tensor (while checking arguments for cudnn_batch_norm)")
+        return _cudnn_batch_norm(x, params + [t for t in tensors if t.role == "buffer"])
     if name == "_cudnn_rnn":
         hidden = next((t for t in inputs[1:] if t.dtype != x.dtype), None)
         if hidden is not None:
             return (f"Input and hidden tensors are not the same dtype, found input tensor with "
                     f"{scalar_type_name(x.dtype)} and hidden tensor with {scalar_type_name(hidden.dtype)}")
     return None
+
+
+def _cudnn_batch_norm(x: TensorMeta, state: list[TensorMeta]) -> str | None:
+    """cuDNN's batch norm (what F.batch_norm / nn.BatchNorm* / instance_norm take on CUDA):
+    weight, bias and running stats all of one type, and the input of that type too, or half
+    with float32 state (checkAllSameType in aten/src/ATen/native/cudnn/BatchNorm.cpp)."""
+    if not state:
+        return None
+    ref = state[0]
+    other = next((t for t in state[1:] if t.dtype != ref.dtype), None)
+    if other is not None:
+        return (f"Expected tensor for argument #2 '{ref.role}' to have the same type as tensor for '{other.name or other.role}'; "
+                f"but type torch.cuda.{scalar_type_name(ref.dtype)}Tensor does not equal "
+                f"torch.cuda.{scalar_type_name(other.dtype)}Tensor (while checking arguments for cudnn_batch_norm)")
+    if ref.dtype != x.dtype and not (x.dtype in ("float16", "bfloat16") and ref.dtype == "float32"):
+        return (f"Expected tensor for argument #1 'input' to have the same type as tensor for argument #2 '{ref.role}'; "
+                f"but type torch.cuda.{scalar_type_name(x.dtype)}Tensor does not equal "
+                f"torch.cuda.{scalar_type_name(ref.dtype)}Tensor (while checking arguments for cudnn_batch_norm)")
+    return None
+
+
+def _promoted(data: list[TensorMeta]) -> str:
+    """The dtype an elementwise kernel computes mixed operands in (torch's type promotion)."""
+    if len({t.dtype for t in data}) == 1:
+        return data[0].dtype
+    import torch
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+    metas = [torch.empty(t.shape, dtype=getattr(torch, t.dtype), device="meta") for t in data]
+    return str(elementwise_dtypes(*metas, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)[1]).removeprefix("torch.")
 
 
 def cuda_dtypes(lists: dict, gpu: GpuProfile | None) -> frozenset[str]:
