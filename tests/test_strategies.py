@@ -77,6 +77,8 @@ def test_a_findings_fixes_are_worded_from_its_remedies_and_hints() -> None:
     # a hint Remedy is worded like a remedy; advice alone loses its "or"
     assert suggestions([], [Remedy("keep-fp32", "encoder.0", "float32")])[0].description.endswith(", encoder.0 among them (--strategy keep-fp32)")
     assert suggestions([], ["or pass a bool mask"]) == (FixSuggestion(ADVICE_STRATEGY, "display-only", "pass a bool mask"),)
+    # a strategy no module defines (yet) is said plainly, and never offered as safe
+    assert suggestions([Remedy("dequantize", "lm_head", "float16")]) == (FixSuggestion("dequantize", "display-only", "dequantize lm_head → float16"),)
 
 
 def test_a_rule_states_its_fix_as_data_and_the_finding_carries_the_words() -> None:

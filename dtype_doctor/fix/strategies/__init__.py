@@ -61,11 +61,18 @@ def suggestions(remedies: "Iterable[Remedy]", hints: "Iterable[Remedy | str]" = 
     by_strategy: dict[str, list[Remedy]] = {}
     for r in (*remedies, *(h for h in hints if isinstance(h, Remedy))):
         by_strategy.setdefault(r.strategy, []).append(r)
-    shown = [FixSuggestion(s, STRATEGIES[s].applicability, STRATEGIES[s].suggestion(rs)) for s, rs in by_strategy.items()]
+    shown = [_worded(s, rs) for s, rs in by_strategy.items()]
     lead = next(iter(by_strategy), ADVICE_STRATEGY)
     # Advice reads as the alternative to a fix ("or pass a bool mask"); alone, without its "or".
     advice = [h if shown else h.removeprefix("or ") for h in hints if isinstance(h, str)]
     return (*shown, *(FixSuggestion(lead, "display-only", h) for h in advice))
+
+
+def _worded(strategy: str, remedies: list[Remedy]) -> FixSuggestion:
+    known = STRATEGIES.get(strategy)
+    if known is None:  # a rule naming a strategy no module defines: said plainly, never applied
+        return FixSuggestion(strategy, "display-only", "; ".join(f"{strategy} {r.target} → {r.to}" for r in remedies))
+    return FixSuggestion(strategy, known.applicability, known.suggestion(remedies))
 
 
 def help_text() -> str:
