@@ -9,9 +9,33 @@ ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 
 
+def _generator():  # noqa: ANN202 - the module scripts/gen_readme_rules.py
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_readme_rules", ROOT / "scripts" / "gen_readme_rules.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_rule_table_is_the_catalogue() -> None:
+    """The README's table is what scripts/gen_readme_rules.py writes from the catalogue: stale, this fails."""
+    assert _generator().with_table(README) == README, "stale rule table: run python scripts/gen_readme_rules.py"
     rows = re.findall(r"^\| (DD\d{3}) \| ([a-z0-9-]+) \| (error|warning|info) \|$", README, re.M)
     assert rows == [(r.code, r.name, r.severity) for r in all_rules()]
+
+
+def test_the_rule_table_generator_writes_a_new_rule_and_checks(tmp_path: Path) -> None:
+    """A rule the README lacks (its row struck out here) is written back; --check fails before, passes after."""
+    gen = _generator()
+    stale = tmp_path / "README.md"
+    last = all_rules()[-1]
+    stale.write_text(README.replace(f"| {last.code} | {last.name} | {last.severity} |\n", ""), encoding="utf-8")
+    assert stale.read_text(encoding="utf-8") != README
+    assert gen.main(["--check", "--readme", str(stale)]) == 1
+    assert gen.main(["--readme", str(stale)]) == 0
+    assert stale.read_text(encoding="utf-8") == README
+    assert gen.main(["--check", "--readme", str(stale)]) == 0
 
 
 def test_setup_commands_exist() -> None:

@@ -1,5 +1,6 @@
 """The strategy table: one class a strategy, discovered; everything that names strategies
-(the --strategy help, auto's order, a change's words, a rule's suggested fix) reads it."""
+(the --strategy help, auto's order, a change's words and JSON kind, a rule's suggested fix,
+the generated fix module) reads it."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import sys
 from pathlib import Path
 
 from dtype_doctor.fix.outcome import Change
-from dtype_doctor.fix.strategies import AUTO_ORDER, NAMES, STRATEGIES, Site, describe, help_text, suggestion
+from dtype_doctor.fix.strategies import (
+    ADVICE_STRATEGY, AUTO_ORDER, NAMES, STRATEGIES, Site, describe, help_text, suggestion, suggestions,
+)
 from dtype_doctor.fix.strategies.base import SAFE, UNSAFE
+from dtype_doctor.records import FixSuggestion, Remedy
 from dtype_doctor.rules._common import fix_autocast, fix_cast_inputs, fix_half_model, fix_to_device
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,11 +52,48 @@ def test_the_json_keeps_the_kinds_reports_already_carry_and_adds_the_strategy() 
 
 
 def test_a_rules_fix_text_comes_from_the_table() -> None:
+    # The older helpers (a rule passing fixes=) still give the table's words, for an unnamed target.
     assert fix_cast_inputs("int64") == suggestion("cast-inputs", "int64")
-    assert fix_cast_inputs("int64").description == "cast the input to int64 where the pipeline produces it"
+    assert fix_cast_inputs("int64").description == "cast the input to int64 (.long()) where the pipeline produces it"
     assert fix_autocast("bfloat16").applicability == SAFE and "torch.bfloat16" in fix_autocast("bfloat16").description
     assert fix_half_model("float16").applicability == UNSAFE
-    assert fix_to_device("cuda:0").description == "move the tensor to cuda:0, the model's device"
+    assert fix_to_device("cuda:0").description == "move the input to cuda:0, the model's device"
+
+
+def test_a_findings_fixes_are_worded_from_its_remedies_and_hints() -> None:
+    remedies = (
+        Remedy("cast-inputs", "labels", "int64", "collator"),
+        Remedy("cast-inputs", "pixel_values", "float16", "processor"),
+        Remedy("autocast", "forward", "float16"),
+    )
+    fixes = suggestions(remedies, ["or set problem_type in the config"])
+    assert [(f.strategy, f.applicability) for f in fixes] == [("cast-inputs", SAFE), ("autocast", SAFE), ("cast-inputs", "display-only")]
+    assert fixes[0].description == "cast labels to int64 (.long()) and pixel_values to float16 where the pipeline produces them"
+    assert "torch.amp.GradScaler" in fixes[1].description and fixes[2].description == "or set problem_type in the config"
+    # made in model code: cast where it is made; a created tensor is named by its op and module
+    made = suggestions([Remedy("to-device", "created:aten.arange.default@model.pos", "cuda:0", "model-code")])
+    assert made[0].description == "create the tensor arange makes in model.pos with device='cuda:0'"
+    assert suggestions([Remedy("cast-inputs", "", "float32", "model-code")])[0].description == "cast the tensor to float32 where it is made"
+    # a hint Remedy is worded like a remedy; advice alone loses its "or"
+    assert suggestions([], [Remedy("keep-fp32", "encoder.0", "float32")])[0].description.endswith(", encoder.0 among them (--strategy keep-fp32)")
+    assert suggestions([], ["or pass a bool mask"]) == (FixSuggestion(ADVICE_STRATEGY, "display-only", "pass a bool mask"),)
+    # a strategy no module defines (yet) is said plainly, and never offered as safe
+    assert suggestions([Remedy("dequantize", "lm_head", "float16")]) == (FixSuggestion("dequantize", "display-only", "dequantize lm_head → float16"),)
+
+
+def test_a_rule_states_its_fix_as_data_and_the_finding_carries_the_words() -> None:
+    from dtype_doctor.rules.base import Rule
+
+    rule = Rule("DD999", "example", "error", "s", "w", "e", "f", "fs")
+    remedy = Remedy("half-model", "model", "bfloat16", "model-loading")
+    f = rule.finding("m", remedies=[remedy], hints=["or train in bfloat16"])
+    assert f.remedies == (remedy,) and f.fixes == suggestions([remedy], ["or train in bfloat16"])
+    assert f.fixes[0].applicability == UNSAFE and "dtype=torch.bfloat16" in f.fixes[0].description
+    hinted = rule.finding("m", hints=[remedy])
+    assert hinted.remedies == () and hinted.fixes == f.fixes[:1]  # shown, never applied
+    # the older way, words written out, is still accepted and wins
+    old = FixSuggestion("cast-inputs", SAFE, "cast it")
+    assert rule.finding("m", remedies=[remedy], fixes=[old]).fixes == (old,)
 
 
 def test_each_strategy_plans_its_edits_and_its_part_of_the_fix_module(tmp_path: Path) -> None:

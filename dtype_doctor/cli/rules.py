@@ -25,13 +25,20 @@ def rule_command(
 
 
 def rules_command(
-    format: Annotated[Optional[str], typer.Option("--format", "-f", metavar="FORMAT", help="rich or json.")] = None,
+    format: Annotated[Optional[str], typer.Option("--format", "-f", metavar="FORMAT", help="rich, json or markdown (the README's table).")] = None,
 ) -> None:
     """List every rule with its code, name, default severity and summary."""
     from dtype_doctor.rules import all_rules
 
     if format == "json":
         _print_json([_rule_dict(r) for r in all_rules()])
+        return
+    if format == "markdown":
+        import sys
+
+        from dtype_doctor.report import rules_markdown
+
+        sys.stdout.write(rules_markdown(all_rules()))
         return
     _check_format(format)
     from dtype_doctor.report import rules_table

@@ -9,16 +9,6 @@ from typing import Any, Mapping
 from dtype_doctor.records import Finding, SourceLoc
 
 
-# The `kind` a report's JSON has always given a change, where it is not the strategy's name.
-# Reports already carry these values (SPEC extends, never renames); `strategy` gives the name.
-JSON_KIND = {
-    "cast-inputs": "cast-input",
-    "half-model": "convert-model",
-    "to-device": "move-input",
-    "fp32-trainable": "trainable-fp32",
-}
-
-
 @dataclass(frozen=True, slots=True)
 class Change:
     """One concrete edit: what the patch writer turns into code."""
@@ -32,7 +22,7 @@ class Change:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "kind": JSON_KIND.get(self.kind, self.kind),
+            "kind": json_kind(self.kind),
             "strategy": self.kind,
             "target": self.target,
             "from": self.before,
@@ -40,6 +30,15 @@ class Change:
             "stage": self.stage,
             "source": self.source.to_dict() if self.source else None,
         }
+
+
+def json_kind(strategy: str) -> str:
+    """The `kind` a report's JSON gives a change of `strategy`: the strategy's `json_kind`
+    (reports carry the older names: SPEC extends, never renames), else its name."""
+    from dtype_doctor.fix.strategies import STRATEGIES
+
+    known = STRATEGIES.get(strategy)
+    return known.json_kind if known is not None else strategy
 
 
 @dataclass(frozen=True, slots=True)

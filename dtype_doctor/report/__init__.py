@@ -28,6 +28,7 @@ __all__ = [
     "render",
     "print_report",
     "rules_table",
+    "rules_markdown",
     "rule_doc",
     "render_renderable",
 ]
@@ -115,6 +116,12 @@ def print_report(
 
 def rules_table(rules: Iterable[Any]) -> RenderableType:
     from dtype_doctor.report.rule_docs import rules_table as table
+
+    return table(rules)
+
+
+def rules_markdown(rules: Iterable[Any]) -> str:
+    from dtype_doctor.report.rule_docs import rules_markdown as table
 
     return table(rules)
 

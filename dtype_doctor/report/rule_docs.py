@@ -38,6 +38,13 @@ def rules_table(rules: Iterable[Any]) -> RenderableType:
     return _RulesTable(tuple(sorted(rules, key=lambda r: r.code)))
 
 
+def rules_markdown(rules: Iterable[Any]) -> str:
+    """The catalogue as a markdown table, code, name and default severity: the README's, which
+    scripts/gen_readme_rules.py writes (`dtype-doctor rules --format markdown` prints it)."""
+    rows = [f"| {r.code} | {r.name} | {r.severity} |" for r in sorted(rules, key=lambda r: r.code)]
+    return "\n".join(["| code | name | default |", "|---|---|---|", *rows]) + "\n"
+
+
 class _RulesTable:
     def __init__(self, rules: tuple[Any, ...]) -> None:
         self.rules = rules

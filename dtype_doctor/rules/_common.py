@@ -146,8 +146,9 @@ def keep_fp32(trace: Trace, name: str) -> bool:
     return in_modules(trace.model.keep_in_fp32_modules, name)
 
 
-# A finding's suggested fix in words comes from the strategy table, from the same strategy name
-# and target dtype/device the rule's Remedy carries.
+# A finding's fix in words comes from the strategy table, from its Remedy records: a rule passes
+# `remedies=` (and `hints=`) to Rule.finding and never writes the words. These four give the
+# words for an unnamed target, for a rule that still passes `fixes=` (the older way, accepted).
 
 
 def fix_cast_inputs(to: str) -> FixSuggestion:

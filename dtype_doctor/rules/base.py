@@ -1,4 +1,10 @@
-"""The Rule record: a permanent code, its documentation, and a pure check of a Trace."""
+"""The Rule record: a permanent code, its documentation, and a pure check of a Trace.
+
+A finding states its fix as data: `remedies` (Remedy records: which strategy, on what, giving
+which dtype or device), which `fix` applies, and `hints`, shown but never applied (a Remedy, or
+advice in words that no strategy applies). The finding's `fixes` (the words the reports show)
+are derived from them by the strategy table (dtype_doctor.fix.strategies.suggestions).
+"""
 
 from __future__ import annotations
 
@@ -40,11 +46,17 @@ class Rule:
         stage: str = "model-code",
         tensors: Iterable[TensorMeta] = (),
         source: SourceLoc | None = None,
-        fixes: Iterable[FixSuggestion] = (),
         severity: str | None = None,
         pytorch_error: str | None = None,
         remedies: Iterable[Remedy] = (),
+        hints: Iterable[Remedy | str] = (),
+        fixes: Iterable[FixSuggestion] | None = None,
     ) -> Finding:
+        """A finding of this rule. Its fix texts come from `remedies` and `hints`; `fixes`
+        (the texts written out, as rules once did) replaces them when given."""
+        from dtype_doctor.fix.strategies import suggestions
+
+        remedies = tuple(remedies)
         return Finding(
             code=self.code,
             name=self.name,
@@ -56,7 +68,7 @@ class Rule:
             stage=stage,
             tensors=tuple(tensors),
             source=source,
-            fixes=tuple(fixes),
+            fixes=tuple(fixes) if fixes is not None else suggestions(remedies, hints),
             pytorch_error=pytorch_error,
-            remedies=tuple(remedies),
+            remedies=remedies,
         )

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import Finding, FixSuggestion, OpCall, TensorMeta, Trace
-from dtype_doctor.rules._common import base_op, describe, fix_cast_inputs, fix_to_device, reraised, source_of, stage_of
+from dtype_doctor.records import Finding, OpCall, Remedy, TensorMeta, Trace
+from dtype_doctor.rules._common import base_op, describe, input_name, reraised, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 from dtype_doctor.trace.verdicts import classify_error, data_operands
 
@@ -46,16 +46,17 @@ def check(trace: Trace) -> Iterator[Finding]:
         shown = ", ".join(f"{describe(t)} {t.dtype if kind == 'dtype' else t.device}" for t in data[:4])
         odd = _odd_one(op, kind)
         name = f"{base_op(op.op).removeprefix('aten.').removeprefix('torch.nn.functional.')}{' in ' + op.module_type if op.module_type else ''}"
-        message, fixes = _explained(op, name, kind, shown, odd)
+        stage = stage_of(trace, odd, what="dtype" if kind == "dtype" else "device") if odd is not None else "model-code"
+        message, hints = _explained(op, name, kind, shown, odd, stage)
         yield RULE.finding(
             message,
             module=op.module,
             module_type=op.module_type,
             op=op.op,
-            stage=stage_of(trace, odd, what="dtype" if kind == "dtype" else "device") if odd is not None else "model-code",
+            stage=stage,
             tensors=tuple(data[:4]),
             source=source_of(trace, odd) if odd is not None else None,
-            fixes=fixes,
+            hints=hints,
             pytorch_error=op.error,
         )
     failure = trace.failure
@@ -73,31 +74,34 @@ def check(trace: Trace) -> Iterator[Finding]:
         )
 
 
-def _explained(op: OpCall, name: str, kind: str, shown: str, odd: TensorMeta | None) -> tuple[str, tuple[FixSuggestion, ...]]:
-    """The finding's message and fixes for a refusal of `kind`."""
+def _explained(
+    op: OpCall, name: str, kind: str, shown: str, odd: TensorMeta | None, stage: str
+) -> tuple[str, tuple[Remedy | str, ...]]:
+    """The finding's message and hints for a refusal of `kind` (shown, never applied: the
+    catch-all knows no fix `fix` could verify)."""
     error = op.error or ""
     if "unsafe to autocast" in error:
         return (
             f"{name} is refused under CUDA autocast: binary_cross_entropy is unsafe in half precision (CPU autocast "
             f"runs it in float32, CUDA raises)",
-            (FixSuggestion("cast-inputs", "display-only", "compute the loss from the logits with binary_cross_entropy_with_logits "
-                           "(BCEWithLogitsLoss), which autocast runs in float32, or call binary_cross_entropy on .float() "
-                           "inputs inside torch.autocast(enabled=False)"),),
+            ("compute the loss from the logits with binary_cross_entropy_with_logits (BCEWithLogitsLoss), which autocast "
+             "runs in float32, or call binary_cross_entropy on .float() inputs inside torch.autocast(enabled=False)",),
         )
     if "without overflow" in error:
         target = next((t for t in op.operands if not t.is_scalar and t.role not in ("mask", "index")), odd)
         written = target.dtype if target is not None else "its dtype"
         return (
             f"{name} writes a number beyond the range of {written} ({shown}): PyTorch refuses it",
-            (FixSuggestion("cast-inputs", "display-only", f"use a value within {written}'s range (torch.iinfo) or a wider dtype"),),
+            (f"use a value within {written}'s range (torch.iinfo) or a wider dtype",),
         )
     message = f"{name} refused its operands' {'dtypes' if kind == 'dtype' else 'devices'} ({shown})"
     others = [t for t in _compared(op, kind) if t is not odd]
     if odd is None or not others:
         return message, ()
+    target = input_name(odd) or ""
     if kind == "dtype":
-        return message, (fix_cast_inputs(others[0].dtype),)
-    return message, (fix_to_device(others[0].device),)
+        return message, (Remedy("cast-inputs", target, others[0].dtype, stage),)
+    return message, (Remedy("to-device", target, others[0].device, stage),)
 
 
 def _odd_one(op: OpCall, kind: str):  # noqa: ANN202 - a TensorMeta or None

@@ -11,8 +11,8 @@ from dtype_doctor.rules._common import (
     cast_remedies,
     half_model_remedy,
     input_name,
-    ATTENTION, CONV, INDEX_PUT, MATMUL, NORM, base_op, describe, family, fix_autocast, fix_cast_inputs,
-    fix_half_model, is_half, kernel_dtype, main_dtype, refused, source_of, stage_of,
+    ATTENTION, CONV, INDEX_PUT, MATMUL, NORM, base_op, describe, family, is_half, kernel_dtype, main_dtype, refused,
+    source_of, stage_of,
 )
 from dtype_doctor.rules.base import Rule
 from dtype_doctor.trace.verdicts import RNN_INPUT_CHECK
@@ -73,20 +73,17 @@ def _finding(trace: Trace, op: OpCall, bad: tuple[TensorMeta, ...], main: str | 
     weights = sorted((t for t in bad if t.role in PARAM_ROLES), key=lambda t: t.role != "weight")
     others = [t for t in bad if t.role not in PARAM_ROLES]
     what = op.module_type or base_op(op.op)
-    fixes, remedies = [], []
+    remedies = []
     if weights and (main is None or weights[0].dtype == main or not others):
         expected = weights[0].dtype
         offenders = [t for t in others if t.dtype != expected] or [t for t in weights if t.dtype != expected]
         off = offenders[0] if offenders else bad[0]
         message = f"{what} received {off.dtype} {describe(off)} but its weight is {expected}"
-        fixes.append(fix_cast_inputs(expected))
         remedies += cast_remedies(trace, others, lambda t: required_dtype(t.role, t.dtype, anchor=expected))
         if is_half(expected):
-            fixes.append(fix_autocast(expected))
             remedies.append(autocast_remedy(expected))
         elif is_half(off.dtype):
             # Half inputs into an fp32 model: the model could be half too (precision is the cost).
-            fixes.append(fix_half_model(off.dtype))
             remedies.append(half_model_remedy(off.dtype))
     elif weights:
         # The weight is the odd one out: the model itself holds mixed dtypes.
@@ -94,14 +91,11 @@ def _finding(trace: Trace, op: OpCall, bad: tuple[TensorMeta, ...], main: str | 
         expected = main or others[0].dtype
         message = f"{what} has a {off.dtype} weight ({off.name}) but receives {others[0].dtype} {describe(others[0])}"
         if is_half(expected):
-            fixes.append(fix_half_model(expected))
-            fixes.append(fix_autocast(expected))
             remedies += [half_model_remedy(expected, off.name.rsplit(".", 1)[0] if off.name else op.module), autocast_remedy(expected)]
     else:
         ref = next((t for t in bad if t.dtype == main), bad[0])
         off = next((t for t in bad if t.dtype != ref.dtype), bad[-1])
         message = f"{base_op(op.op)} in {what} mixes {ref.dtype} and {off.dtype} operands ({describe(ref)}, {describe(off)})"
-        fixes.append(fix_cast_inputs(ref.dtype))
         # The consumer's dtype: an operand the model made (an index_put destination, an activation).
         expected = anchor_dtype(((t.dtype, t.role, input_name(t) is not None) for t in bad), inputs_too=False) or main or ref.dtype
         remedies += cast_remedies(trace, bad, lambda t: required_dtype(t.role, t.dtype, anchor=expected))
@@ -114,7 +108,6 @@ def _finding(trace: Trace, op: OpCall, bad: tuple[TensorMeta, ...], main: str | 
         stage=stage,
         tensors=bad,
         source=source_of(trace, off),
-        fixes=fixes,
         pytorch_error=op.error,
         remedies=remedies,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import FLOATING, Finding, StateTensor, TensorMeta, Trace, main_dtype_of, numel
-from dtype_doctor.rules._common import fix_half_model, half_model_remedy, is_half, keep_fp32, main_dtype
+from dtype_doctor.rules._common import half_model_remedy, is_half, keep_fp32, main_dtype
 from dtype_doctor.rules.base import Rule
 
 
@@ -32,14 +32,12 @@ def check(trace: Trace) -> Iterator[Finding]:
         tensors = [
             TensorMeta(p.dtype, p.device, p.shape, "weight", p.name, f"param:{p.name}") for p in group[:8]
         ]
-        fixes = [fix_half_model(base)] if is_half(base) else []
         yield RULE.finding(
             f"{len(group)} parameter(s) are {dtype} in a {base} model: {shown}",
             module=modules[0],
             module_type=trace.model.module_type(modules[0]),
             stage="model-loading",
             tensors=tensors,
-            fixes=fixes,
             remedies=[half_model_remedy(base, modules[0])] if is_half(base) else [],
         )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import Finding, FixSuggestion, OpCall, TensorMeta, Trace
+from dtype_doctor.records import Finding, OpCall, TensorMeta, Trace
 from dtype_doctor.operands import required_dtype
 from dtype_doctor.rules._common import base_op, cast_remedies, describe, refused, source_of, stage_of
 from dtype_doctor.rules.base import Rule
@@ -60,7 +60,6 @@ def check(trace: Trace) -> Iterator[Finding]:
                 stage=stage_of(trace, t, rejected=wrong),
                 tensors=(t,),
                 source=source_of(trace, t),
-                fixes=(FixSuggestion("cast-inputs", "safe", "cast the index tensor to int64 (.long())"),),
                 pytorch_error=op.error,
                 remedies=cast_remedies(trace, (t,), required_dtype("index", t.dtype, anchor=None), wrong),
             )

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import FLOATING, INTEGER, Finding, FixSuggestion, OpCall, TensorMeta, Trace
+from dtype_doctor.records import FLOATING, INTEGER, Finding, OpCall, TensorMeta, Trace
 from dtype_doctor.rules._common import CLASS_LOSS, VALUE_LOSS, base_op, cast_remedies, describe, refused, required_of, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 
-TO_LONG = FixSuggestion("cast-inputs", "safe", "cast the labels to int64 (.long()) where they are built")
-
-
-def judge(op: OpCall) -> tuple[str, str, TensorMeta, FixSuggestion] | None:
-    """(severity, message, target, fix) for a loss op, or None when the target is right."""
+def judge(op: OpCall) -> tuple[str, str, TensorMeta, str | None] | None:
+    """(severity, message, target, advice beyond the cast) for a loss op, or None when the
+    target is right. The cast itself is the finding's remedy: the dtype the loss needs."""
     family = base_op(op.op)
     targets = op.by_role("target")
     if not targets:
@@ -24,27 +22,23 @@ def judge(op: OpCall) -> tuple[str, str, TensorMeta, FixSuggestion] | None:
         # Integer class indices are judged at nll_loss; a target shaped like the logits is
         # class probabilities, which must be floating.
         if pred is not None and target.shape == pred.shape and not target.is_floating:
-            return ("error", f"class-probability target is {target.dtype}; cross_entropy needs floating probabilities (one-hot → .float())", target,
-                    FixSuggestion("cast-inputs", "safe", f"cast the one-hot targets to {pred.dtype}"))
+            return ("error", f"class-probability target is {target.dtype}; cross_entropy needs floating probabilities (one-hot → .float())", target, None)
         return None
     if family in CLASS_LOSS:
         if target.dtype in ("int64", "uint8"):
             return None
-        return ("error", f"class-index loss target is {target.dtype}; cross_entropy / nll_loss accept only int64 (or uint8)", target, TO_LONG)
+        return ("error", f"class-index loss target is {target.dtype}; cross_entropy / nll_loss accept only int64 (or uint8)", target, None)
     if family in VALUE_LOSS and pred is not None:
         loss = family.removeprefix("aten.")
         if target.dtype in INTEGER or target.dtype == "bool":
             if "binary_cross_entropy" in family:
-                return ("error", f"{loss} target is {target.dtype}; it needs a floating target of the prediction's dtype ({pred.dtype})", target,
-                        FixSuggestion("cast-inputs", "safe", f"cast the multi-hot labels to {pred.dtype}"))
+                return ("error", f"{loss} target is {target.dtype}; it needs a floating target of the prediction's dtype ({pred.dtype})", target, None)
             return ("warning", f"integer labels ({target.dtype}) reach {loss}: the model treats them as regression targets; check num_labels / problem_type", target,
-                    FixSuggestion("cast-inputs", "safe", f"cast regression labels to {pred.dtype}, or set num_labels > 1 for classification"))
+                    "or set num_labels > 1 for classification")
         if target.dtype in FLOATING and target.dtype != pred.dtype:
             if op.error is not None:
-                return ("error", f"{loss} target is {target.dtype} but the prediction is {pred.dtype}; this loss needs both in one dtype", target,
-                        FixSuggestion("cast-inputs", "safe", f"cast the labels to {pred.dtype}"))
-            return ("warning", f"{loss} target is {target.dtype} but the prediction is {pred.dtype}: the loss is silently computed in the wider dtype", target,
-                    FixSuggestion("cast-inputs", "safe", f"cast the labels to {pred.dtype}"))
+                return ("error", f"{loss} target is {target.dtype} but the prediction is {pred.dtype}; this loss needs both in one dtype", target, None)
+            return ("warning", f"{loss} target is {target.dtype} but the prediction is {pred.dtype}: the loss is silently computed in the wider dtype", target, None)
     return None
 
 
@@ -56,7 +50,7 @@ def check(trace: Trace) -> Iterator[Finding]:
         verdict = judge(op)
         if verdict is None:
             continue
-        severity, message, target, fix = verdict
+        severity, message, target, advice = verdict
         if severity == "error" and not refused(op):
             continue  # the kernel took it after all
         if refused(op):
@@ -75,9 +69,9 @@ def check(trace: Trace) -> Iterator[Finding]:
             stage=stage_of(trace, target, rejected=lambda d: d != required),
             tensors=op.operands[:2],
             source=source_of(trace, target),
-            fixes=(fix,),
             pytorch_error=op.error,
             remedies=cast_remedies(trace, (target,), required),
+            hints=(advice,) if advice else (),
         )
 
 

@@ -10,7 +10,6 @@ from dtype_doctor.rules._common import (
     base_op,
     cast_remedies,
     consumer,
-    fix_cast_inputs,
     main_dtype,
     required_of,
     source_of,
@@ -41,7 +40,6 @@ def check(trace: Trace) -> Iterator[Finding]:
                 tensors=(t,),
                 stage=stage_of(trace, t, rejected=is_float64),
                 source=source_of(trace, t),
-                fixes=(fix_cast_inputs(wanted),),
                 remedies=cast_remedies(trace, (t,), wanted, is_float64),
             )
     for op in trace.ops:
@@ -60,7 +58,6 @@ def check(trace: Trace) -> Iterator[Finding]:
                     stage=stage_of(trace, t, rejected=is_float64),
                     tensors=(t,),
                     source=source_of(trace, t),
-                    fixes=(fix_cast_inputs(wanted),),
                     remedies=cast_remedies(trace, (t,), wanted, is_float64),
                 )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import Finding, FixSuggestion, OpCall, Trace
+from dtype_doctor.records import Finding, OpCall, Trace
 from dtype_doctor.operands import required_dtype
 from dtype_doctor.rules._common import ATTENTION, base_op, cast_remedies, describe, kernel_dtype, refused, source_of, stage_of
 from dtype_doctor.rules.base import Rule
@@ -47,6 +47,7 @@ def check(trace: Trace) -> Iterator[Finding]:
             message = f"attention mask {describe(mask)} is {mask.dtype}; SDPA accepts bool, float32 or the query dtype ({query.dtype})"
         else:
             message = f"attention mask is float32 but the query is {query.dtype}: the mask is upcast on every call"
+        wanted = required_dtype("mask", mask.dtype, anchor=None, query=query.dtype)
         yield RULE.finding(
             message,
             severity="error" if rejected else "warning",
@@ -56,9 +57,9 @@ def check(trace: Trace) -> Iterator[Finding]:
             stage=stage_of(trace, mask, rejected=lambda d: d not in ("bool", query.dtype)),
             tensors=(query, mask),
             source=source_of(trace, mask),
-            fixes=(FixSuggestion("cast-inputs", "safe", f"pass a bool mask, or an additive mask in {query.dtype}"),),
             pytorch_error=op.error,
-            remedies=cast_remedies(trace, (mask,), required_dtype("mask", mask.dtype, anchor=None, query=query.dtype), lambda d: d not in ("bool", query.dtype)),
+            remedies=cast_remedies(trace, (mask,), wanted, lambda d: d not in ("bool", query.dtype)),
+            hints=("or pass a bool mask" if wanted != "bool" else f"or pass an additive mask in {query.dtype}",),
         )
 
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import INTEGER, Finding, FixSuggestion, OpCall, Trace
+from dtype_doctor.records import INTEGER, Finding, OpCall, Remedy, Trace
 from dtype_doctor.rules._common import (
-    SAFE, UNSAFE, autocast_remedy, base_op, describe, family, fix_autocast, half_model_remedy, is_half, reraised,
-    source_of, stage_of,
+    autocast_remedy, base_op, describe, family, half_model_remedy, is_half, reraised, source_of, stage_of,
 )
 from dtype_doctor.rules.base import Rule
 from dtype_doctor.ops import op_name
@@ -42,7 +41,7 @@ def check(trace: Trace) -> Iterator[Finding]:
             stage=stage_of(trace, off) if off is not None else "model-code",
             tensors=tuple(offenders[:3]),
             source=source_of(trace, off) if off is not None else None,
-            fixes=(_fix(dtype),),
+            hints=(_hint(dtype),),
             pytorch_error=op.error,
         )
     yield from _without_bf16_tensor_cores(trace)
@@ -77,22 +76,20 @@ def _without_bf16_tensor_cores(trace: Trace) -> Iterator[Finding]:
             op=op.op,
             stage="model-loading",
             tensors=tuple(t for t in data_operands(op.operands) if t.dtype == "bfloat16")[:3],
-            fixes=(
-                fix_autocast("float16"),
-                FixSuggestion("half-model", UNSAFE, "load the model in float16 for this GPU (train with a GradScaler)"),
-            ),
             remedies=(autocast_remedy("float16"), half_model_remedy("float16")),
         )
 
 
-def _fix(dtype: str) -> FixSuggestion:
-    if dtype in INTEGER or dtype == "bool":
-        return FixSuggestion("cast-inputs", SAFE, f"cast the {dtype} tensor to a floating dtype (.float()) before this op")
+def _hint(dtype: str) -> Remedy | str:
+    """The fix shown (never applied: the refusal is this device's, which a CPU re-run cannot
+    check): a half dtype runs under autocast, which picks a dtype the op implements, with the
+    weights float32; any other dtype is cast just before the op, in the model's code, which no
+    strategy writes (the same tensor may be an index elsewhere)."""
     if is_half(dtype):
-        return FixSuggestion(
-            "autocast", SAFE, "keep the weights in float32 and run under torch.autocast, which runs this op in a dtype it implements"
-        )
-    return FixSuggestion("cast-inputs", SAFE, f"cast the {dtype} tensor to float32 before this op")
+        return autocast_remedy(dtype)
+    if dtype in INTEGER or dtype == "bool":
+        return f"cast the {dtype} tensor to a floating dtype (.float()) before this op"
+    return f"cast the {dtype} tensor to float32 before this op"
 
 
 RULE = Rule(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import Finding, Trace
-from dtype_doctor.rules._common import base_op, cast_remedies, fix_cast_inputs, input_name, source_of, stage_of
+from dtype_doctor.rules._common import base_op, cast_remedies, input_name, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 
 CASTS = frozenset({"aten._to_copy", "aten.to", "aten._to_dtype"})
@@ -32,7 +32,6 @@ def check(trace: Trace) -> Iterator[Finding]:
             stage=stage_of(trace, src),
             tensors=(src, out),
             source=source_of(trace, src),
-            fixes=(fix_cast_inputs(out.dtype),),
             remedies=cast_remedies(trace, (src,), out.dtype),
         )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from dtype_doctor.records import Finding, FixSuggestion, TensorMeta, Trace
+from dtype_doctor.records import Finding, TensorMeta, Trace
 from dtype_doctor.rules._common import half_model_remedy, is_half
 from dtype_doctor.rules.base import Rule
 
@@ -30,11 +30,6 @@ def check(trace: Trace) -> Iterator[Finding]:
         module_type=trace.model.module_type(module),
         stage="model-loading",
         tensors=tuple(TensorMeta(b.dtype, b.device, b.shape, "buffer", b.name, f"buffer:{b.name}") for b in bad[:8]),
-        fixes=(
-            FixSuggestion(
-                "half-model", "unsafe", "load with from_pretrained(..., dtype=...) instead of .to(dtype) afterwards, which keeps these buffers fp32"
-            ),
-        ),
         remedies=(half_model_remedy(bad[0].dtype, module),),
     )
 

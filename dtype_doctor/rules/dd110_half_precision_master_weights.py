@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import Finding, FixSuggestion, TensorMeta, Trace
+from dtype_doctor.records import Finding, TensorMeta, Trace
 from dtype_doctor.rules._common import FP32_TRAINABLE
 from dtype_doctor.rules.base import Rule
 
@@ -28,9 +28,6 @@ def check(trace: Trace) -> Iterator[Finding]:
         module_type=trace.model.module_type(module),
         stage="model-loading",
         tensors=tuple(TensorMeta(p.dtype, p.device, p.shape, "weight", p.name, f"param:{p.name}") for p in half[:6]),
-        fixes=(
-            FixSuggestion("fp32-trainable", "safe", "keep trainable parameters in float32 and train under autocast"),
-        ),
         remedies=(FP32_TRAINABLE,),
     )
 

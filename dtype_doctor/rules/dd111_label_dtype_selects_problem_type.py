@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from dtype_doctor.records import LABEL_KEYS, Finding, FixSuggestion, TensorMeta, Trace
+from dtype_doctor.records import LABEL_KEYS, Finding, TensorMeta, Trace
 from dtype_doctor.rules._common import cast_remedies, describe, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 
@@ -70,12 +70,9 @@ def check(trace: Trace) -> Iterator[Finding]:
         stage=stage_of(trace, labels, rejected=lambda d: d not in CLASS_INDEX_DTYPES),
         tensors=(labels,),
         source=source_of(trace, labels),
-        fixes=(
-            FixSuggestion("cast-inputs", "safe", "cast the labels to int64 (.long()) where they are built"),
-            FixSuggestion("cast-inputs", "display-only", "or set problem_type='single_label_classification' in the model's config"),
-        ),
         pytorch_error=failure.message,
         remedies=cast_remedies(trace, (labels,), "int64", rejected=lambda d: d not in CLASS_INDEX_DTYPES),
+        hints=("or set problem_type='single_label_classification' in the model's config",),
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import Finding, OpCall, TensorMeta, Trace
-from dtype_doctor.rules._common import base_op, describe, device_remedies, fix_to_device, refused, source_of, stage_of
+from dtype_doctor.rules._common import base_op, describe, device_remedies, refused, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 from dtype_doctor.trace.verdicts import classify_error
 
@@ -55,7 +55,6 @@ def check(trace: Trace) -> Iterator[Finding]:
             stage=stage,
             tensors=tuple(operands[:4]),
             source=source_of(trace, stray),
-            fixes=(fix_to_device(home),),
             # PyTorch's words only when they are about devices: an op refused for its dtypes
             # (DD100/DD101 report that) carries no device message.
             pytorch_error=op.error if op.error and classify_error(op.error, op.operands) == "device" else None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
-from dtype_doctor.records import DTYPE_MAX, FP16_MAX, Finding, FixSuggestion, OpCall, Trace
+from dtype_doctor.records import DTYPE_MAX, FP16_MAX, Finding, OpCall, Trace
 from dtype_doctor.rules._common import base_op, keep_fp32
 from dtype_doctor.rules._numerics import (
     FORECAST_MARGIN,
@@ -29,7 +29,6 @@ WRITES = frozenset(
         "aten.clamp_", "aten.where", "torch.Tensor.__setitem__",
     }
 )
-KEEP_FP32 = FixSuggestion("keep-fp32", "safe", "keep the overflowing modules in float32 (the smallest set that makes fp16 finite)")
 
 
 def check(trace: Trace) -> Iterator[Finding]:
@@ -109,7 +108,6 @@ def _at_module(module: str, op: OpCall, what: str, severity: str | None = None) 
         module_type=op.module_type,
         op=op.op,
         tensors=tuple(t for t in op.operands if not t.is_scalar)[:2],
-        fixes=(KEEP_FP32,),
         remedies=(keep_fp32_remedy(module),),
     )
 

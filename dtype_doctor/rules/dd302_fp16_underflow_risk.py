@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import FP16_TINY, GRAD_SCALE, Finding, FixSuggestion, Trace, merge_stats as merge
+from dtype_doctor.records import FP16_TINY, GRAD_SCALE, Finding, Trace, merge_stats as merge
+from dtype_doctor.rules._common import autocast_remedy
 from dtype_doctor.rules._numerics import computes_in_fp16
 from dtype_doctor.rules.base import Rule
 
@@ -15,7 +16,8 @@ GRAD_SHARE = 0.05
 # Activations: GELU/SiLU tails and attention weights put a few percent below the normal range
 # in healthy models; a module whose outputs are mostly subnormal has lost its precision.
 ACTIVATION_SHARE = 0.5
-GRAD_SCALER = FixSuggestion("autocast", "safe", "train under fp16 autocast with torch.amp.GradScaler, which scales the loss before backward")
+# fp16 autocast, whose words name the GradScaler: shown, not applied (fix runs no backward to check it).
+GRAD_SCALER = autocast_remedy("float16")
 
 
 def check(trace: Trace) -> Iterator[Finding]:
@@ -50,7 +52,7 @@ def _gradients(trace: Trace) -> Iterator[Finding]:
             f"{zeroed:.0%} of gradient values are exactly zero: whole gradients flushed to zero in the float16 "
             "backward without loss scaling",
             stage="optimizer",
-            fixes=(GRAD_SCALER,),
+            hints=(GRAD_SCALER,),
         )
         return
     if grads is None or grads.below_fp16_normal < GRAD_SHARE:
@@ -63,7 +65,7 @@ def _gradients(trace: Trace) -> Iterator[Finding]:
         f"({FP16_TINY:.2g}) without loss scaling; {scaled:.0%} with GradScaler's scale {GRAD_SCALE:.0f}"
         + ("" if scaled < GRAD_SHARE else ": even scaled, they underflow"),
         stage="optimizer",
-        fixes=(GRAD_SCALER,) if scaled < GRAD_SHARE else (),
+        hints=(GRAD_SCALER,) if scaled < GRAD_SHARE else (),
     )
 
 

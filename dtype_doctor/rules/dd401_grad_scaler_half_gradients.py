@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import Finding, FixSuggestion, TensorMeta, Trace
+from dtype_doctor.records import Finding, TensorMeta, Trace
 from dtype_doctor.rules._common import FP32_TRAINABLE
 from dtype_doctor.rules.base import Rule
 from dtype_doctor.rules.dd110_half_precision_master_weights import half_trainable
@@ -32,7 +32,6 @@ def check(trace: Trace) -> Iterator[Finding]:
         module_type=trace.model.module_type(module),
         stage="optimizer",
         tensors=tuple(TensorMeta(p.dtype, p.device, p.shape, "weight", p.name, f"param:{p.name}") for p in half[:6]),
-        fixes=(FixSuggestion("fp32-trainable", "safe", "keep trainable parameters in float32; autocast casts per op"),),
         remedies=(FP32_TRAINABLE,),
     )
 

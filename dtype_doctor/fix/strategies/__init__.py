@@ -1,9 +1,10 @@
 """The fix strategies: one module a strategy, discovered (as rules are), one table.
 
 Adding a strategy is one module here holding a `Strategy` subclass (name, applicability,
-summary, rank, suggestion, describe, plan/apply, edits, module_part), its test, and the
-codemod its edits use. Everything else (the `--strategy` help, `auto`'s order, the report's
-change texts, the patch chains, the fix module's parts, a rule's suggested fix) reads this table.
+summary, rank, json_kind, suggestion, describe, plan/apply, edits, and its part of the fix
+module: fix_module, module_part, module_fields), its test, and the codemod its edits use.
+Everything else (the `--strategy` help, `auto`'s order, the report's change texts and JSON
+kinds, the patch chains, the generated fix module, a rule's suggested fix) reads this table.
 No torch is imported here.
 """
 
@@ -41,18 +42,37 @@ def describe(c: Change) -> str:
     return strategy.describe(c) if strategy else f"{c.kind} {c.target} → {c.to}"
 
 
-def suggestion(strategy: str, to: str) -> FixSuggestion:
-    """The fix a finding shows for a remedy of `strategy` giving `to`, in the strategy's words."""
-    s = STRATEGIES[strategy]
-    return FixSuggestion(s.name, s.applicability, s.suggestion(to))
+def suggestion(strategy: str, to: str, target: str = "") -> FixSuggestion:
+    """The fix a finding shows for one remedy of `strategy` giving `target` (default: unnamed)
+    `to`, in the strategy's words."""
+    return suggestions([Remedy(strategy, target, to)])[0]
 
 
-def suggestions(remedies: "Iterable[Remedy]") -> tuple[FixSuggestion, ...]:
-    """The fixes a finding shows for its remedies: one per strategy, in the first remedy's words."""
-    seen: dict[str, FixSuggestion] = {}
-    for r in remedies:
-        seen.setdefault(r.strategy, suggestion(r.strategy, r.to))
-    return tuple(seen.values())
+# What a finding's advice (a hint in words, no strategy's) is filed under when the finding
+# names no remedy: the strategy its words are nearest, as findings always filed it.
+ADVICE_STRATEGY = "cast-inputs"
+
+
+def suggestions(remedies: "Iterable[Remedy]", hints: "Iterable[Remedy | str]" = ()) -> tuple[FixSuggestion, ...]:
+    """The fixes a finding shows: one per strategy, in that strategy's words, for its remedies
+    (applied by `fix`) and the remedies among its hints (shown, never applied); then each hint
+    in words (advice no strategy applies: display-only, under the first strategy shown)."""
+    hints = tuple(hints)
+    by_strategy: dict[str, list[Remedy]] = {}
+    for r in (*remedies, *(h for h in hints if isinstance(h, Remedy))):
+        by_strategy.setdefault(r.strategy, []).append(r)
+    shown = [_worded(s, rs) for s, rs in by_strategy.items()]
+    lead = next(iter(by_strategy), ADVICE_STRATEGY)
+    # Advice reads as the alternative to a fix ("or pass a bool mask"); alone, without its "or".
+    advice = [h if shown else h.removeprefix("or ") for h in hints if isinstance(h, str)]
+    return (*shown, *(FixSuggestion(lead, "display-only", h) for h in advice))
+
+
+def _worded(strategy: str, remedies: list[Remedy]) -> FixSuggestion:
+    known = STRATEGIES.get(strategy)
+    if known is None:  # a rule naming a strategy no module defines: said plainly, never applied
+        return FixSuggestion(strategy, "display-only", "; ".join(f"{strategy} {r.target} → {r.to}" for r in remedies))
+    return FixSuggestion(strategy, known.applicability, known.suggestion(remedies))
 
 
 def help_text() -> str:
@@ -63,6 +83,6 @@ def help_text() -> str:
 
 
 __all__ = [
-    "AUTO_ORDER", "NAMES", "SAFE", "STRATEGIES", "UNSAFE", "Change", "Context", "Pipeline", "Site", "Skip", "Step",
+    "ADVICE_STRATEGY", "AUTO_ORDER", "NAMES", "SAFE", "STRATEGIES", "UNSAFE", "Change", "Context", "Pipeline", "Site", "Skip", "Step",
     "Strategy", "convert_keeping_fp32", "describe", "help_text", "suggestion", "suggestions",
 ]

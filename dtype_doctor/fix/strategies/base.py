@@ -4,7 +4,9 @@ A strategy has a name (the `--strategy` value, the `Remedy.strategy` a rule name
 `Change.kind` of what it plans), an applicability (safe | unsafe), a one-line summary (the
 `--strategy` help and the docs), the text a rule's finding suggests (`suggestion`), how a change
 reads (`describe`), `plan`/`apply` on the model and batch, `edits(change, site)` for the user's
-files (the codemods to try in order) and its part of the generated fix module (`module_part`).
+files (the codemods to try in order) and its part of the generated fix module: the parameters
+its changes give (`module_part`), the text (`fix_module`, a `ModulePart`) and its fields
+(`module_fields`). NewFixModule only assembles the parts.
 
 A strategy never edits the pipeline it is given: it returns a new one (sharing what it did
 not change), so rolling back a fix is dropping the new pipeline.
@@ -18,7 +20,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Sequence
 
 from dtype_doctor.fix.outcome import Change, Step
 from dtype_doctor.records import Finding, Remedy, Report, SourceLoc, TraceRequest
@@ -50,6 +52,52 @@ class Pipeline:
 
     def with_(self, **changes: Any) -> "Pipeline":
         return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class ModulePart:
+    """A strategy's part of the generated ``dtype_doctor_fix.py``, which NewFixModule assembles:
+    its function, where `apply_fix` calls it, the docstring's paragraphs, and its code."""
+
+    function: str  # the function's name in the module
+    # How apply_fix uses it: "model" converts the model in place, "batch" returns the batch,
+    # "context" is the context the forward runs in (apply_fix does not call it).
+    role: str
+    order: int  # where apply_fix calls it among several parts: the model first, then the batch
+    why: str  # "Why this fix", a paragraph
+    usage: str  # "How to use it", when it is the module's only part
+    # The code: a str.format template over module_fields(params) ({{ }} for a literal brace).
+    source: str
+    call: str = ""  # how apply_fix calls it; default "FUNCTION(model, batch)"
+
+    @property
+    def call_text(self) -> str:
+        return self.call or f"{self.function}(model, batch)"
+
+
+def identifier(key: str) -> str:
+    """A batch key the module can name in code; Skip when it is not an identifier."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z_]\w*", key):
+        raise Skip(f"batch keys must be identifiers: {key!r}")
+    return key
+
+
+def set_literal(keys: "Iterable[str]") -> str:
+    """A Python set literal of `keys`, sorted, so the module text is the same on every run."""
+    return "{" + ", ".join(f'"{k}"' for k in sorted(set(keys))) + "}"
+
+
+def half_dtype(params: Mapping[str, Any], what: str) -> str:
+    """params["dtype"] (float16 when absent), which must be a half dtype; Skip otherwise."""
+    from dtype_doctor.records import HALF
+    from dtype_doctor.source_analysis import normalize_dtype
+
+    dtype = normalize_dtype(params.get("dtype") or "float16")
+    if dtype not in HALF:
+        raise Skip(f"{what} float16 or bfloat16, not {dtype}")
+    return dtype
 
 
 class Skip(Exception):
@@ -102,6 +150,34 @@ class Site:
             return []
         function = enclosing_function(where, self.conversion.line)
         return [Attempt(where, cm.RetargetCast(function, c.to, lines=[self.conversion.line]))]
+
+
+def said(r: Remedy) -> str:
+    """A remedy's target in words: a model input by its name, a tensor made in forward
+    ("created:OP@MODULE") by its op and module, a weight or buffer by its name; an unnamed one
+    as the input (or, made in model code, the tensor)."""
+    target = r.target
+    if target.startswith("created:"):
+        op, _, module = target.removeprefix("created:").partition("@")
+        op = op.removeprefix("aten.").removesuffix(".default")
+        return f"the tensor {op} makes in {module}" if module else f"the tensor {op} makes"
+    for prefix, kind in (("param:", "weight"), ("buffer:", "buffer")):
+        if target.startswith(prefix):
+            return f"the {kind} {target.removeprefix(prefix)}"
+    return target or ("the tensor" if made_in_model(r) else "the input")
+
+
+def made_in_model(r: Remedy) -> bool:
+    """Whether the remedy's target is made by the model (its code or its weights), not the pipeline."""
+    return r.target.startswith(("created:", "param:", "buffer:")) or r.stage in ("model-code", "model-loading")
+
+
+def listed(items: Sequence[str], most: int = 3) -> str:
+    """'a', 'a and b', 'a, b and c', 'a, b, c and 2 more'."""
+    items = list(dict.fromkeys(items))
+    if len(items) > most:
+        items = [*items[:most], f"{len(items) - most} more"]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def resolve(loc: SourceLoc | None) -> Path | None:
@@ -157,18 +233,25 @@ class Strategy(ABC):
     rank: ClassVar[int]
     # Asked for by name, it runs even when the scan is clean: a conversion the user wants.
     on_request: ClassVar[bool] = False
+    # The `kind` a change of it has in the report's JSON (`strategy` gives the name): the name,
+    # or the word reports gave it before strategies had names (SPEC extends, never renames).
+    json_kind: ClassVar[str]
 
     def __init_subclass__(
-        cls, *, name: str, applicability: str, rank: int, summary: str, on_request: bool = False, **kw: Any
+        cls, *, name: str, applicability: str, rank: int, summary: str, on_request: bool = False,
+        json_kind: str | None = None, **kw: Any,
     ) -> None:
         super().__init_subclass__(**kw)
         cls.name, cls.applicability, cls.rank, cls.summary, cls.on_request = name, applicability, rank, summary, on_request
+        cls.json_kind = json_kind or name
 
     # -- what a rule's finding says -------------------------------------------------------
 
     @abstractmethod
-    def suggestion(self, to: str) -> str:
-        """The fix a finding suggests in words, for a remedy giving `to` (a dtype or device)."""
+    def suggestion(self, remedies: Sequence[Remedy]) -> str:
+        """The fix a finding suggests in words, for its remedies of this strategy (one or more,
+        each giving its target a dtype or device): a rule states its fix as a Remedy, and the
+        words come from here."""
 
     def describe(self, c: Change) -> str:
         """One change of this strategy, as the report says it."""
@@ -211,7 +294,21 @@ class Strategy(ABC):
         the first that applies wins. [] when no user code can take it (the fix module does)."""
         return []
 
+    # -- in the generated fix module (dtype_doctor_fix.py) ---------------------------------
+
+    # The part's text; None: the strategy has no part in the fix module.
+    fix_module: ClassVar[ModulePart | None] = None
+
     def module_part(self, parts: dict[str, dict[str, Any]], c: Change, site: Site) -> None:
         """Add change `c` to this strategy's part of the generated fix module (NewFixModule's
         `parts`, one a strategy)."""
         parts.setdefault(self.name, {})
+
+    def module_fields(self, params: Mapping[str, Any]) -> dict[str, str]:
+        """The fields of `fix_module.source` for the part's `params`; Skip for bad params."""
+        return {}
+
+    def module_casts(self, params: Mapping[str, Any]) -> Mapping[str, str] | None:
+        """The casts ({input: dtype}) the part makes that a datasets transform could make as each
+        batch is read (the module's `preprocess`); None when it makes none."""
+        return None

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from dtype_doctor.fix.outcome import Change
-from dtype_doctor.fix.strategies.base import SAFE, Context, Pipeline, Site, Skip, Strategy, at_source, one_attempt
+from dtype_doctor.fix.strategies.base import (
+    SAFE, Context, ModulePart, Pipeline, Site, Skip, Strategy, at_source, identifier, listed, made_in_model, one_attempt,
+    said, set_literal,
+)
 from dtype_doctor.records import LABEL_KEYS, Remedy, Report
 
 if TYPE_CHECKING:
@@ -13,11 +16,15 @@ if TYPE_CHECKING:
 
 
 class CastInputs(
-    Strategy, name="cast-inputs", applicability=SAFE, rank=20,
+    Strategy, name="cast-inputs", applicability=SAFE, rank=20, json_kind="cast-input",
     summary="cast the offending inputs where the pipeline makes them (no weight changes)",
 ):
-    def suggestion(self, to: str) -> str:
-        return f"cast the input to {to} where the pipeline produces it"
+    def suggestion(self, remedies: Sequence[Remedy]) -> str:
+        casts = listed([f"{said(r)} to {r.to}{' (.long())' if r.to == 'int64' else ''}" for r in remedies])
+        many = len({r.target for r in remedies}) > 1
+        if any(made_in_model(r) for r in remedies):
+            return f"cast {casts} where {'they are' if many else 'it is'} made"
+        return f"cast {casts} where the pipeline produces {'them' if many else 'it'}"
 
     def describe(self, c: Change) -> str:
         return f"cast {c.target} {c.before} → {c.to}"
@@ -74,11 +81,78 @@ class CastInputs(
             mods = [cm.CastBatch(keys=(c.target,), dtype=None if c.to == site.model_dtype else c.to)]
         return attempts + one_attempt(site.script, mods)
 
+    fix_module = ModulePart(
+        function="cast_inputs",
+        role="batch",
+        order=40,
+        why=(
+            "Floating inputs are cast to the dtype of the model's weights, and integer index and\n"
+            "label tensors to int64, the dtype embeddings and losses expect. The weights stay as\n"
+            "they are, so nothing about the model's precision changes."
+        ),
+        usage="batch = apply_fix(model, batch)\noutputs = model(**batch)",
+        source='''
+
+# Inputs and the dtype each must have: the casts dtype-doctor applied and verified.
+CASTS = {casts}
+# Integer tensors the model uses as indices or class targets: made int64.
+INDEX_KEYS = {index_keys}
+# Floating tensors cast to the model's dtype; None: every floating tensor.
+CAST_KEYS = {cast_keys}
+
+
+def cast_inputs(model, batch):
+    """Return a copy of `batch` with {cast_doc}."""
+    dtype = {dtype_expr}
+    fixed = dict(batch)
+    for key, value in batch.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        if key in CASTS:
+            fixed[key] = value.to(CASTS[key])
+        elif key in INDEX_KEYS and not value.is_floating_point() and value.dtype not in (torch.int64, torch.bool):
+            fixed[key] = value.long()
+        elif key in {{"input_ids", "token_type_ids", "position_ids"}} and value.is_floating_point():
+            fixed[key] = value.long()
+        elif value.is_floating_point() and (CAST_KEYS is None or key in CAST_KEYS):
+            fixed[key] = value.to(dtype)
+    return fixed
+''',
+    )
+    # Without exact casts, the keys cast to int64 by rule of thumb.
+    INDEX_KEYS = ("input_ids", "token_type_ids", "position_ids", "decoder_input_ids", "labels", "label", "label_ids")
+
     def module_part(self, parts: dict[str, dict[str, Any]], c: Change, site: Site) -> None:
         casts = parts.setdefault(self.name, {"casts": {}})["casts"]
         # The function may return a label under the dataset's name; the collator renames it.
         for key in LABEL_KEYS if c.target in LABEL_KEYS else (c.target,):
             casts[key] = c.to
+
+    def module_fields(self, params: Mapping[str, Any]) -> dict[str, str]:
+        """``casts`` ({key: dtype}, the casts to make), or ``dtype`` (default: the model's),
+        ``keys`` (floating keys to cast; default all) and ``index_keys``."""
+        from dtype_doctor.source_analysis import normalize_dtype
+
+        casts = {identifier(str(k)): normalize_dtype(str(v)) for k, v in (params.get("casts") or {}).items()}
+        dtype = normalize_dtype(params["dtype"]) if params.get("dtype") else None
+        keys = [identifier(str(k)) for k in params.get("keys") or ()]
+        # Given the exact casts, nothing else is touched; else rules of thumb for every input.
+        index_keys = [identifier(str(k)) for k in params.get("index_keys") or (() if casts else self.INDEX_KEYS)]
+        listed = ", ".join(f'"{k}": torch.{d}' for k, d in sorted(casts.items()))
+        if casts and not keys and not index_keys:
+            doc = "the inputs in CASTS in their dtype"
+        else:
+            doc = f"floating tensors in {f'torch.{dtype}' if dtype else 'the model dtype'} and index/label tensors int64"
+        return {
+            "casts": "{" + listed + "}",
+            "index_keys": set_literal(index_keys) if index_keys else "set()",
+            "cast_keys": set_literal(keys) if keys else ("set()" if casts else "None"),
+            "cast_doc": doc,
+            "dtype_expr": f"torch.{dtype}" if dtype else "_model_dtype_and_device(model)[0]",
+        }
+
+    def module_casts(self, params: Mapping[str, Any]) -> Mapping[str, str] | None:
+        return params.get("casts") or None
 
 
 def _preprocess_attempts(c: Change, site: Site) -> list["Attempt"]:

@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from dtype_doctor.fix.outcome import Change
-from dtype_doctor.fix.strategies.base import SAFE, Context, Pipeline, Site, Skip, Strategy, one_attempt
-from dtype_doctor.records import HALF, Report
+from dtype_doctor.fix.strategies.base import SAFE, Context, ModulePart, Pipeline, Site, Skip, Strategy, one_attempt
+from dtype_doctor.records import HALF, Remedy, Report
 
 if TYPE_CHECKING:
     from dtype_doctor.fix.patches import Attempt
 
 
 class Fp32Trainable(
-    Strategy, name="fp32-trainable", applicability=SAFE, rank=40,
+    Strategy, name="fp32-trainable", applicability=SAFE, rank=40, json_kind="trainable-fp32",
     summary="keep trainable parameters float32 (master weights) and run the forward under autocast",
 ):
-    def suggestion(self, to: str) -> str:
+    def suggestion(self, remedies: Sequence[Remedy]) -> str:
         return "keep trainable parameters in float32 and run the forward under torch.autocast"
 
     def describe(self, c: Change) -> str:
@@ -44,6 +44,26 @@ class Fp32Trainable(
                     p.data = p.data.float()
         autocast = next((c.to for c in changes if c.kind == "autocast"), pipeline.autocast)
         return pipeline.with_(model=model, request=pipeline.request.with_(autocast=autocast))
+
+    fix_module = ModulePart(
+        function="fp32_trainable",
+        role="model",
+        order=25,
+        why=(
+            "Trainable parameters are kept in float32 so the optimizer state and the gradients\n"
+            "torch.amp.GradScaler unscales are float32; frozen weights keep their half dtype."
+        ),
+        usage="model = apply_fix(model, batch)\noptimizer = torch.optim.AdamW(p for p in model.parameters() if p.requires_grad)",
+        source='''
+
+def fp32_trainable(model, batch):
+    """Make the trainable parameters of `model` float32 in place (frozen ones keep their dtype); return it."""
+    for param in model.parameters():
+        if param.requires_grad and param.dtype in (torch.float16, torch.bfloat16):
+            param.data = param.data.float()
+    return model
+''',
+    )
 
     def edits(self, c: Change, site: Site) -> list["Attempt"]:
         from dtype_doctor.fix import codemods as cm

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from dtype_doctor.fix.outcome import Change
-from dtype_doctor.fix.strategies.base import UNSAFE, Context, Pipeline, Site, Skip, Strategy, one_attempt
-from dtype_doctor.records import FP16_MAX, HALF, Report
+from dtype_doctor.fix.strategies.base import UNSAFE, Context, ModulePart, Pipeline, Site, Skip, Strategy, half_dtype, one_attempt
+from dtype_doctor.records import FP16_MAX, HALF, Remedy, Report
 
 if TYPE_CHECKING:
     import torch
@@ -15,11 +15,15 @@ if TYPE_CHECKING:
 
 
 class HalfModel(
-    Strategy, name="half-model", applicability=UNSAFE, rank=60,
+    Strategy, name="half-model", applicability=UNSAFE, rank=60, json_kind="convert-model",
     summary="convert the whole model to a half dtype (unsafe: changes weight precision)",
 ):
-    def suggestion(self, to: str) -> str:
-        return f"convert the model to {to} (dtype= at load), keeping its declared fp32 modules"
+    def suggestion(self, remedies: Sequence[Remedy]) -> str:
+        to = remedies[0].to
+        return (
+            f"convert the model to {to} at load (from_pretrained(..., dtype=torch.{to})), not with .to() afterwards: "
+            "that keeps its declared fp32 modules and fp32 buffers"
+        )
 
     def describe(self, c: Change) -> str:
         return f"convert the model {c.before} → {c.to} (declared fp32 modules and buffers kept)"
@@ -59,8 +63,35 @@ class HalfModel(
         mods = [cm.SetLoadDtype(c.to), cm.RemoveModelConversion()]
         return one_attempt(site.conversion_file if site.run else site.script, mods) + site.retarget_conversion(c)
 
+    fix_module = ModulePart(
+        function="half_model",
+        role="model",
+        order=20,
+        why=(
+            "The model is converted to half precision to match its inputs and save memory; the\n"
+            "modules the model declares must stay float32 (_keep_in_fp32_modules) are kept float32.\n"
+            "Unsafe: half precision can overflow or lose accuracy — check the parity numbers."
+        ),
+        usage="model = apply_fix(model, batch)\noutputs = model(**batch)",
+        source='''
+
+def half_model(model, batch):
+    """Convert `model` to {dtype} in place, keeping its declared fp32 modules float32; return it."""
+    model.to(torch.{dtype})
+    keep = getattr(model, "_keep_in_fp32_modules", None) or ()
+    for name, module in model.named_modules():
+        if any(part in name.split(".") for part in keep):
+            module.float()
+    return model
+''',
+    )
+
     def module_part(self, parts: dict[str, dict[str, Any]], c: Change, site: Site) -> None:
         parts.setdefault(self.name, {"dtype": c.to})
+
+    def module_fields(self, params: Mapping[str, Any]) -> dict[str, str]:
+        """``dtype`` (float16)."""
+        return {"dtype": half_dtype(params, "half-model converts to")}
 
 
 def convert_keeping_fp32(model: "torch.nn.Module", dtype: "torch.dtype") -> None:

@@ -8,18 +8,21 @@ input-casting hooks, which no one-line edit of a script could.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from dtype_doctor.fix.outcome import Change
-from dtype_doctor.fix.strategies.base import SAFE, Context, Pipeline, Site, Skip, Strategy
-from dtype_doctor.records import HALF, Report
+from dtype_doctor.fix.strategies.base import SAFE, Context, ModulePart, Pipeline, Site, Skip, Strategy, half_dtype, listed
+from dtype_doctor.records import HALF, Remedy, Report
+
 
 class KeepFp32(
     Strategy, name="keep-fp32", applicability=SAFE, rank=50, on_request=True,
     summary="keep the smallest set of modules float32 that makes the half model finite and close to float32",
 ):
-    def suggestion(self, to: str) -> str:
-        return "keep the smallest set of modules float32 that makes the half model finite (--strategy keep-fp32)"
+    def suggestion(self, remedies: Sequence[Remedy]) -> str:
+        modules = [r.target for r in remedies if r.target and r.target != "model"]
+        among = f", {listed(modules)} among them" if modules else ""
+        return f"keep the smallest set of modules float32 that makes the half model finite{among} (--strategy keep-fp32)"
 
     def describe(self, c: Change) -> str:
         if c.target != "model":
@@ -76,3 +79,89 @@ class KeepFp32(
             part["dtype"] = c.to
         else:
             part["modules"].append(c.target)
+
+    def module_fields(self, params: Mapping[str, Any]) -> dict[str, str]:
+        """``modules`` (dotted names kept float32), ``dtype`` (float16)."""
+        import re
+
+        dtype = half_dtype(params, "keep-fp32 converts to")
+        modules = [str(m) for m in params.get("modules") or ()]
+        # "" is the model itself (a bare nn.Linear): named_modules() calls it that.
+        if not modules or not all(re.fullmatch(r"([A-Za-z_][\w.]*)?", m) for m in modules):
+            raise Skip(f"keep-fp32 needs module names from named_modules(), got {modules}")
+        listed = "".join(f"\n    {m!r}," for m in modules)
+        return {"dtype": dtype, "modules": "(" + listed.replace("'", '"') + "\n)"}
+
+    fix_module = ModulePart(
+        function="keep_fp32",
+        role="model",
+        order=10,
+        call="keep_fp32(model)",
+        why=(
+            "The model runs in half precision except the few modules in KEEP_FP32 (and those the\n"
+            "model declares fp32), which stay float32: in plain half precision their values pass\n"
+            "float16's 65504 and become inf/NaN. dtype-doctor found this set by re-running the\n"
+            "forward: the smallest one that gives a finite output close to float32. Every module\n"
+            "that holds weights casts its floating inputs to its own dtype, so the float32 modules\n"
+            "compute in float32 and the half ones after them get half inputs again."
+        ),
+        usage="model = keep_fp32(model)\noutputs = model(**batch)",
+        source='''
+
+# The modules kept in float32 (dotted names from model.named_modules()).
+KEEP_FP32 = {modules}
+
+
+def keep_fp32(model, dtype=torch.{dtype}):
+    \"\"\"Convert `model` to `dtype` in place, keeping KEEP_FP32 and the modules the model
+    declares fp32 in float32, and make every module cast its inputs to its own dtype; return it.\"\"\"
+    missing = sorted(set(KEEP_FP32) - {{name for name, _ in model.named_modules()}})
+    if missing:
+        raise ValueError(f"no module named {{', '.join(missing)}} in {{type(model).__name__}}: not the model this fix was made for")
+    declared = list(getattr(model, "_keep_in_fp32_modules_strict", None) or ())
+    if dtype == torch.float16:
+        declared += list(getattr(model, "_keep_in_fp32_modules", None) or ())
+    patterns = [re.compile(name) for name in declared]
+    wanted = {{}}
+    for name, module in model.named_modules(remove_duplicate=False):
+        kept = any(k == "" or name == k or name.startswith(k + ".") for k in KEEP_FP32)
+        skip = getattr(module, "_non_persistent_buffers_set", set())
+        tensors = [*module._parameters.items(), *((n, b) for n, b in module._buffers.items() if n not in skip)]
+        for tensor_name, tensor in tensors:
+            if tensor is None or not tensor.is_floating_point():
+                continue
+            key = f"{{name}}.{{tensor_name}}" if name else tensor_name
+            keep = kept or any(p.search(key) for p in patterns)
+            if id(tensor) not in wanted or keep:  # a tied weight stays float32 if either side keeps it
+                wanted[id(tensor)] = (tensor, torch.float32 if keep else dtype)
+    with torch.no_grad():
+        for tensor, want in wanted.values():
+            if tensor.dtype != want:
+                tensor.data = tensor.data.to(want)
+    # Declared the way transformers models declare theirs, for what honours the declaration.
+    declare = [k for k in sorted(KEEP_FP32) if k]
+    if declare:
+        current = getattr(model, "_keep_in_fp32_modules_strict", None) or ()
+        merged = [*current, *(k for k in declare if k not in current)]
+        model._keep_in_fp32_modules_strict = set(merged) if isinstance(current, set) else merged
+    for module in model.modules():
+        owns = any(p.is_floating_point() for p in module.parameters(recurse=False))
+        if owns and _cast_to_own_dtype not in module._forward_pre_hooks.values():
+            module.register_forward_pre_hook(_cast_to_own_dtype, with_kwargs=True)
+    return model
+
+
+def _cast_to_own_dtype(module, args, kwargs):
+    \"\"\"Forward pre-hook: the module's floating tensor inputs in the dtype of its own parameters.\"\"\"
+    dtype = next((p.dtype for p in module.parameters(recurse=False) if p.is_floating_point()), None)
+    if dtype is None:
+        return args, kwargs
+
+    def cast(value):
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != dtype:
+            return value.to(dtype)
+        return value
+
+    return tuple(cast(a) for a in args), {{key: cast(value) for key, value in kwargs.items()}}
+''',
+    )

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from dtype_doctor.fix.outcome import Change
-from dtype_doctor.fix.strategies.base import SAFE, Context, Pipeline, Site, Skip, Strategy, one_attempt
-from dtype_doctor.records import Report
+from dtype_doctor.fix.strategies.base import SAFE, Context, ModulePart, Pipeline, Site, Skip, Strategy, listed, one_attempt, said
+from dtype_doctor.records import Remedy, Report
 
 if TYPE_CHECKING:
     import torch
@@ -15,11 +15,16 @@ if TYPE_CHECKING:
 
 
 class ToDevice(
-    Strategy, name="to-device", applicability=SAFE, rank=10,
+    Strategy, name="to-device", applicability=SAFE, rank=10, json_kind="move-input",
     summary="move stray inputs to the model's device",
 ):
-    def suggestion(self, to: str) -> str:
-        return f"move the tensor to {to}, the model's device"
+    def suggestion(self, remedies: Sequence[Remedy]) -> str:
+        to = remedies[0].to
+        made = [said(r) for r in remedies if r.target.startswith("created:")]
+        moved = [said(r) for r in remedies if not r.target.startswith("created:")]
+        words = [f"move {listed(moved)} to {to}, the model's device"] if moved else []
+        words += [f"create {listed(made)} with device={to!r}"] if made else []
+        return "; ".join(words)
 
     def describe(self, c: Change) -> str:
         return f"move {c.target} {c.before} → {c.to}"
@@ -54,8 +59,38 @@ class ToDevice(
             return one_attempt(site.call, [cm.MoveBatchToDevice(line=site.call_line)])
         return one_attempt(site.script, [cm.MoveBatchToDevice()])
 
+    fix_module = ModulePart(
+        function="to_device",
+        role="batch",
+        order=30,
+        why=(
+            "Every tensor in the batch is moved to the device the model's weights are on, so no\n"
+            "op sees operands on two devices."
+        ),
+        usage="batch = apply_fix(model, batch)\noutputs = model(**batch)",
+        source='''
+
+def to_device(model, batch):
+    """Return a copy of `batch` with every tensor on {device_doc}."""
+    device = {device_expr}
+    return {{key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}}
+''',
+    )
+
     def module_part(self, parts: dict[str, dict[str, Any]], c: Change, site: Site) -> None:
         parts.setdefault(self.name, {"device": c.to})
+
+    def module_fields(self, params: Mapping[str, Any]) -> dict[str, str]:
+        """``device`` (default: the model's device)."""
+        import re
+
+        device = params.get("device")
+        if device is not None and not re.fullmatch(r"[a-z]+(:\d+)?", str(device)):
+            raise Skip(f"bad device {device!r}")
+        return {
+            "device_doc": f'"{device}"' if device else "the model's device",
+            "device_expr": f'torch.device("{device}")' if device else "_model_dtype_and_device(model)[1]",
+        }
 
 
 def _move(t: "torch.Tensor", device: str, *, simulated: bool) -> "torch.Tensor":
