@@ -101,3 +101,14 @@ def load_minilm(**kwargs: Any) -> tuple[torch.nn.Module, Any]:
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)
     batch = tokenizer(["dtype doctor finds every mismatch", "in one pass"], padding=True, return_tensors="pt")
     return model, batch
+
+
+class Call(torch.nn.Module):
+    """A module around one function, so a bare op is traced with its tensors as named inputs."""
+
+    def __init__(self, fn: Any) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, **kw: torch.Tensor) -> Any:
+        return self.fn(**kw)

@@ -22,6 +22,7 @@ from torch import nn
 
 import dtype_doctor
 import opdb_cases as oc
+from helpers_models import Call
 from helpers_errors import names_dtypes
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -33,15 +34,6 @@ def gpu() -> str:
     """This GPU as a --gpu compute capability ("9.0")."""
     major, minor = torch.cuda.get_device_capability()
     return f"{major}.{minor}"
-
-
-class Call(nn.Module):
-    def __init__(self, fn) -> None:  # noqa: ANN001
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, **kw: torch.Tensor):  # noqa: ANN201
-        return self.fn(**kw)
 
 
 def errors(report) -> list[str]:  # noqa: ANN001

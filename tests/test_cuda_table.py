@@ -15,16 +15,8 @@ from torch import nn
 import dtype_doctor
 from dtype_doctor.records import TensorMeta
 from dtype_doctor.trace.cuda_table import cuda_kernel_check, on_cuda
+from helpers_models import Call
 from helpers_errors import names_dtypes
-
-
-class Call(nn.Module):
-    def __init__(self, fn) -> None:  # noqa: ANN001
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, **kw: torch.Tensor):  # noqa: ANN201
-        return self.fn(**kw)
 
 
 def errors(report) -> list[str]:  # noqa: ANN001

@@ -19,16 +19,8 @@ from torch import nn
 
 import dtype_doctor
 import opdb_cases as oc
+from helpers_models import Call
 from helpers_errors import names_dtypes, raises_dtype_error
-
-
-class Call(nn.Module):
-    def __init__(self, fn) -> None:  # noqa: ANN001
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, **kw: torch.Tensor):  # noqa: ANN201
-        return self.fn(**kw)
 
 
 def _errors(report) -> list[str]:  # noqa: ANN001
