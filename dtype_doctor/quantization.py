@@ -86,3 +86,13 @@ def _adapters(model: Any) -> tuple[AdapterInfo, ...]:
         key = (kind, dtype_name(p.dtype), bool(p.requires_grad))
         seen[key] = seen.get(key, 0) + 1
     return tuple(AdapterInfo(kind, dtype, n, trainable) for (kind, dtype, trainable), n in sorted(seen.items()))
+
+
+# bitsandbytes' matmuls as the dispatcher names them ("bitsandbytes.gemm_4bit.default"):
+# operand 0 is the activation, already cast to the layer's compute dtype
+MATMUL_4BIT = frozenset({"bitsandbytes.gemm_4bit", "bitsandbytes.gemv_4bit"})
+
+
+def bnb_op(op: str) -> str:
+    """'bitsandbytes.gemm_4bit.default' → 'bitsandbytes.gemm_4bit' (other names unchanged)."""
+    return ".".join(op.split(".")[:2]) if op.startswith("bitsandbytes.") else op
