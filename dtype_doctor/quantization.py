@@ -28,6 +28,8 @@ def quantization_of(model: Any) -> QuantizationInfo | None:
     four, eight = [], []
     for _name, mod in model.named_modules():
         kind = type(mod).__name__
+        if not type(mod).__module__.startswith("bitsandbytes"):
+            continue  # peft's LoRA wrappers share the class names; the layer they wrap is counted
         if kind in LINEAR_4BIT:
             four.append(mod)
         elif kind in LINEAR_8BIT:
