@@ -27,9 +27,10 @@ def test_quantized_rows_are_measured_like_the_others() -> None:
     assert model.model.layers[0].self_attn.q_proj.weight.dtype == torch.float32  # the user's model is left as it was
     rows = {r["name"]: r for r in table.to_dict()["compare"]["rows"]}
     assert {"bnb-int8", "bnb-nf4", "bnb-fp4"} <= set(rows)
-    # the recommendation weighs them like every row: only an accurate row that trains is picked
-    pick = table.recommendation.row
-    assert pick is None or table.row(pick).accurate
+    # the recommendation weighs them: never the model to train (frozen weights), for inference when accurate
+    assert table.recommendation.row is None  # no unquantized half row was asked for
+    inference = table.recommendation.inference_row
+    assert inference is None or (table.row(inference).accurate and table.row(inference).variant.quantize)
 
 
 def test_quantized_rows_need_bitsandbytes(monkeypatch) -> None:
