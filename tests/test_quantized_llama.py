@@ -84,3 +84,26 @@ def test_cli_refuses_bad_quantization_flags(capsys) -> None:
                   ["--load-in-4bit", "--bnb-quant-type", "int3"]):
         code, out, err = cli(capsys, "scan", str(LLAMA), str(DATA), *flags)
         assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, (flags, err)
+
+
+def test_fix_run_writes_the_compute_dtype_into_the_qlora_script(capsys, tmp_path, monkeypatch) -> None:
+    """tests/scripts/qlora_train.py: a float16 4-bit base with the default BitsAndBytesConfig and LoRA
+    adapters. `fix --run` finds DD501 in the script's own step, fixes it, re-runs the patched script
+    to verify, and writes the keyword into the script's BitsAndBytesConfig(...) call."""
+    import shutil
+    from pathlib import Path
+
+    script = Path(__file__).parent / "scripts" / "qlora_train.py"
+    shutil.copy(script, tmp_path / script.name)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(capsys, "fix", "--run", "--fail-on", "warning", "--write-patch", "fix.patch", "-f", "json",
+                         "--", "python", script.name, str(LLAMA))
+    assert code == 0, err
+    report = json.loads(out)
+    assert "DD501" in {f["code"] for f in report["findings"]}
+    assert report["target"]["quantization"]["adapters"]
+    fix = report["fix"]
+    assert fix["verified"] is True and fix["patch"]["files"] == [script.name], fix
+    patch = (tmp_path / "fix.patch").read_text()
+    assert "+    bnb_4bit_compute_dtype=torch.float16,\n" in patch
+    assert (tmp_path / script.name).read_text() == script.read_text()  # the patch, not the file
