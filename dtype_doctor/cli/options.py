@@ -22,7 +22,7 @@ Dtype = Annotated[str, typer.Option("--dtype", metavar="DTYPE", help="auto|float
 Autocast = Annotated[str, typer.Option("--autocast", metavar="DTYPE", help="off|float16|bfloat16 — trace the forward under torch.autocast.")]
 Train = Annotated[bool, typer.Option("--train", help="Also run one backward pass; never changes the weights on disk.")]
 Simulate = Annotated[bool, typer.Option("--simulate", help="Trace with fake tensors: no GPU, no weight data read; targets CUDA on a CPU-only machine.")]
-Gpu = Annotated[Optional[str], typer.Option("--gpu", metavar="NAME|CC", help="GPU a --simulate CUDA trace targets: t4, v100, a10, l4, a100, h100 or a compute capability (7.5); decides bfloat16 support.")]
+Gpu = Annotated[Optional[str], typer.Option("--gpu", metavar="NAME|CC", help="GPU a --simulate CUDA trace targets: t4, v100, a10, l4, rtx4090, a100, h100, h200 or a compute capability (7.5); decides bfloat16 and fp8 support.")]
 Format = Annotated[Optional[str], typer.Option("--format", "-f", metavar="FORMAT", help="rich|json|sarif|markdown|junit|github (default: rich).")]
 Output = Annotated[Optional[Path], typer.Option("--output", "-o", metavar="PATH", help="Write the report to PATH instead of stdout.")]
 FailOn = Annotated[str, typer.Option("--fail-on", metavar="SEVERITY", help="error|warning|info|never — the severity that makes the exit code 1.")]
