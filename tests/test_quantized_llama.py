@@ -1,28 +1,20 @@
 """A tiny Llama quantized to 4 and 8 bits by real bitsandbytes on the CPU: what the report says it is
-(`target.quantization`, the header), DD503 after peft's prepare_model_for_kbit_training, and the CLI's
---load-in-4bit/--load-in-8bit."""
+(`target.quantization`, adapters included), the CLI's --load-in-4bit/--load-in-8bit, and a QLoRA
+script fixed by `fix --run`."""
 
 import json
 
 import pytest
-import torch
 
 pytest.importorskip("bitsandbytes", reason="bitsandbytes is not installed (pip install 'dtype-doctor[quant]')")
 peft = pytest.importorskip("peft", reason="peft is not installed (pip install 'dtype-doctor[quant]')")
 
-from helpers_models import FIXTURE_MODELS, token_batch  # noqa: E402
+from helpers_models import FIXTURE_MODELS, llama_4bit, lm_batch  # noqa: E402
 
 import dtype_doctor  # noqa: E402
 
 LLAMA = FIXTURE_MODELS / "llama-tiny"
 DATA = FIXTURE_MODELS.parent / "data" / "lm-text"
-
-
-def llama_4bit(compute: torch.dtype = torch.float16, dtype: torch.dtype = torch.float16):
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
-
-    config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute)
-    return AutoModelForCausalLM.from_pretrained(LLAMA, quantization_config=config, dtype=dtype, device_map="cpu").eval()
 
 
 def cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -36,28 +28,10 @@ def cli(capsys, *argv: str) -> tuple[int, str, str]:
     return exc.value.code, out, err
 
 
-def batch():
-    b = token_batch(vocab=600)
-    return {**b, "labels": b["input_ids"]}
-
-
-def test_prepare_model_for_kbit_training_upcasts_norms_and_activations() -> None:
-    model = peft.prepare_model_for_kbit_training(llama_4bit(), use_gradient_checkpointing=False)
-    assert model.model.layers[0].input_layernorm.weight.dtype == torch.float32  # peft's own upcast
-    report = dtype_doctor.diagnose(model, batch(), train=True)
-    [f] = [f for f in report.findings if f.code == "DD503"]
-    assert f.severity == "info" and all(t.dtype == "float32" for t in f.tensors)
-    # the 4-bit layers really took float32 activations and multiplied in float16
-    q_proj = [m for m in report.trace.modules if m.name == "model.layers.0.self_attn.q_proj"][0]
-    assert q_proj.inputs[0].dtype == "float32"
-    gemm = [o for o in report.trace.ops if o.module == "model.layers.0.self_attn.q_proj" and "gemm_4bit" in o.op][0]
-    assert gemm.operands[0].dtype == "float16" and gemm.operands[1].dtype == "uint8"
-
-
 def test_without_the_upcast_nothing_is_reported_and_adapters_are_listed() -> None:
     model = llama_4bit()
     peft_model = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
-    report = dtype_doctor.diagnose(peft_model, batch())
+    report = dtype_doctor.diagnose(peft_model, lm_batch())
     assert not {"DD501", "DD503"} & {f.code for f in report.findings}
     q = report.target.quantization
     assert (q.method, q.quant_type, q.compute_dtype, q.layers) == ("bitsandbytes-4bit", "nf4", "float16", 14)
