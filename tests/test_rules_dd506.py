@@ -79,3 +79,42 @@ def test_the_rule_agrees_with_the_cuda_kernel(name, a_shape, b_shape, column_maj
             model(x)
     else:
         model(x)
+
+
+class Fp8Linear(torch.autograd.Function):
+    """An fp8 linear as torchao's float8 training runs it: _scaled_mm forward and backward (e5m2 gradients)."""
+
+    @staticmethod
+    def forward(ctx, x, w):  # noqa: ANN001, ANN205
+        ctx.save_for_backward(x, w)
+        one = torch.ones(())
+        return torch._scaled_mm(x.to(E4), w.to(E4).t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: ANN001, ANN205
+        x, w = ctx.saved_tensors
+        one = torch.ones(())
+        g = grad.to(E5)
+        grad_x = torch._scaled_mm(g, w.to(E4).t().contiguous().t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        # the weight's gradient multiplies over the batch: the rows of x become the inner dimension
+        grad_w = torch._scaled_mm(g.t().contiguous(), x.to(E4).t().contiguous().t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        return grad_x.float(), grad_w.float()
+
+
+class Fp8Layer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(48, 32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return Fp8Linear.apply(x, self.weight)
+
+
+def test_the_backward_transposes_a_dimension_the_forward_never_checked() -> None:
+    model, x = Fp8Layer(), torch.randn(8, 32)  # 8 rows: free in the forward, the inner dimension of grad_w
+    model(x).float().sum().backward()  # the CPU runs both passes
+    forward = dtype_doctor.diagnose(model, {"x": x})
+    assert "DD506" not in {f.code for f in forward.findings}
+    report = dtype_doctor.diagnose(model, {"x": x}, train=True)
+    [f] = [f for f in report.findings if f.code == "DD506"]
+    assert "divisible by 16" in f.message and "(48x8)" in f.message
