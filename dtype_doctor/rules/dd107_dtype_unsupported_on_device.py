@@ -77,8 +77,9 @@ def _fp8_without_capability(trace: Trace) -> Iterator[Finding]:
         op=op.op,
         stage="model-loading",
         tensors=op.operands[:2],
-        fixes=(FixSuggestion("autocast", SAFE, f"train under {half} autocast on this GPU; keep fp8 for L4, RTX 4090, H100 and later"),),
-        remedies=(autocast_remedy(half),),
+        # display-only: the fp8 calls are the training recipe's (torchao's conversion); autocast does not remove them
+        fixes=(FixSuggestion("autocast", "display-only", f"leave the layers unconverted (no fp8) on this GPU and train under "
+                             f"{half} autocast; fp8 needs an L4, RTX 4090, H100 or later"),),
     )
 
 
