@@ -84,7 +84,8 @@ RULE = Rule(
     why=(
         "cuBLASLt's fp8 GEMM takes mat1 row-major and mat2 column-major, K and N multiples of 16, and no "
         "e5m2 × e5m2 pair. The CPU kernel takes all of these, so fp8 code tested on a laptop fails on the first GPU "
-        "step — and the backward transposes the weights, so a layer whose forward passes can still fail there."
+        "step — and the backward multiplies transposed operands (the weight's gradient makes the batch's rows an inner "
+        "dimension), so a layer whose forward passes can still fail there."
     ),
     example=(
         "a = torch.randn(16, 40, device='cuda').to(torch.float8_e4m3fn)\n"
