@@ -63,3 +63,25 @@ def test_bnb_compute_dtype_fix_is_verified_on_a_real_4bit_layer() -> None:
     assert model.proj.compute_dtype == torch.float32  # the user's model is left as it was
     fixed = result.pipeline.model.proj
     assert fixed.compute_dtype == torch.float16 and fixed.weight.dtype == torch.uint8
+
+
+def test_bnb_quant_storage_fix_is_verified_and_keeps_the_values() -> None:
+    bnb = pytest.importorskip("bitsandbytes", reason="bitsandbytes is not installed (pip install 'dtype-doctor[quant]')")
+    from dtype_doctor.fix.engine import fix_model
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.head = nn.Linear(64, 64).bfloat16().requires_grad_(False)
+            self.proj = bnb.nn.Linear4bit(64, 64, bias=False, compute_dtype=torch.bfloat16).to("cpu")
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.proj(self.head(x))
+
+    model, x = Net(), torch.randn(2, 64, dtype=torch.bfloat16)
+    result = fix_model(model, {"x": x}, strategy="bnb-quant-storage", fail_on="info", measure=False)
+    assert result.verified and [s.strategy for s in result.applied] == ["bnb-quant-storage"]
+    fixed = result.pipeline.model
+    assert fixed.proj.weight.dtype == torch.bfloat16 and model.proj.weight.dtype == torch.uint8
+    assert torch.equal(fixed(x), model(x))  # the same 4-bit values, in a bfloat16 container

@@ -1,10 +1,10 @@
 """bnb-compute-dtype and bnb-quant-storage: change the user's BitsAndBytesConfig, not the weights' values.
 
 bnb-compute-dtype sets every 4-bit layer's compute dtype to the dtype its inputs have (DD501);
-bnb-quant-storage says which dtype the packed 4-bit weights should be stored in for FSDP (DD504).
-In memory, bnb-compute-dtype retargets the layers of a copy of the model and is verified by the
-re-run; a storage dtype is fixed at quantization, so bnb-quant-storage is written (to the
-script's BitsAndBytesConfig(...) call) and verified by the user's own re-load.
+bnb-quant-storage stores the packed 4-bit weights in the dtype FSDP flattens with the rest (DD504).
+In memory both work on a copy of the model (the compute dtype retargeted; the packed bytes viewed
+as the new storage dtype, as quantizing with it stores them) and are verified by the re-run; in
+the user's code both are one keyword of the script's BitsAndBytesConfig(...) call.
 """
 
 from __future__ import annotations
@@ -81,17 +81,35 @@ class BnbQuantStorage(
         return f"store the 4-bit weights as {c.to} (bnb_4bit_quant_storage)"
 
     def plan(self, pipeline: Pipeline, report: Report, ctx: Context) -> tuple[Change, ...]:
-        # The storage dtype is chosen when the weights are quantized: nothing to change in memory
-        # that a re-run could verify, so this is only ever asked for by name, for the patch.
-        if ctx.requested != self.name:
-            raise Skip("the storage dtype is set when the model is quantized; pass --strategy bnb-quant-storage to write it")
         wanted = sorted({r.to for r in self.remedies(report, ctx)})
         if not wanted:
             raise Skip("the 4-bit weights are already stored in a floating dtype")
-        return (Change(self.name, "model", wanted[0], None),)
+        q = report.trace.model.quantization if report.trace else None
+        return (Change(self.name, "model", wanted[0], q.storage_dtype if q else None),)
 
     def apply(self, pipeline: Pipeline, changes: tuple[Change, ...]) -> Pipeline:
-        return pipeline
+        """The same packed bytes, viewed as the new storage dtype: what quantizing with
+        bnb_4bit_quant_storage=dtype stores (the quant_state, which says the real shape, is kept)."""
+        import copy
+
+        import bitsandbytes as bnb
+        import torch
+
+        from dtype_doctor.quantization import LINEAR_4BIT
+
+        dtype = getattr(torch, changes[0].to)
+        model = copy.deepcopy(pipeline.model)
+        for mod in model.modules():
+            if type(mod).__name__ not in LINEAR_4BIT or not type(mod).__module__.startswith("bitsandbytes"):
+                continue
+            w = mod.weight
+            data = w.data.reshape(-1).view(dtype).reshape(-1, 1)
+            mod.weight = bnb.nn.Params4bit(
+                data, requires_grad=False, quant_state=w.quant_state, blocksize=w.blocksize,
+                compress_statistics=w.compress_statistics, quant_type=w.quant_type, quant_storage=dtype, module=mod,
+                bnb_quantized=True,
+            )
+        return pipeline.with_(model=model)
 
     def edits(self, c: Change, site: Site) -> list["Attempt"]:
         return _edits("bnb_4bit_quant_storage", c, site)
