@@ -41,6 +41,7 @@ def _target(trace: Trace, model: torch.nn.Module, subject: Subject | None) -> Ta
         autocast=trace.autocast,
         train=trace.train,
         gpu=trace.gpu,
+        quantization=trace.model.quantization,
     )
 
 

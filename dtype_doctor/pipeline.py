@@ -42,6 +42,11 @@ class ScanOptions:
     allow_pickle: bool = False
     max_length: int = 128
     timeout: float | None = DEFAULT_TIMEOUT  # seconds the user's code may take (--timeout; 0: no limit)
+    # bitsandbytes quantization applied while loading (--load-in-4bit / --load-in-8bit)
+    load_in_4bit: bool = False
+    load_in_8bit: bool = False
+    bnb_compute_dtype: str | None = None
+    bnb_quant_type: str = "nf4"
 
     def validate(self) -> None:
         if self.batch_size < 1:
@@ -61,6 +66,7 @@ class ScanOptions:
         if self.preprocess is not None and ":" not in self.preprocess:
             raise UsageError(f"--preprocess must be FILE.py:FUNCTION, not {self.preprocess!r}")
         parse_device(self.device)
+        self.quantize()  # a bad combination is a usage error before anything loads
         if self.gpu is not None:
             from dtype_doctor.trace.gpus import gpu_profile
 
@@ -71,6 +77,12 @@ class ScanOptions:
 
         parse_codes(self.select)
         parse_codes(self.ignore)
+
+    def quantize(self) -> "Quantize | None":  # noqa: F821 - load.quantize, imported lazily
+        from dtype_doctor.load.quantize import Quantize
+
+        return Quantize.from_options(self.load_in_4bit, self.load_in_8bit, self.bnb_compute_dtype, self.bnb_quant_type,
+                                     simulate=self.simulate)
 
     def placement(self) -> Placement:
         """Where the step runs: decided here, once, for every stage of scan and fix."""
@@ -132,6 +144,7 @@ def prepare(
         simulate=options.simulate,
         device="cpu" if options.simulate else device,
         allow_pickle=options.allow_pickle,
+        quantize=options.quantize(),
     )
     say(f"reading {options.batch_size} row(s) of {dataset}")
     rows = load_rows(dataset, split=options.split, n=options.batch_size)
@@ -300,8 +313,11 @@ def _scan_words(p: Prepared, fail_on: str) -> tuple[str, ...]:
     for name in ("select", "ignore"):
         if getattr(o, name):
             words += [f"--{name}", ",".join(getattr(o, name))]
+    for name in ("bnb_compute_dtype", "bnb_quant_type"):
+        if (o.load_in_4bit or o.load_in_8bit) and getattr(o, name) != getattr(default, name):
+            words += [f"--{name.replace('_', '-')}", str(getattr(o, name))]
     for flag, on in (("--train", o.train), ("--simulate", o.simulate), ("--trust-remote-code", o.trust_remote_code),
-                     ("--allow-pickle", o.allow_pickle)):
+                     ("--allow-pickle", o.allow_pickle), ("--load-in-4bit", o.load_in_4bit), ("--load-in-8bit", o.load_in_8bit)):
         if on:
             words.append(flag)
     return tuple(words)

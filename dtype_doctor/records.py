@@ -233,6 +233,58 @@ def numel(shape: tuple[int, ...]) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class AdapterInfo:
+    """One kind of adapter weight (peft's lora_A, lora_B …) on a quantized base: how many, in what dtype."""
+
+    kind: str  # "lora_A", "lora_B", "lora_embedding_A" …
+    dtype: str
+    count: int
+    trainable: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "dtype": self.dtype, "count": self.count, "trainable": self.trainable}
+
+
+@dataclass(frozen=True, slots=True)
+class QuantizationInfo:
+    """What a quantized model is (SPEC addition: `target.quantization`): the method, the dtype its
+    quantized weights are stored in, the dtype its layers compute in, and the adapters on it."""
+
+    method: str  # "bitsandbytes-4bit" | "bitsandbytes-8bit"
+    storage_dtype: str  # dtype of the packed weights (uint8 by default, bnb_4bit_quant_storage)
+    compute_dtype: str | None  # bnb_4bit_compute_dtype (float16 for 8-bit: int8 matmuls take half inputs)
+    quant_type: str | None  # nf4 | fp4 | int8
+    layers: int  # quantized Linear layers
+    adapters: tuple[AdapterInfo, ...] = ()
+    double_quant: bool = False
+    fp32_cpu_offload: bool = False  # llm_int8_enable_fp32_cpu_offload
+    # module → device for a model dispatched over several devices (accelerate's hf_device_map)
+    device_map: tuple[tuple[str, str], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "storage_dtype": self.storage_dtype,
+            "compute_dtype": self.compute_dtype,
+            "quant_type": self.quant_type,
+            "quantized_layers": self.layers,
+            "double_quant": self.double_quant,
+            "fp32_cpu_offload": self.fp32_cpu_offload,
+            "adapters": [a.to_dict() for a in self.adapters],
+        }
+
+    def describe(self) -> str:
+        """One header line: "bitsandbytes 4-bit nf4: 14 layers, uint8 storage, compute float16; adapters lora_A float32 ×14"."""
+        bits = self.method.removeprefix("bitsandbytes-").replace("bit", "-bit")
+        kind = f"{bits} {self.quant_type}" if self.quant_type and self.quant_type != "int8" else bits
+        line = (f"bitsandbytes {kind}: {self.layers} quantized layers, {self.storage_dtype} storage, "
+                f"compute {self.compute_dtype or 'the input dtype'}")
+        if self.adapters:
+            line += "; adapters " + ", ".join(f"{a.kind} {a.dtype} ×{a.count}" for a in self.adapters)
+        return line
+
+
+@dataclass(frozen=True, slots=True)
 class ModelInfo:
     class_name: str
     state: tuple[StateTensor, ...]
@@ -243,6 +295,7 @@ class ModelInfo:
     # labels' dtype the first time, when it is None (DD111). None where the model has no config.
     num_labels: int | None = None
     problem_type: str | None = None
+    quantization: QuantizationInfo | None = None  # a bitsandbytes model (DD5xx read it)
 
     @property
     def parameters(self) -> tuple[StateTensor, ...]:
@@ -464,9 +517,12 @@ class Target:
     train: bool
     gpu: str | None = None  # a simulated CUDA target's GPU profile, "a100 (compute capability 8.0)"
     loading: Loading | None = None  # only when the checkpoint lacked or had extra weights
+    quantization: QuantizationInfo | None = None  # only for a quantized model
 
     def to_dict(self) -> dict[str, Any]:
         extra = {"loading": self.loading.to_dict()} if self.loading is not None else {}
+        if self.quantization is not None:
+            extra["quantization"] = self.quantization.to_dict()
         return {
             "model": self.model,
             "dataset": self.dataset,

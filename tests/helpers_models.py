@@ -112,3 +112,19 @@ class Call(torch.nn.Module):
 
     def forward(self, **kw: torch.Tensor) -> Any:
         return self.fn(**kw)
+
+
+def llama_4bit(compute: torch.dtype = torch.float16, dtype: torch.dtype = torch.float16) -> torch.nn.Module:
+    """The llama-tiny fixture quantized to 4 bits (nf4) by real bitsandbytes on the CPU, as
+    from_pretrained(quantization_config=BitsAndBytesConfig(...)) does in a QLoRA script."""
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute)
+    return AutoModelForCausalLM.from_pretrained(FIXTURE_MODELS / "llama-tiny", quantization_config=config, dtype=dtype,
+                                                device_map="cpu").eval()
+
+
+def lm_batch() -> dict[str, torch.Tensor]:
+    """A causal-LM batch for llama-tiny (vocabulary 620), its labels the input ids."""
+    b = token_batch(vocab=600)
+    return {**b, "labels": b["input_ids"]}

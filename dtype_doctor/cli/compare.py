@@ -21,7 +21,7 @@ Examples:
 \b
   dtype-doctor compare ./my-model ./data --variants fp32,autocast-fp16,half --repeat 5
 """
-Variants = Annotated[Optional[str], typer.Option("--variants", metavar="NAMES", help="Comma-separated rows to measure (fp32 always): fp32, autocast-fp16, autocast-bf16, half, bfloat16, fp16-keep-fp32 (default: all).")]
+Variants = Annotated[Optional[str], typer.Option("--variants", metavar="NAMES", help="Comma-separated rows to measure (fp32 always): fp32, autocast-fp16, autocast-bf16, half, bfloat16, fp16-keep-fp32, and with bitsandbytes installed bnb-int8, bnb-nf4, bnb-fp4 (default: all).")]
 Repeat = Annotated[int, typer.Option("--repeat", metavar="N", help="Timed runs per row; the median is shown.")]
 Warmup = Annotated[int, typer.Option("--warmup", metavar="N", help="Untimed runs per row before the memory and timed runs.")]
 Format = Annotated[Optional[str], typer.Option("--format", "-f", metavar="FORMAT", help="rich|json (default: rich).")]
@@ -47,6 +47,10 @@ def compare_command(
     output: o.Output = None,
     trust_remote_code: o.TrustRemoteCode = False,
     allow_pickle: o.AllowPickle = False,
+    load_in_4bit: o.LoadIn4bit = False,
+    load_in_8bit: o.LoadIn8bit = False,
+    bnb_compute_dtype: o.BnbComputeDtype = None,
+    bnb_quant_type: o.BnbQuantType = "nf4",
     timeout: o.Timeout = o.DEFAULT_TIMEOUT,
     debug: o.Debug = False,
     config: o.Config = None,  # noqa: ARG001 - read by cli/config.py before parsing

@@ -22,7 +22,7 @@ Dtype = Annotated[str, typer.Option("--dtype", metavar="DTYPE", help="auto|float
 Autocast = Annotated[str, typer.Option("--autocast", metavar="DTYPE", help="off|float16|bfloat16 — trace the forward under torch.autocast.")]
 Train = Annotated[bool, typer.Option("--train", help="Also run one backward pass; never changes the weights on disk.")]
 Simulate = Annotated[bool, typer.Option("--simulate", help="Trace with fake tensors: no GPU, no weight data read; targets CUDA on a CPU-only machine.")]
-Gpu = Annotated[Optional[str], typer.Option("--gpu", metavar="NAME|CC", help="GPU a --simulate CUDA trace targets: t4, v100, a10, l4, a100, h100 or a compute capability (7.5); decides bfloat16 support.")]
+Gpu = Annotated[Optional[str], typer.Option("--gpu", metavar="NAME|CC", help="GPU a --simulate CUDA trace targets: t4, v100, a10, l4, rtx4090, a100, h100, h200 or a compute capability (7.5); decides bfloat16 and fp8 support.")]
 Format = Annotated[Optional[str], typer.Option("--format", "-f", metavar="FORMAT", help="rich|json|sarif|markdown|junit|github (default: rich).")]
 Output = Annotated[Optional[Path], typer.Option("--output", "-o", metavar="PATH", help="Write the report to PATH instead of stdout.")]
 FailOn = Annotated[str, typer.Option("--fail-on", metavar="SEVERITY", help="error|warning|info|never — the severity that makes the exit code 1.")]
@@ -32,6 +32,10 @@ TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Allo
 AllowPickle = Annotated[bool, typer.Option("--allow-pickle", help="Allow loading pickled weights (pytorch_model.bin); safetensors only by default.")]
 Timeout = Annotated[float, typer.Option("--timeout", metavar="SECONDS", help="Time limit on your code (preprocess functions; a script until its traced steps are done); 0: no limit.")]
 Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")]
+LoadIn4bit = Annotated[bool, typer.Option("--load-in-4bit", help="Quantize the model's Linear layers to 4 bits with bitsandbytes while loading (needs dtype-doctor[quant]).")]
+LoadIn8bit = Annotated[bool, typer.Option("--load-in-8bit", help="Quantize the model's Linear layers to int8 with bitsandbytes while loading (needs dtype-doctor[quant]).")]
+BnbComputeDtype = Annotated[Optional[str], typer.Option("--bnb-compute-dtype", metavar="DTYPE", help="float32|float16|bfloat16 — bnb_4bit_compute_dtype (default: BitsAndBytesConfig's, float32).")]
+BnbQuantType = Annotated[str, typer.Option("--bnb-quant-type", metavar="TYPE", help="nf4|fp4 — bnb_4bit_quant_type of --load-in-4bit.")]
 # Read before the command line is parsed (cli/config.py); the parameter only shows it in --help.
 Config = Annotated[Optional[Path], typer.Option("--config", metavar="PATH", help="Options from a TOML file (default: [tool.dtype-doctor] in ./pyproject.toml); the command line wins.")]
 

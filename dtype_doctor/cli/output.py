@@ -80,6 +80,9 @@ def quiet_libraries() -> None:
 
     # Fake tensors under --simulate have no storage; torch warns when libraries ask for one.
     warnings.filterwarnings("ignore", message=".*data_ptr.*")
+    # bitsandbytes' LLM.int8 says on every call that it quantizes activations through float16
+    # (the quantized rows of compare, a --load-in-8bit trace); the report says it once.
+    warnings.filterwarnings("ignore", message="MatMul8bitLt: inputs will be cast")
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()

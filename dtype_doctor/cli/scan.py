@@ -43,6 +43,10 @@ def scan_command(
     ignore: o.Ignore = None,
     trust_remote_code: o.TrustRemoteCode = False,
     allow_pickle: o.AllowPickle = False,
+    load_in_4bit: o.LoadIn4bit = False,
+    load_in_8bit: o.LoadIn8bit = False,
+    bnb_compute_dtype: o.BnbComputeDtype = None,
+    bnb_quant_type: o.BnbQuantType = "nf4",
     timeout: o.Timeout = o.DEFAULT_TIMEOUT,
     debug: o.Debug = False,
     config: o.Config = None,  # noqa: ARG001 - read by cli/config.py before parsing

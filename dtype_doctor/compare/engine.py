@@ -146,6 +146,11 @@ def _row(v: Variant, ref: Reference, request: CompareRequest) -> Row:
 
 
 def _setup(v: Variant, ref: Reference) -> Setup:
+    if v.quantize:
+        from dtype_doctor.compare.quantized import quantize_copy
+
+        model, note = quantize_copy(ref.model, v.quantize, ref.device)
+        return Setup(model, ref.inputs, None, owned=True, note=note)
     if v.keep_fp32:
         return _keep_fp32_setup(ref)
     if v.weights == "float32":

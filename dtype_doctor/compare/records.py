@@ -7,6 +7,7 @@ JSON (schema_version 1, the scan report's tool/target/environment blocks plus `c
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import statistics
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ class Variant:
     weights: str = "float32"  # dtype the row's weights are converted to
     autocast: str | None = None
     keep_fp32: bool = False  # fp16 with the minimal set of modules kept in float32
+    quantize: str | None = None  # bitsandbytes: "int8", "nf4" or "fp4" Linear layers (compare/quantized.py)
 
 
 VARIANTS = (
@@ -35,14 +37,26 @@ VARIANTS = (
     Variant("half", ".half()", weights="float16"),
     Variant("bfloat16", ".bfloat16()", weights="bfloat16"),
     Variant("fp16-keep-fp32", "fp16 + fp32 set", weights="float16", keep_fp32=True),
+    Variant("bnb-int8", "bnb 8-bit", quantize="int8"),
+    Variant("bnb-nf4", "bnb 4-bit nf4", quantize="nf4"),
+    Variant("bnb-fp4", "bnb 4-bit fp4", quantize="fp4"),
 )
-VARIANT_NAMES = tuple(v.name for v in VARIANTS)
+
+
+def available(v: Variant) -> bool:
+    """Quantized rows need bitsandbytes; without it they are left out of the default table."""
+    return v.quantize is None or importlib.util.find_spec("bitsandbytes") is not None
+
+
+VARIANT_NAMES = tuple(v.name for v in VARIANTS if available(v))
 REFERENCE = "fp32"
 
 
 def variant(name: str) -> Variant:
     for v in VARIANTS:
         if v.name == name:
+            if not available(v):
+                raise UsageError(f"variant {name!r} needs bitsandbytes, which is not installed; pip install 'dtype-doctor[quant]'")
             return v
     raise UsageError(f"unknown variant {name!r}; choose from: {', '.join(VARIANT_NAMES)}")
 

@@ -46,9 +46,12 @@ def _rank(row: Row) -> tuple[float, float, float]:
 
 def recommend(rows: Iterable[Row]) -> Recommendation:
     """The row with the least peak memory that is finite, accurate (cosine ≥ COSINE_MIN) and
-    trains; beside it the pick for inference alone when that is another row."""
+    trains (a quantized row never does: its weights are frozen); beside it the pick for inference
+    alone when that is another row (a quantized one included)."""
     usable = [r for r in rows if r.variant.name != REFERENCE and r.finite and r.accurate]
-    best = min((r for r in usable if r.trains), key=_rank, default=None)
+    # A quantized row's Linear weights are frozen (bitsandbytes stores no gradient for them): it is
+    # a pick for inference, or the base of adapters, never the model to train.
+    best = min((r for r in usable if r.trains and not r.variant.quantize), key=_rank, default=None)
     inference = min(usable, key=_rank, default=None)
     criteria = f"finite, accurate (cosine ≥ {COSINE_MIN:g}) and train"
     if best is None:

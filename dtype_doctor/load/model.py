@@ -24,6 +24,7 @@ from typing import Callable, Any
 
 from dtype_doctor.errors import InputError, PickleRefusedError, RemoteCodeError, UsageError, first_line as _first_line
 from dtype_doctor.placement import decide
+from dtype_doctor.load.quantize import Quantize, checkpoint_quantization
 from dtype_doctor.records import Loading
 
 __all__ = ["LoadedModel", "load_model", "MODEL_DTYPES", "resolve_model_dir"]
@@ -440,6 +441,7 @@ def load_model(
     simulate: bool = False,
     device: str = "cpu",
     allow_pickle: bool = False,
+    quantize: Quantize | None = None,
 ) -> LoadedModel:
     """Load the model at `spec` (a directory or a cached hub id) and what sits beside it.
 
@@ -483,6 +485,9 @@ def load_model(
     if config_needs_code and not trust_remote_code:
         _refuse_remote_code(model_dir, auto_map["AutoConfig"], " for its config")  # type: ignore[index]
 
+    quantized = quantize is not None or checkpoint_quantization(raw, model_dir) is not None
+    if quantized and simulate:
+        raise UsageError(f"{model_dir} is quantized (bitsandbytes); a quantized model is traced with real weights, without --simulate")
     # ---- weights, validated before any is read
     safes, pickles = _weight_files(model_dir)
     header_dtype = _check_safetensors(safes) if safes else None
@@ -541,11 +546,12 @@ def load_model(
         from dtype_doctor.load.memory import check_fits, estimate
 
         check_fits(model_dir, estimate(safes, cls, config, dtype, header_dtype), dev)
-        model, info = _real_load(model_dir, cls, auto_ref, config, dtype, safes, pickles, trust_remote_code)
+        model, info = _real_load(model_dir, cls, auto_ref, config, dtype, safes, pickles, trust_remote_code,
+                                 quantize=quantize, device=dev if quantized else None)
         weight_files = tuple(p.name for p in (safes or pickles))
         loading = loading_report(model_dir, weight_files, model, info)
         model.eval()
-        if dev != "cpu":
+        if dev != "cpu" and not quantized:  # a quantized model was dispatched by device_map
             model.to(dev)
 
     return LoadedModel(
@@ -600,12 +606,19 @@ def _real_load(
     safes: list[Path],
     pickles: list[Path],
     trust_remote_code: bool,
+    *,
+    quantize: Quantize | None = None,
+    device: str | None = None,
 ) -> Any:
     import torch
     import transformers
 
     loader = getattr(transformers, auto_ref[0]) if auto_ref is not None else cls
     kwargs: dict[str, Any] = {"dtype": dtype, "local_files_only": True}
+    if quantize is not None:
+        kwargs["quantization_config"] = quantize.config()
+    if device is not None:  # bitsandbytes quantizes as the weights land on their device
+        kwargs["device_map"] = {"": device}
     if trust_remote_code:
         kwargs["trust_remote_code"] = True
     try:

@@ -171,7 +171,7 @@ def target_fields(report: Report) -> list[tuple[str, str]]:
     if t.dataset and t.split:
         dataset += f" · split {t.split}"
     device = t.device + (" (simulated)" if t.simulated else "")
-    return [
+    rows = [
         ("model", model),
         ("dataset", dataset),
         ("device", device),
@@ -179,6 +179,9 @@ def target_fields(report: Report) -> list[tuple[str, str]]:
         ("autocast", t.autocast or "off"),
         ("train", yes_no(t.train)),
     ]
+    if t.quantization is not None:
+        rows.insert(4, ("quantized", t.quantization.describe()))
+    return rows
 
 
 _ENV_LABEL = {"cuda_available": "cuda"}

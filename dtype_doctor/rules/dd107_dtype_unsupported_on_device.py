@@ -45,6 +45,41 @@ def check(trace: Trace) -> Iterator[Finding]:
             pytorch_error=op.error,
         )
     yield from _without_bf16_tensor_cores(trace)
+    yield from _fp8_without_capability(trace)
+
+
+FP8_CAPABILITY = (8, 9)  # Blas.cpp _scaled_mm_allowed_device: major >= 9 or (major == 8 and minor == 9)
+
+
+def fp8_supported(capability: tuple[int, int]) -> bool:
+    """Whether CUDA's torch._scaled_mm runs on a GPU of this compute capability."""
+    return capability[0] >= 9 or capability == FP8_CAPABILITY
+
+
+def _fp8_without_capability(trace: Trace) -> Iterator[Finding]:
+    """torch._scaled_mm on a GPU before Ada/Hopper: "torch._scaled_mm is only supported on CUDA
+    devices with compute capability >= 9.0 or 8.9" (A100, T4 and V100 refuse, L4/4090/H100 run it)."""
+    capability = trace.gpu_capability
+    if capability is None or fp8_supported(capability):
+        return
+    ops = [op for op in trace.ops if op.op.startswith("aten._scaled_mm")]
+    if not ops:
+        return
+    op = ops[0]
+    half = "bfloat16" if capability >= (8, 0) else "float16"  # bf16 tensor cores start at 8.0
+    where = f" in {op.module_type}" if op.module_type else ""
+    yield RULE.finding(
+        f"torch._scaled_mm{where} needs compute capability 8.9 or 9.0+; {trace.gpu} refuses every fp8 matmul "
+        f"({len(ops)} in this step): \"torch._scaled_mm is only supported on CUDA devices with compute capability >= 9.0 or 8.9\"",
+        module=op.module,
+        module_type=op.module_type,
+        op=op.op,
+        stage="model-loading",
+        tensors=op.operands[:2],
+        # display-only: the fp8 calls are the training recipe's (torchao's conversion); autocast does not remove them
+        fixes=(FixSuggestion("autocast", "display-only", f"leave the layers unconverted (no fp8) on this GPU and train under "
+                             f"{half} autocast; fp8 needs an L4, RTX 4090, H100 or later"),),
+    )
 
 
 def _without_bf16_tensor_cores(trace: Trace) -> Iterator[Finding]:

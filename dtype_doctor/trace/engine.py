@@ -25,6 +25,7 @@ from dtype_doctor.records import (
 )
 from dtype_doctor.numerics import device_name, dtype_name, loss_of
 from dtype_doctor.placement import decide, parse_device
+from dtype_doctor.quantization import quantization_of
 from dtype_doctor.trace.guard import preserved
 from dtype_doctor.trace.session import TraceSession
 
@@ -68,6 +69,7 @@ def model_info(
         module_types=tuple((n, type(m).__name__) for n, m in model.named_modules()),
         num_labels=num_labels if isinstance(num_labels, int) else None,
         problem_type=problem_type if isinstance(problem_type, str) else None,
+        quantization=quantization_of(model),
     )
 
 

@@ -367,6 +367,9 @@ class Recorder:
         attrs: list[tuple[str, Any]] = []
         if "nll_loss" in op_name and len(args) >= 5:
             attrs.append(("ignore_index", args[4]))
+        if "_scaled_mm" in op_name and len(args) >= 2:
+            # fp8 matmul: CUDA takes mat1 row-major and mat2 column-major only (DD506)
+            attrs.append(("layouts", tuple(_layout(t) for t in args[:2])))
         # Python numbers beyond float16's range (-1e10 fills, 2**30 writes): DD301 reads them.
         big = tuple(v for v in (*args, *kwargs.values()) if _big_number(v))
         if big:
@@ -623,6 +626,16 @@ class _FunctionRecorder(TorchFunctionMode):
 
 _HAS_TORCH_FUNCTION = ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic")
 _TRANSPARENT: dict[Any, Any] = {}
+
+
+def _layout(t: Any) -> str:
+    """'row' | 'column' | 'other': a 2-D tensor's memory order, as torch's _scaled_mm checks it."""
+    if not isinstance(t, torch.Tensor) or t.dim() != 2:
+        return "other"
+    s0, s1 = t.stride()
+    if s1 == 1 and s0 > s1:
+        return "row"
+    return "column" if s0 == 1 and s1 > 1 else "other"
 
 
 def _never(*args: Any) -> bool:

@@ -62,7 +62,10 @@ class ValueProbe:
             # The elements in memory order, without a copy: contiguous, or dense in another order.
             flat = x.view(-1) if x.is_contiguous() else (x.as_strided((n,), (1,)) if _dense(x) else None)
             # No stack here: the model's autocast would "promote" it.
-            self._extremes.append(list(bounded_by) if bounded_by else torch.aminmax(x if flat is None else flat))
+            whole = x if flat is None else flat
+            if whole.element_size() == 1:  # float8: no aminmax kernel; its values are exact in float32
+                whole = whole.float()
+            self._extremes.append(list(bounded_by) if bounded_by else torch.aminmax(whole))
             if flat is None:
                 flat = x.reshape(-1)  # an overlapping or gapped layout: the one copy
             # Every step-th element: a strided view, copied as at most SAMPLE float64 values.

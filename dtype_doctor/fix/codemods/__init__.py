@@ -13,6 +13,7 @@ The modules are split by what they edit:
                 ReplaceModelConversion
     forward     a script's forward call site: WrapForwardInAutocast, MoveBatchToDevice,
                 CastBatch, LabelsToLong
+    quant       a script's BitsAndBytesConfig(...): SetConfigKeyword
     fix_module  no user code to patch: NewFixModule (a new ``dtype_doctor_fix.py``)
     base, context  the contract (EditResult, Codemod, run_codemods) and the LibCST editing context,
                 built on dtype_doctor.source_analysis, the one analysis the lineage reads too
@@ -25,6 +26,7 @@ from dtype_doctor.fix.codemods.casts import CastLabelsToLong, CastReturnedValue,
 from dtype_doctor.fix.codemods.fix_module import NewFixModule
 from dtype_doctor.fix.codemods.forward import CastBatch, LabelsToLong, MoveBatchToDevice, WrapForwardInAutocast
 from dtype_doctor.fix.codemods.model import RemoveModelConversion, ReplaceModelConversion, SetLoadDtype
+from dtype_doctor.fix.codemods.quant import SetConfigKeyword
 
 __all__ = [
     "EditResult",
@@ -34,6 +36,7 @@ __all__ = [
     "CastReturnedValue",
     "AllOf",
     "SetLoadDtype",
+    "SetConfigKeyword",
     "RemoveModelConversion",
     "ReplaceModelConversion",
     "WrapForwardInAutocast",

@@ -1,0 +1,81 @@
+"""The user's quantization config: SetConfigKeyword sets one keyword of their BitsAndBytesConfig(...) call."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import libcst as cst
+
+from dtype_doctor.fix.codemods.base import Codemod, _Skip
+
+
+def _callee(call: cst.Call) -> str | None:
+    f = call.func
+    if isinstance(f, cst.Name):
+        return f.value
+    if isinstance(f, cst.Attribute):
+        return f.attr.value
+    return None
+
+
+def _imports_torch(module: cst.Module) -> bool:
+    for stmt in module.body:
+        for small in getattr(stmt, "body", ()):
+            if isinstance(small, cst.Import) and any(
+                isinstance(a.name, cst.Name) and a.name.value == "torch" and a.asname is None for a in small.names
+            ):
+                return True
+    return False
+
+
+class SetConfigKeyword(Codemod):
+    """`BitsAndBytesConfig(load_in_4bit=True)` → `BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)`."""
+
+    DESCRIPTION: ClassVar[str] = "set one keyword of the script's BitsAndBytesConfig(...) call to a dtype"
+
+    def __init__(self, keyword: str, dtype: str, callee: str = "BitsAndBytesConfig") -> None:
+        self.keyword, self.dtype, self.callee = keyword, dtype, callee
+
+    def _apply(self, source: str, filename: str, warnings: list[str]) -> tuple[str, str]:
+        module = cst.parse_module(source)
+        calls: list[cst.Call] = []
+
+        class Find(cst.CSTVisitor):
+            def visit_Call(inner, node: cst.Call) -> None:  # noqa: N805
+                if _callee(node) == self.callee:
+                    calls.append(node)
+
+        module.visit(Find())
+        if not calls:
+            raise _Skip(f"no {self.callee}(...) call in {filename}")
+        if len(calls) > 1:
+            raise _Skip(f"{len(calls)} {self.callee}(...) calls in {filename}; which one loads the model is not known")
+        target = calls[0]
+        # torch.bfloat16 where the file imports torch; the name as a string (which BitsAndBytesConfig also takes) where not
+        value = cst.parse_expression(f"torch.{self.dtype}" if _imports_torch(module) else repr(self.dtype))
+        keyword, dtype = self.keyword, self.dtype
+
+        class Edit(cst.CSTTransformer):
+            def leave_Call(inner, original: cst.Call, updated: cst.Call) -> cst.Call:  # noqa: N805
+                if original is not target:
+                    return updated
+                args = list(updated.args)
+                for i, a in enumerate(args):
+                    if a.keyword is not None and a.keyword.value == keyword:
+                        args[i] = a.with_changes(value=value)
+                        return updated.with_changes(args=args)
+                new = cst.Arg(value=value, keyword=cst.Name(keyword),
+                              equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+                if args:
+                    last = args[-1]
+                    between = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                    if isinstance(last.comma, cst.Comma):  # a trailing comma: one argument a line, kept so
+                        new = new.with_changes(comma=last.comma)
+                        if len(args) > 1 and isinstance(args[-2].comma, cst.Comma):
+                            between = args[-2].comma
+                    args[-1] = last.with_changes(comma=between)
+                return updated.with_changes(args=[*args, new])
+
+        new_source = module.visit(Edit()).code
+        line = module.code[: module.code.find(cst.Module([]).code_for_node(target))].count("\n") + 1
+        return new_source, f"{self.callee}(...) at {filename}:{line}: {keyword}={cst.Module([]).code_for_node(value)}"

@@ -1,0 +1,57 @@
+"""DD504: 4-bit weights stored as integers beside floating parameters: FSDP cannot flatten them together."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from dtype_doctor.records import FLOATING, Finding, FixSuggestion, Remedy, TensorMeta, Trace
+from dtype_doctor.rules.base import Rule
+
+
+def check(trace: Trace) -> Iterator[Finding]:
+    q = trace.model.quantization
+    if q is None or q.method != "bitsandbytes-4bit" or q.storage_dtype in FLOATING:
+        return
+    params = trace.model.parameters
+    floating = [p for p in params if p.dtype in FLOATING]
+    packed = [p for p in params if p.dtype == q.storage_dtype]
+    main = trace.model.main_dtype
+    if not floating or not packed or main is None:
+        return
+    first = packed[0]
+    yield RULE.finding(
+        f"{len(packed)} 4-bit weights are stored as {q.storage_dtype} beside {len(floating)} {main} parameters: FSDP flattens "
+        f"each unit's parameters into one tensor and refuses (\"Must flatten tensors with uniform dtype but got torch.{main} and "
+        f"torch.{q.storage_dtype}\", or \"Cannot flatten integer dtype tensors\"); set bnb_4bit_quant_storage=torch.{main}",
+        module=first.name.rsplit(".", 1)[0],
+        module_type=trace.model.module_type(first.name.rsplit(".", 1)[0]),
+        stage="model-loading",
+        tensors=(TensorMeta(first.dtype, first.device, first.shape, "weight", first.name, f"param:{first.name}"),),
+        fixes=(FixSuggestion("bnb-quant-storage", "safe", f"BitsAndBytesConfig(bnb_4bit_quant_storage=torch.{main}): "
+                             "the packed 4-bit values stored in the dtype FSDP flattens"),),
+        remedies=(Remedy("bnb-quant-storage", "model", main, "model-loading"),),
+    )
+
+
+RULE = Rule(
+    code="DD504",
+    name="bnb-quant-storage-fsdp",
+    severity="info",
+    summary="4-bit weights stored as uint8 (bnb_4bit_quant_storage's default) beside floating parameters: FSDP cannot shard the model.",
+    why=(
+        "FSDP (FullyShardedDataParallel) flattens every unit's parameters into one FlatParameter of one dtype. "
+        "bitsandbytes packs 4-bit weights into uint8 by default, so a QLoRA model wrapped in FSDP fails at wrapping. "
+        "bnb_4bit_quant_storage=torch.bfloat16 packs the same bits into bfloat16 storage FSDP can flatten. "
+        "An info, because a single-process trace cannot see whether FSDP will wrap the model."
+    ),
+    example=(
+        "model = nn.Sequential(nn.Linear(64, 64).bfloat16(), bnb.nn.Linear4bit(64, 64).to('cpu'))\n"
+        "FSDP(model, device_id=torch.device('cpu'))\n"
+        "ValueError: Must flatten tensors with uniform dtype but got torch.bfloat16 and torch.uint8"
+    ),
+    fix="BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16) — the dtype of the other parameters.",
+    fix_safety="Safe: the same 4-bit values, stored in a floating container.",
+    check=check,
+    references=("https://huggingface.co/docs/peft/accelerate/fsdp#use-peft-qlora-and-fsdp-for-finetuning-large-models-on-multiple-gpus",),
+    device_note="The same on every device: the check is FSDP's (torch/distributed/fsdp/_flat_param.py).",
+)
