@@ -76,9 +76,9 @@ def _fp8_without_capability(trace: Trace) -> Iterator[Finding]:
         op=op.op,
         stage="model-loading",
         tensors=op.operands[:2],
-        # display-only: the fp8 calls are the training recipe's (torchao's conversion); autocast does not remove them
-        fixes=(FixSuggestion("autocast", "display-only", f"leave the layers unconverted (no fp8) on this GPU and train under "
-                             f"{half} autocast; fp8 needs an L4, RTX 4090, H100 or later"),),
+        # advice, never applied: the fp8 calls are the training recipe's (torchao's conversion); autocast does not remove them
+        hints=(f"leave the layers unconverted (no fp8) on this GPU and train under {half} autocast; "
+               f"fp8 needs an L4, RTX 4090, H100 or later",),
     )
 
 
