@@ -41,6 +41,8 @@ def _target(trace: Trace, model: torch.nn.Module, subject: Subject | None) -> Ta
         autocast=trace.autocast,
         train=trace.train,
         gpu=trace.gpu,
+        devices=trace.devices,
+        world=trace.world,
     )
 
 

@@ -330,6 +330,8 @@ class Trace:
     grads: tuple[GradStats, ...] = ()
     # The traced step is taken as a GradScaler would take it (scan's and diagnose's fp16 AMP check).
     grad_scaler: bool = False
+    devices: DevicePlan | None = None  # the device map a multi-GPU simulation dispatched (--gpus/--device-map)
+    world: World | None = None  # the process group a distributed step was traced in (rank 0 of N)
 
     @property
     def values_measured(self) -> bool:
@@ -453,6 +455,49 @@ def _names(keys: tuple[str, ...], shown: int = 3) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceLoad:
+    """What a device map puts on one device: weight bytes against the bytes it may use."""
+
+    device: str  # cuda:k, cpu or disk
+    weights: int  # bytes of the parameters and buffers placed there
+    capacity: int | None  # the --gpu profile's memory or --max-memory's (None: disk)
+    modules: int  # device-map entries placed there
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "weights": self.weights, "capacity": self.capacity, "modules": self.modules}
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePlan:
+    """A device map as accelerate placed it: `strategy` auto|balanced|balanced_low_0|sequential|file,
+    `gpus` simulated GPUs, `device_map` module → device, `devices` the load on each."""
+
+    strategy: str
+    gpus: int
+    device_map: tuple[tuple[str, str], ...]
+    devices: tuple[DeviceLoad, ...]
+
+    @property
+    def offloaded(self) -> tuple[tuple[str, str], ...]:
+        """(module, cpu|disk): what accelerate streams onto a GPU at each forward."""
+        return tuple((m, d) for m, d in self.device_map if d in ("cpu", "disk"))
+
+
+@dataclass(frozen=True, slots=True)
+class World:
+    """The process group a distributed step is traced in: rank `rank` of `size`, on torch's fake backend."""
+
+    size: int
+    rank: int = 0
+    backend: str = "fake"
+    launcher: str | None = None  # torchrun | accelerate | None (the API)
+    strategy: str | None = None  # fsdp2 | fsdp | deepspeed | ddp, when the step is sharded
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"size": self.size, "rank": self.rank, "backend": self.backend, "launcher": self.launcher, "strategy": self.strategy}
+
+
+@dataclass(frozen=True, slots=True)
 class Target:
     model: str
     dataset: str | None
@@ -464,9 +509,16 @@ class Target:
     train: bool
     gpu: str | None = None  # a simulated CUDA target's GPU profile, "a100 (compute capability 8.0)"
     loading: Loading | None = None  # only when the checkpoint lacked or had extra weights
+    devices: DevicePlan | None = None  # a simulated multi-GPU device map (--gpus/--device-map)
+    world: World | None = None  # a distributed step: rank 0 of N (--gpus with a launcher, FSDP)
 
     def to_dict(self) -> dict[str, Any]:
-        extra = {"loading": self.loading.to_dict()} if self.loading is not None else {}
+        extra: dict[str, Any] = {"loading": self.loading.to_dict()} if self.loading is not None else {}
+        if self.devices is not None:
+            extra["devices"] = [d.to_dict() for d in self.devices.devices]
+            extra["device_map"] = {"strategy": self.devices.strategy, "gpus": self.devices.gpus, "map": dict(self.devices.device_map)}
+        if self.world is not None:
+            extra["world"] = self.world.to_dict()
         return {
             "model": self.model,
             "dataset": self.dataset,
@@ -513,6 +565,9 @@ class TraceRequest:
     subject: Subject | None = None
     gpu: str | None = None  # a simulated CUDA target's GPU: "a100", "t4" or a capability "7.5"
     stats: bool = True  # measure value statistics (DD301-DD303); ignored on fake tensors
+    gpus: int = 1  # simulated GPUs a device map spreads the model over
+    device_map: str | Mapping[str, Any] | None = None  # auto|balanced|balanced_low_0|sequential|FILE.json or a dict
+    max_memory: str | Mapping[Any, Any] | None = None  # "0=20GiB,cpu=64GiB" or accelerate's dict
 
     def __post_init__(self) -> None:
         if self.autocast == "off":

@@ -162,21 +162,41 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
         from dtype_doctor.errors import UsageError
 
         raise UsageError(f"--autocast must be off, float16 or bfloat16, not {autocast!r}")
+    from dtype_doctor.trace import device_map
+
+    if device_map.wanted(request) and not request.simulate:
+        decide(request.device, gpus=request.gpus, device_map=request.device_map if isinstance(request.device_map, str) else "auto")
     where = place(model, inputs, request)
+    with contextlib.ExitStack() as spread:
+        return _trace(model, inputs, request, where, spread)
+
+
+def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest, where: Where, spread: contextlib.ExitStack) -> Trace:
+    from dtype_doctor.trace import device_map
+
+    autocast = request.autocast
     fake_mode = None
     state: dict[str, torch.Tensor] | None = None
     target_device = where.label
     alias: dict[str, str] = {}
     autocast_device: str | None = None
+    plan = None
     if where.simulate:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
         label, stand_in = where.label, where.run_on
-        if stand_in != label:
+        if device_map.wanted(request):
+            # accelerate spreads a fake copy over simulated GPUs; its hooks move what crosses them.
+            model, plan, alias = device_map.spread(model, request, fake_mode, spread)
+            label, stand_in = torch.device("cuda", 0), torch.device("meta", 0)
+            where = Where(True, label, stand_in)
+            autocast_device = stand_in.type
+        elif stand_in != label:
             alias[device_name(stand_in)] = device_name(label)
             autocast_device = stand_in.type
-        state = {n: fake_like(fake_mode, t, stand_in) for n, t in [*model.named_parameters(), *model.named_buffers()]}
+        if plan is None:
+            state = {n: fake_like(fake_mode, t, stand_in) for n, t in [*model.named_parameters(), *model.named_buffers()]}
         def sim_device(v: torch.Tensor) -> torch.device:
             # Simulation the caller did not ask for (a meta input, a fake model) moves nothing:
             # an input left on another device is the mismatch to report.
@@ -207,7 +227,7 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
     emulate_cuda_amp = where.simulate and where.label is not None and where.label.type == "cuda" and run_device.type != "cuda"
     failure: TraceFailure | None = None
     grads: list[tuple[str, str, int | None]] = []
-    with preserved(model, train=request.train, guard_writes=state is None), contextlib.ExitStack() as fake:
+    with preserved(model, train=request.train, guard_writes=state is None and plan is None), contextlib.ExitStack() as fake:
         if fake_mode is not None:
             fake.enter_context(_quiet_fake_kernels())
             fake.enter_context(fake_mode)
@@ -241,6 +261,7 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
         train=request.train,
         # scan's fp16 AMP step is checked as a GradScaler would take it (DD401).
         grad_scaler=request.train and autocast == "float16",
+        devices=plan,
     )
 
 

@@ -143,7 +143,7 @@ class TraceSession:
     def failure(self, exc: BaseException) -> TraceFailure:
         """What stopped the step, in the terms the rules read."""
         rec = self.recorder
-        message = first_line(exc, 500)
+        message = rec.aliased(first_line(exc, 500))
         if type(exc).__name__ in _SIMULATION_LIMITS or (rec.predict is not None and _NO_META_KERNEL in message):
             module, module_type = self._raising_module(exc)
             return TraceFailure("simulation", f"fake tensors cannot follow this step ({type(exc).__name__}: {message})", module, module_type, None)
