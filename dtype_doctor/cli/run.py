@@ -40,6 +40,7 @@ def run_command(
     simulate: Simulate = False,
     device: Device = "auto",
     gpu: o.Gpu = None,
+    gpus: o.Gpus = 1,
     format: o.Format = None,
     output: o.Output = None,
     fail_on: o.FailOn = "error",
@@ -67,7 +68,7 @@ def run_command(
     script = parse_command(command or [])
     check_outputs(locals(), reads=(script.target,) if script.kind == "file" else ())
     options = RunOptions(steps=steps, keep_running=keep_running, select=o.split_codes(select), ignore=o.split_codes(ignore),
-                         simulate=simulate, device=device, gpu=gpu, timeout=timeout)
+                         simulate=simulate, device=device, gpu=gpu, gpus=gpus, timeout=timeout)
     options.validate()
     output = output.resolve() if output is not None else None  # the invoking cwd's, whatever the script does with its own
     quiet_libraries()

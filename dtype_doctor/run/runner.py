@@ -33,6 +33,7 @@ class RunOptions:
     simulate: bool = False
     device: str = "auto"  # auto | cpu | cuda | cuda:N: the machine the script sees
     gpu: str | None = None  # the GPU a simulated script sees (t4, a100, 8.0)
+    gpus: int = 1  # simulated GPUs the script sees (--gpus)
     timeout: float | None = DEFAULT_TIMEOUT  # seconds the script may run until its traced steps are done
 
     def validate(self) -> None:
@@ -60,9 +61,9 @@ class RunOptions:
 
         from dtype_doctor.placement import decide
 
-        where = decide(self.device, simulate=self.simulate, gpu=self.gpu)  # no GPU here: refused, naming --simulate
+        where = decide(self.device, simulate=self.simulate, gpu=self.gpu, gpus=self.gpus)  # no GPU here: refused, naming --simulate
         if where.simulated:
-            return {"simulate": True, "device": where.device, "gpu": where.gpu}
+            return {"simulate": True, "device": where.device, "gpu": where.gpu, "gpus": where.gpus}
         return {"hide_cuda": self.device == "cpu" and torch.cuda.is_available()}
 
 

@@ -74,6 +74,7 @@ class RunSession:
         device: str | None = None,
         gpu: str | None = None,
         hide_cuda: bool = False,
+        gpus: int = 1,
     ) -> None:
         self.label = label  # what the report names as the target: the script
         self.max_steps = steps
@@ -89,7 +90,12 @@ class RunSession:
         self.target = torch.device(device if device not in (None, "auto") else "cuda:0") if simulate else None
         self.gpu = gpu
         self.hide_cuda = hide_cuda
+        self.gpus = gpus  # simulated GPUs: with several, cuda:k lives on meta:k
         self.alias = {device_name(STAND_IN): device_name(self.target)} if self.target is not None else {}
+        if simulate and gpus > 1:
+            from dtype_doctor.trace.device_map import aliases
+
+            self.alias = aliases(gpus)
         self._session: TraceSession | None = None
         self._failure: TraceFailure | None = None
         self._depth = 0  # top-level module calls in progress (the model's, a loss module's)
@@ -117,7 +123,7 @@ class RunSession:
 
             assert self.target is not None
             self._simulation = CudaSimulation(self.target, gpu_profile(self.gpu), on_amp=self._set_amp,
-                                              in_forward=lambda: self._model_depth > 0)
+                                              in_forward=lambda: self._model_depth > 0, gpus=self.gpus)
             self._arms.enter_context(self._simulation)
         elif self.hide_cuda:
             self._arms.enter_context(_hidden_cuda())
@@ -313,9 +319,14 @@ class RunSession:
 
         ops = tuple(op for op in trace.ops if not (op.error and any(s in op.error for s in _NO_DATA)))
         gpu = gpu_profile(self.gpu)
-        device = trace.device if trace.device != device_name(STAND_IN) else device_name(self.target)  # type: ignore[arg-type]
+        device = self.alias.get(trace.device, trace.device)
+        plan = None
+        if self.gpus > 1 and self.model is not None:
+            from dtype_doctor.trace.device_map import plan_of
+
+            plan = plan_of(self.model, self.gpus, gpu)
         return dataclasses.replace(trace, ops=ops, device=device, simulated=True, gpu=str(gpu) if gpu else None,
-                                   gpu_capability=gpu.capability if gpu else None)
+                                   gpu_capability=gpu.capability if gpu else None, devices=plan)
 
     def _with_parameter_source(self, finding: Any) -> Any:
         """A finding about parameters names the user's line that converted them (model.half())."""

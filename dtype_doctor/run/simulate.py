@@ -15,6 +15,7 @@ script is stopped there (`SimulationStop`); what was traced up to that point is 
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 import warnings
@@ -98,6 +99,8 @@ class _CudaMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
+        if func is torch.device and len(args) == 1 and isinstance(args[0], int) and not isinstance(args[0], bool):
+            return torch.device("cuda", args[0])  # torch.device(3): the accelerator's, which a CPU-only build refuses
         if func is torch.Tensor.cuda:
             target = args[1] if len(args) > 1 else kwargs.get("device")
             return args[0].to(self.sim.stand_in(target), non_blocking=bool(kwargs.get("non_blocking", False)))
@@ -105,6 +108,11 @@ class _CudaMode(TorchFunctionMode):
             # .to("cuda"), .to(0), .to(torch.device("cuda"), torch.float16): the device is the first argument.
             if len(args) > 1 and _is_device_arg(args[1]) and is_cuda(args[1]):
                 args = (args[0], self.sim.stand_in(args[1]), *args[2:])
+            elif "device" in kwargs and is_cuda(kwargs["device"]):
+                kwargs = {**kwargs, "device": self.sim.stand_in(kwargs["device"])}
+            target = args[1] if len(args) > 1 and _is_device_arg(args[1]) else kwargs.get("device")
+            if self.sim.indexed and target is not None and torch.device(target).type == "meta":
+                args = (self.sim.faked(args[0]), *args[1:])  # a plain meta tensor forgets its GPU; a fake one keeps it
         elif func is torch.Tensor.pin_memory:
             return args[0]  # page-locked host memory is a CUDA-machine optimisation; the data is the same
         elif func is torch.Tensor.__format__ and args and _simulated(args[0]) and len(args) > 1 and args[1]:
@@ -112,11 +120,15 @@ class _CudaMode(TorchFunctionMode):
         if "device" in kwargs and is_cuda(kwargs["device"]):
             kwargs["device"] = self.sim.stand_in(kwargs["device"])
         try:
-            out = func(*args, **kwargs)
+            if self.sim.indexed and self.sim.fake_mode is not None and _simulated_any(args, kwargs):
+                with self.sim.fake_mode:  # ops on GPUs k > 0 run in the fake mode, whose factories keep meta:k
+                    out = func(*args, **kwargs)
+            else:
+                out = func(*args, **kwargs)
             want = kwargs.get("device")
             if self.sim.indexed and isinstance(out, torch.Tensor) and want is not None and torch.device(want).type == "meta" \
                     and torch.device(want).index is not None and out.device != torch.device(want):
-                out = out.to(want)  # torch.tensor(..., device=meta:k) builds on plain meta: keep the GPU asked for
+                out = self.sim.faked(out).to(want)  # torch.tensor(..., device=meta:k) builds on plain meta: keep the GPU asked for
             return out
         except (RuntimeError, NotImplementedError, TypeError) as exc:
             if any(s in str(exc) for s in _NO_DATA) and _simulated_any(args, kwargs):
@@ -182,6 +194,20 @@ class CudaSimulation:
         self.stopped: SimulationStop | None = None
         self._mode = _CudaMode(self)
         self._saved: list[tuple[Any, str, Any]] = []
+        self._env: str | None = None
+        self._accelerate: Any = None
+        self.fake_mode: Any = None  # several GPUs: the FakeTensorMode the script's CUDA tensors belong to
+
+    def faked(self, t: Any) -> Any:
+        """`t` as a fake tensor of this simulation (several GPUs: the only tensors that keep meta:k)."""
+        from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+        if not isinstance(t, torch.Tensor) or isinstance(t, FakeTensor):
+            return t
+        if self.fake_mode is None:
+            self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        fake = self.fake_mode.from_tensor(t)
+        return torch.nn.Parameter(fake, requires_grad=t.requires_grad) if isinstance(t, torch.nn.Parameter) else fake
 
     def stand_in(self, device: Any = None) -> torch.device:
         """The stand-in of a CUDA device argument ("cuda", "cuda:3", 3, torch.device; None: the current GPU)."""
@@ -208,12 +234,28 @@ class CudaSimulation:
         from dtype_doctor.run.modes import push_function_mode
 
         push_function_mode(self._mode)
+        # transformers loads weights in a thread pool; a function mode holds in its own thread only,
+        # so the load runs in this one, where .to("cuda:k") reaches the stand-in.
+        self._env = os.environ.get("HF_DEACTIVATE_ASYNC_LOAD")
+        os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = "1"
+        if self.indexed:
+            from dtype_doctor.trace.device_map import accelerate_on_fakes
+
+            self._accelerate = accelerate_on_fakes(self.faked)
+            self._accelerate.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         from dtype_doctor.run.modes import remove_function_mode
 
         remove_function_mode(self._mode)
+        if self._accelerate is not None:
+            self._accelerate.__exit__(None, None, None)
+            self._accelerate = None
+        if self._env is None:
+            os.environ.pop("HF_DEACTIVATE_ASYNC_LOAD", None)
+        else:
+            os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = self._env
         for owner, name, original in reversed(self._saved):
             setattr(owner, name, original)
         self._saved.clear()

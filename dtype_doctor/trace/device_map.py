@@ -98,7 +98,7 @@ def _cpu_available() -> int:
 def plan(model: torch.nn.Module, strategy: str | Mapping[str, Any], gpus: int, gpu: Any,
          max_memory: tuple[tuple[str, str], ...] | Mapping[Any, Any] = ()) -> tuple[dict[str, int | str], DevicePlan]:
     """The device map accelerate gives `model` (its tensors fake or meta) and the load on each device."""
-    from accelerate.utils import compute_module_sizes, get_balanced_memory, infer_auto_device_map
+    from accelerate.utils import get_balanced_memory, infer_auto_device_map
 
     memory = max_memory_of(gpus, gpu, max_memory)
     no_split = list(getattr(model, "_no_split_modules", None) or [])
@@ -114,10 +114,17 @@ def plan(model: torch.nn.Module, strategy: str | Mapping[str, Any], gpus: int, g
                 bounds = get_balanced_memory(model, max_memory=dict(memory), no_split_module_classes=no_split,
                                              low_zero=strategy == "balanced_low_0")
             device_map = dict(infer_auto_device_map(model, max_memory=bounds, no_split_module_classes=no_split))
+    return device_map, _record(model, device_map, name, gpus, memory)
+
+
+def _record(model: torch.nn.Module, device_map: Mapping[str, int | str], name: str, gpus: int,
+            memory: Mapping[int | str, int]) -> DevicePlan:
+    from accelerate.utils import compute_module_sizes
+
     sizes = compute_module_sizes(model)
     loads: dict[str, list[int]] = {}
     for module, dev in device_map.items():
-        label = f"cuda:{dev}" if isinstance(dev, int) else dev
+        label = f"cuda:{dev}" if isinstance(dev, int) else str(dev)
         entry = loads.setdefault(label, [0, 0])
         entry[0] += sizes.get(module, 0)
         entry[1] += 1
@@ -126,8 +133,21 @@ def plan(model: torch.nn.Module, strategy: str | Mapping[str, Any], gpus: int, g
         DeviceLoad(d, loads.get(d, [0, 0])[0], memory.get(int(d[5:]) if d.startswith("cuda:") else d), loads.get(d, [0, 0])[1])
         for d in order if d in loads or d.startswith("cuda:")
     )
-    readable = tuple((m, f"cuda:{d}" if isinstance(d, int) else d) for m, d in device_map.items())
-    return device_map, DevicePlan(name, gpus, readable, devices)
+    readable = tuple((m, f"cuda:{d}" if isinstance(d, int) else str(d)) for m, d in device_map.items())
+    return DevicePlan(name, gpus, readable, devices)
+
+
+def plan_of(model: torch.nn.Module, gpus: int, gpu: Any) -> DevicePlan | None:
+    """The plan of a model the user's own script dispatched (from_pretrained(device_map=...) sets
+    `hf_device_map`), read against the simulated GPUs' memory; None for a model without one."""
+    device_map = getattr(model, "hf_device_map", None)
+    if not isinstance(device_map, Mapping) or not device_map:
+        return None
+    try:
+        keys = {m: _device_key(d) for m, d in device_map.items()}
+    except (InputError, RuntimeError):
+        return None
+    return _record(model, keys, "script", gpus, max_memory_of(gpus, gpu, ()))
 
 
 def aliases(gpus: int) -> dict[str, str]:
@@ -162,13 +182,14 @@ def dispatched(model: torch.nn.Module, device_map: Mapping[str, int | str], fake
 
 
 @contextlib.contextmanager
-def accelerate_on_fakes() -> Iterator[None]:
+def accelerate_on_fakes(faked: Any = None) -> Iterator[None]:
     """accelerate's hooks, able to move fake parameters.
 
     accelerate rebuilds a moved parameter with the class of the one it replaces
     (`type(param)(value, requires_grad=...)`); a fake parameter's class is FakeTensor, which
     cannot be built that way. Here such a parameter is rebuilt as torch.nn.Parameter does it;
-    every other tensor (buffers, real parameters) goes through accelerate's own function.
+    every other tensor goes through accelerate's own function. `faked` (a script's simulation)
+    turns a plain meta tensor, which has forgotten its GPU, into a fake one first.
     Its "parameters on the meta device" warning and FakeTensor's data_ptr warning are the simulation's."""
     import logging
     import warnings
@@ -182,13 +203,19 @@ def accelerate_on_fakes() -> Iterator[None]:
                                     dtype: Any = None, *args: Any, **kwargs: Any) -> None:
         owner, _, leaf = tensor_name.rpartition(".")
         target = module.get_submodule(owner) if owner else module
-        old = target._parameters.get(leaf)
-        if not isinstance(old, FakeTensor):
+        is_param = leaf in target._parameters
+        old = target._parameters[leaf] if is_param else target._buffers.get(leaf)
+        plain_meta = faked is not None and isinstance(old, torch.Tensor) and not isinstance(old, FakeTensor) and old.device.type == "meta"
+        if not isinstance(old, FakeTensor) and not plain_meta:
             return original(module, tensor_name, device, value, dtype, *args, **kwargs)
-        source = value if value is not None else old
+        source = value if value is not None else (faked(old) if plain_meta else old)
         if dtype is not None and source.is_floating_point():
             source = source.to(dtype)
-        target._parameters[leaf] = torch.nn.Parameter(source.to(device), requires_grad=old.requires_grad)
+        moved = source.to(device)
+        if is_param:
+            target._parameters[leaf] = torch.nn.Parameter(moved, requires_grad=old.requires_grad)
+        else:
+            target._buffers[leaf] = moved
         return None
 
     log = logging.getLogger("accelerate.big_modeling")
@@ -223,8 +250,7 @@ def spread(model: torch.nn.Module, request: Any, fake_mode: Any, stack: contextl
     strategy: str | Mapping[str, Any] = given_map if given_map is not None else (placement.device_map or "auto")
     gpu = gpu_profile(request.gpu)
     device_map, device_plan = plan(model, strategy, placement.gpus, gpu, given_memory or placement.max_memory)
-    stack.enter_context(simulated_gpus(placement.gpus, gpu))
-    stack.enter_context(accelerate_on_fakes())
+    stack.enter_context(simulated_gpus(placement.gpus, gpu))  # accelerate's hooks on fakes too (accelerate_on_fakes)
     try:
         clone = dispatched(model, device_map, fake_mode)
     except (ValueError, RuntimeError) as exc:  # accelerate refuses an incomplete map, or one it cannot dispatch
