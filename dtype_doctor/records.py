@@ -332,6 +332,7 @@ class Trace:
     grad_scaler: bool = False
     devices: DevicePlan | None = None  # the device map a multi-GPU simulation dispatched (--gpus/--device-map)
     world: World | None = None  # the process group a distributed step was traced in (rank 0 of N)
+    shards: tuple[ShardGroup, ...] = ()  # the FSDP units of a sharded model
 
     @property
     def values_measured(self) -> bool:
@@ -495,6 +496,22 @@ class World:
 
     def to_dict(self) -> dict[str, Any]:
         return {"size": self.size, "rank": self.rank, "backend": self.backend, "launcher": self.launcher, "strategy": self.strategy}
+
+
+@dataclass(frozen=True, slots=True)
+class ShardGroup:
+    """One FSDP unit as the traced step saw it: `fully_shard(module, mp_policy=...)` (fsdp2) or an
+    FSDP1 FlatParameter (fsdp); its mixed-precision settings and the dtypes of the parameters it holds."""
+
+    module: str  # "" for the root
+    strategy: str  # fsdp2 | fsdp
+    param_dtype: str | None
+    reduce_dtype: str | None
+    output_dtype: str | None
+    cast_forward_inputs: bool
+    trainable_dtypes: tuple[str, ...]  # the original dtypes of its trainable parameters, sorted
+    frozen_dtypes: tuple[str, ...] = ()
+    trainable: tuple[str, ...] = ()  # the first few trainable parameters, by name, one per dtype first
 
 
 @dataclass(frozen=True, slots=True)

@@ -175,6 +175,9 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
     from dtype_doctor.trace import device_map
 
     autocast = request.autocast
+    # A sharded model's parameters are DTensors, whose storage is FSDP's: writes to them are FSDP's
+    # own, and value statistics are not taken of them (a DTensor gradient is one rank's shard).
+    sharded = any(type(p).__name__ == "DTensor" for p in model.parameters())
     fake_mode = None
     state: dict[str, torch.Tensor] | None = None
     target_device = where.label
@@ -213,7 +216,7 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
             inputs = {k: (v.to(target_device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
 
     session = TraceSession(
-        model, stats=request.stats, simulated=where.simulate, state=state, alias=alias,
+        model, stats=request.stats and not sharded, simulated=where.simulate, state=state, alias=alias,
         probe_cuda=where.label is not None and where.label.type == "cuda", probe_gpu=request.gpu,
     )
     rec = session.recorder
@@ -227,7 +230,7 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
     emulate_cuda_amp = where.simulate and where.label is not None and where.label.type == "cuda" and run_device.type != "cuda"
     failure: TraceFailure | None = None
     grads: list[tuple[str, str, int | None]] = []
-    with preserved(model, train=request.train, guard_writes=state is None and plan is None), contextlib.ExitStack() as fake:
+    with preserved(model, train=request.train, guard_writes=state is None and plan is None and not sharded), contextlib.ExitStack() as fake:
         if fake_mode is not None:
             fake.enter_context(_quiet_fake_kernels())
             fake.enter_context(fake_mode)

@@ -195,6 +195,10 @@ class TraceSession:
             autocast=next((op.autocast for op in rec.ops if op.autocast), None),
             train=any(op.phase == "backward" for op in rec.ops),
         )
+        from dtype_doctor.trace.world import shard_groups, world_of
+
+        shards = shard_groups(rec.model)
+        seen.update(shards=shards, world=world_of(shards))
         if self.predict is not None and self.predict.gpu is not None:
             seen.update(gpu=str(self.predict.gpu), gpu_capability=self.predict.gpu.capability)
         resolved = tuple(GradStats(n, d, s) for n, d, h in grads if rec.values is not None and (s := rec.values.get(h)) is not None)
