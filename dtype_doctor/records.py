@@ -512,6 +512,7 @@ class ShardGroup:
     trainable_dtypes: tuple[str, ...]  # the original dtypes of its trainable parameters, sorted
     frozen_dtypes: tuple[str, ...] = ()
     trainable: tuple[str, ...] = ()  # the first few trainable parameters, by name, one per dtype first
+    flat: tuple[tuple[str, str], ...] = ()  # fsdp: (parameter, dtype) in the order FSDP1 flattens them, each dtype's first
 
 
 @dataclass(frozen=True, slots=True)
@@ -585,6 +586,7 @@ class TraceRequest:
     gpus: int = 1  # simulated GPUs a device map spreads the model over
     device_map: str | Mapping[str, Any] | None = None  # auto|balanced|balanced_low_0|sequential|FILE.json or a dict
     max_memory: str | Mapping[Any, Any] | None = None  # "0=20GiB,cpu=64GiB" or accelerate's dict
+    fsdp1: bool = False  # check the model's FSDP1 units (use_orig_params=False) as FlatParameters would flatten them
 
     def __post_init__(self) -> None:
         if self.autocast == "off":

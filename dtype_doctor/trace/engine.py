@@ -265,7 +265,19 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
         # scan's fp16 AMP step is checked as a GradScaler would take it (DD401).
         grad_scaler=request.train and autocast == "float16",
         devices=plan,
+        **_fsdp1_units(model, request),
     )
+
+
+def _fsdp1_units(model: torch.nn.Module, request: TraceRequest) -> dict[str, Any]:
+    """request.fsdp1: the FSDP1 units of the (unwrapped) model, as FlatParameters would flatten them."""
+    if not request.fsdp1:
+        return {}
+    from dtype_doctor.records import World
+    from dtype_doctor.trace.world import flat_units, world_of
+
+    world = world_of()
+    return {"shards": flat_units(model), "world": World(world.size if world else 1, strategy="fsdp")}
 
 
 @contextlib.contextmanager

@@ -91,3 +91,31 @@ def shard_groups(model: torch.nn.Module) -> tuple[ShardGroup, ...]:
 
 def _name(dtype: torch.dtype | None) -> str | None:
     return dtype_name(dtype) if dtype is not None else None
+
+
+def flat_units(model: torch.nn.Module, wrap: tuple[str, ...] | None = None) -> tuple[ShardGroup, ...]:
+    """The FlatParameters FSDP1 (use_orig_params=False) would build for `model` with a transformer
+    auto-wrap policy over the classes `wrap` (default: the model's `_no_split_modules`, what
+    accelerate and Trainer wrap): one unit per instance, the root holding the rest. Each unit's
+    parameters are listed in the order FSDP1 flattens them (its _validate_tensors_to_flatten)."""
+    classes = set(wrap if wrap is not None else (getattr(model, "_no_split_modules", None) or ()))
+    units = [(n, m) for n, m in model.named_modules() if n and type(m).__name__ in classes]
+    units = [(n, m) for n, m in units if not any(n.startswith(o + ".") for o, _ in units)] + [("", model)]
+    owned: set[int] = set()
+    groups = []
+    for name, m in units:
+        flat: list[tuple[str, str]] = []
+        dtypes: set[str] = set()
+        for pname, p in m.named_parameters():
+            if id(p) in owned:
+                continue
+            owned.add(id(p))
+            full = f"{name}.{pname}" if name else pname
+            dtype = dtype_name(p.dtype)
+            if dtype not in dtypes:
+                dtypes.add(dtype)
+                flat.append((full, dtype))
+        if flat:
+            groups.append(ShardGroup(module=name, strategy="fsdp", param_dtype=None, reduce_dtype=None, output_dtype=None,
+                                     cast_forward_inputs=False, trainable_dtypes=(), flat=tuple(flat)))
+    return tuple(groups)
