@@ -27,6 +27,7 @@ STAGES = (
     "model-code",
     "loss",
     "optimizer",
+    "launch",  # the launcher's configuration (accelerate / DeepSpeed files): before the step, listed last as an addition
 )
 LINEAGE_STAGES = (
     "dataset",
@@ -333,6 +334,7 @@ class Trace:
     devices: DevicePlan | None = None  # the device map a multi-GPU simulation dispatched (--gpus/--device-map)
     world: World | None = None  # the process group a distributed step was traced in (rank 0 of N)
     shards: tuple[ShardGroup, ...] = ()  # the FSDP units of a sharded model
+    launch: LaunchConfig | None = None  # the launcher command line and config files a run was given
 
     @property
     def values_measured(self) -> bool:
@@ -493,9 +495,13 @@ class World:
     backend: str = "fake"
     launcher: str | None = None  # torchrun | accelerate | None (the API)
     strategy: str | None = None  # fsdp2 | fsdp | deepspeed | ddp, when the step is sharded
+    config: tuple[tuple[str, Any], ...] = ()  # the launch configuration's precision settings, as read
 
     def to_dict(self) -> dict[str, Any]:
-        return {"size": self.size, "rank": self.rank, "backend": self.backend, "launcher": self.launcher, "strategy": self.strategy}
+        out = {"size": self.size, "rank": self.rank, "backend": self.backend, "launcher": self.launcher, "strategy": self.strategy}
+        if self.config:
+            out["config"] = dict(self.config)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -513,6 +519,25 @@ class ShardGroup:
     frozen_dtypes: tuple[str, ...] = ()
     trainable: tuple[str, ...] = ()  # the first few trainable parameters, by name, one per dtype first
     flat: tuple[tuple[str, str], ...] = ()  # fsdp: (parameter, dtype) in the order FSDP1 flattens them, each dtype's first
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchConfig:
+    """How a job is launched, as its launcher reads it: the command line and the accelerate / DeepSpeed
+    config files it names. `refused` holds what accelerate or DeepSpeed raise for this configuration
+    at launch, as (who, their message)."""
+
+    launcher: str  # accelerate | torchrun
+    processes: int
+    mixed_precision: str | None = None  # accelerate's: no | fp16 | bf16 | fp8
+    distributed: str | None = None  # deepspeed | fsdp | multi_gpu
+    config_file: str | None = None
+    deepspeed_config: str | None = None
+    ds_fp16: str | None = None  # "true" / "false" / "auto", as the DeepSpeed JSON has it
+    ds_bf16: str | None = None
+    zero_stage: int | None = None
+    offload: tuple[str, ...] = ()  # "optimizer:cpu", "param:nvme"
+    refused: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,6 +75,7 @@ class RunSession:
         gpu: str | None = None,
         hide_cuda: bool = False,
         gpus: int = 1,
+        launch: Any = None,
     ) -> None:
         self.label = label  # what the report names as the target: the script
         self.max_steps = steps
@@ -91,6 +92,7 @@ class RunSession:
         self.gpu = gpu
         self.hide_cuda = hide_cuda
         self.gpus = gpus  # simulated GPUs: with several, cuda:k lives on meta:k
+        self.launch = launch  # a LaunchConfig: the script is rank 0 of its world, on the fake process group
         self.alias = {device_name(STAND_IN): device_name(self.target)} if self.target is not None else {}
         if simulate and gpus > 1:
             from dtype_doctor.trace.device_map import aliases
@@ -118,6 +120,11 @@ class RunSession:
 
     def __enter__(self) -> "RunSession":
         self._arms.enter_context(self._conversions)
+        if self.launch is not None:
+            from dtype_doctor.run.launchers import launch_env
+            from dtype_doctor.trace.world import fake_launch
+
+            self._arms.enter_context(fake_launch(self.launch.processes, self.launch.launcher, launch_env(self.launch)))
         if self.simulate:
             from dtype_doctor.trace.gpus import gpu_profile
 
@@ -304,6 +311,8 @@ class RunSession:
         trace = live_trace(self._session, self._info, failure, lineage=self._lineage, sources=sources_of(self._lineage))
         if self.simulate:
             trace = self._simulated(trace)
+        if self.launch is not None:
+            trace = self._launched(trace)
         request = TraceRequest(select=self.select, ignore=self.ignore, subject=Subject(model=self.label))
         report = report_from_trace(trace, self.model, request)
         findings = tuple(self._with_parameter_source(f) for f in report.findings)
@@ -311,6 +320,19 @@ class RunSession:
         if self.simulate or self.hide_cuda:
             environment["cuda_available"] = _real_cuda_available()
         return dataclasses.replace(report, findings=findings, environment=environment)
+
+    def _launched(self, trace: Trace) -> Trace:
+        """The trace as rank 0 of the launcher's world, with the launch configuration it was given."""
+        from dtype_doctor.records import World
+
+        launch = self.launch
+        world = trace.world or World(launch.processes, 0, "fake", launch.launcher)
+        config = tuple((k, v) for k, v in (("mixed_precision", launch.mixed_precision), ("distributed", launch.distributed),
+                                            ("config_file", launch.config_file), ("deepspeed_config", launch.deepspeed_config),
+                                            ("fp16", launch.ds_fp16), ("bf16", launch.ds_bf16), ("zero_stage", launch.zero_stage),
+                                            ("offload", list(launch.offload) or None)) if v is not None)
+        world = dataclasses.replace(world, size=launch.processes, launcher=launch.launcher, config=config)
+        return dataclasses.replace(trace, launch=launch, world=world)
 
     def _simulated(self, trace: Trace) -> Trace:
         """The trace as a CUDA machine's: the stand-in named as the target; values asked of fake tensors dropped."""

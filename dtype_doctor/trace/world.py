@@ -119,3 +119,36 @@ def flat_units(model: torch.nn.Module, wrap: tuple[str, ...] | None = None) -> t
             groups.append(ShardGroup(module=name, strategy="fsdp", param_dtype=None, reduce_dtype=None, output_dtype=None,
                                      cast_forward_inputs=False, trainable_dtypes=(), flat=tuple(flat)))
     return tuple(groups)
+
+
+@contextlib.contextmanager
+def fake_launch(size: int, launcher: str, env: dict[str, str]) -> Iterator[None]:
+    """A launched script's rank 0: its environment as the launcher sets it, and whatever backend it
+    asks `init_process_group` for (nccl, gloo) given torch's fake one, `size` ranks wide."""
+    import os
+
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    original = dist.init_process_group
+    saved = {k: os.environ.get(k) for k in env}
+
+    def init_process_group(*args: Any, **kwargs: Any) -> None:
+        if not dist.is_initialized():
+            original("fake", store=FakeStore(), rank=0, world_size=size)
+
+    os.environ.update(env)
+    dist.init_process_group = init_process_group
+    _LAUNCHER[0] = launcher
+    try:
+        yield
+    finally:
+        dist.init_process_group = original
+        _LAUNCHER[0] = None
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
