@@ -167,10 +167,19 @@ def dispatched(model: torch.nn.Module, device_map: Mapping[str, int | str], fake
     from accelerate import dispatch_model
 
     memo: dict[int, Any] = {}
+    keys = sorted(device_map, key=len, reverse=True)
+
+    def home(name: str) -> Any:
+        # Where the map puts a tensor: its longest module prefix; made there directly, so
+        # accelerate's hooks find each weight already on its GPU (a fake .to costs a dispatch).
+        key = next((k for k in keys if not k or name == k or name.startswith(k + ".")), "")
+        d = device_map.get(key, "cpu")
+        return torch.device("meta", d) if isinstance(d, int) else "cpu"
+
     with fake_mode:
-        for t in [*model.parameters(), *model.buffers()]:
-            if id(t) not in memo:
-                fake = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="cpu")
+        for name, t in [*model.named_parameters(), *model.named_buffers()]:
+            if id(t) not in memo:  # a tied weight lives where its first name is placed
+                fake = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=home(name))
                 memo[id(t)] = torch.nn.Parameter(fake, requires_grad=t.requires_grad) if isinstance(t, torch.nn.Parameter) else fake
     clone = copy.deepcopy(model, memo)
     stand_ins = {m: (torch.device("meta", d) if isinstance(d, int) else "cpu") for m, d in device_map.items()}
@@ -212,6 +221,8 @@ def accelerate_on_fakes(faked: Any = None) -> Iterator[None]:
         if dtype is not None and source.is_floating_point():
             source = source.to(dtype)
         moved = source.to(device)
+        if moved is old:
+            return None  # already there
         if is_param:
             target._parameters[leaf] = torch.nn.Parameter(moved, requires_grad=old.requires_grad)
         else:
