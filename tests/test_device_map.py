@@ -130,3 +130,23 @@ def test_bad_device_map_options_are_usage_errors():
         dtype_doctor.diagnose(Net(), {"x": torch.randn(3, 16)}, simulate=True, gpus=2, max_memory="0=lots")
     with pytest.raises(InputError, match="GPU 3"):
         dtype_doctor.diagnose(Net(), {"x": torch.randn(3, 16)}, simulate=True, gpus=2, device_map={"": 3})
+
+
+def test_a_script_loading_with_device_map_auto_sees_the_gpus(tmp_path):
+    from dtype_doctor.run.runner import RunOptions, run_script
+    from helpers_models import FIXTURE_MODELS
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys, torch\n"
+        "from transformers import AutoModelForCausalLM\n"
+        "assert torch.cuda.device_count() == 4\n"
+        "model = AutoModelForCausalLM.from_pretrained(sys.argv[1], device_map='auto', max_memory={i: '100KiB' for i in range(4)})\n"
+        "ids = torch.randint(5, 100, (2, 8)).to(model.device)\n"
+        "model(input_ids=ids, labels=ids).loss.backward()\n"
+    )
+    result = run_script(["python", str(script), str(FIXTURE_MODELS / "llama-tiny")], options=RunOptions(simulate=True, gpus=4))
+    assert result.outcome.error is None
+    plan = result.report.target.devices
+    assert plan.strategy == "script" and len({d for _, d in plan.device_map}) > 1
+    assert not found(result.report, "DD201")
