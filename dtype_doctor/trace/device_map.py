@@ -27,6 +27,16 @@ from dtype_doctor.records import DeviceLoad, DevicePlan
 OFFLOADED = ("cpu", "disk")
 
 
+def require_accelerate(what: str) -> None:
+    """accelerate places, dispatches and reads launch configs here; without it, one clear line."""
+    import importlib.util
+
+    if importlib.util.find_spec("accelerate") is None:
+        from dtype_doctor.errors import UsageError
+
+        raise UsageError(f"{what} uses accelerate, which is not installed: pip install 'dtype-doctor[cluster]' (or accelerate)")
+
+
 def simulated_gpus(gpus: int, gpu: Any) -> Any:
     """The CudaSimulation a device map is planned and run under: `gpus` GPUs of profile `gpu`, cuda:k on meta:k."""
     from dtype_doctor.run.simulate import CudaSimulation
@@ -253,6 +263,7 @@ def spread(model: torch.nn.Module, request: Any, fake_mode: Any, stack: contextl
     from dtype_doctor.placement import decide
     from dtype_doctor.trace.gpus import gpu_profile
 
+    require_accelerate("--gpus/--device-map")
     given_map = request.device_map if isinstance(request.device_map, Mapping) else None
     given_memory = request.max_memory if isinstance(request.max_memory, Mapping) else None
     placement = decide(request.device, simulate=request.simulate, gpu=request.gpu, gpus=request.gpus,
