@@ -16,16 +16,18 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["diagnose", "watch", "compare", "Report", "Finding", "Trace", "__version__"]
+__all__ = ["diagnose", "watch", "compare", "fake_world", "Report", "Finding", "Trace", "__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from dtype_doctor.compare import compare
     from dtype_doctor.records import Finding, Report, Trace
     from dtype_doctor.diagnosis import diagnose, watch
+    from dtype_doctor.trace.world import fake_world
 
 _LAZY = {
     "diagnose": ("dtype_doctor.diagnosis", "diagnose"),
     "watch": ("dtype_doctor.diagnosis", "watch"),
+    "fake_world": ("dtype_doctor.trace.world", "fake_world"),  # rank 0 of N on torch's fake process group
     # The package itself: it is callable, so dtype_doctor.compare(model, inputs) works before
     # and after anything imports dtype_doctor.compare.<module> (which sets this attribute).
     "compare": ("dtype_doctor.compare", None),

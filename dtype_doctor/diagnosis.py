@@ -42,6 +42,8 @@ def _target(trace: Trace, model: torch.nn.Module, subject: Subject | None) -> Ta
         train=trace.train,
         gpu=trace.gpu,
         quantization=trace.model.quantization,
+        devices=trace.devices,
+        world=trace.world,
     )
 
 

@@ -81,3 +81,18 @@ TENSOR_CORE_OPS = frozenset(
 CONV_OPS = frozenset({op_name(op) for op in CONV})
 # By bare name: the ops whose half-precision rounding compare's table asks about.
 PRECISION_OPS = TENSOR_CORE_OPS | {"conv1d", "conv2d", "conv3d", "cudnn_convolution", "mkldnn_convolution"}
+
+
+# The collectives FSDP, DDP and DeepSpeed issue, as the dispatcher names them (c10d.<name>,
+# _c10d_functional.<name>): what the fake process group lets the recorder see (trace/world.py).
+COLLECTIVES = ("allgather", "_allgather_base_", "reduce_scatter", "_reduce_scatter_base_", "allreduce_", "broadcast_",
+               "all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce")
+
+
+def is_collective(op_name: str) -> bool:
+    return op_name.startswith(("c10d.", "_c10d_functional.")) and any(c in op_name for c in COLLECTIVES)
+
+
+def is_reduction(op_name: str) -> bool:
+    """A collective that sums tensors across ranks (reduce-scatter, all-reduce)."""
+    return is_collective(op_name) and "reduce" in op_name

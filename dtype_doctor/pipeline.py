@@ -36,6 +36,9 @@ class ScanOptions:
     train: bool = False
     simulate: bool = False
     gpu: str | None = None  # the GPU a simulated CUDA trace targets (--gpu)
+    gpus: int = 1  # simulated GPUs a device map spreads the model over (--gpus)
+    device_map: str | None = None  # auto|balanced|balanced_low_0|sequential|FILE.json (--device-map)
+    max_memory: str | None = None  # "0=20GiB,cpu=64GiB" (--max-memory)
     select: tuple[str, ...] | None = None
     ignore: tuple[str, ...] | None = None
     trust_remote_code: bool = False
@@ -67,6 +70,8 @@ class ScanOptions:
             raise UsageError(f"--preprocess must be FILE.py:FUNCTION, not {self.preprocess!r}")
         parse_device(self.device)
         self.quantize()  # a bad combination is a usage error before anything loads
+        if self.gpus != 1 or self.device_map or self.max_memory:
+            self.placement()  # --gpus/--device-map/--max-memory: refused here, before anything loads
         if self.gpu is not None:
             from dtype_doctor.trace.gpus import gpu_profile
 
@@ -86,7 +91,8 @@ class ScanOptions:
 
     def placement(self) -> Placement:
         """Where the step runs: decided here, once, for every stage of scan and fix."""
-        return decide(self.device, simulate=self.simulate, gpu=self.gpu)
+        return decide(self.device, simulate=self.simulate, gpu=self.gpu, gpus=self.gpus, device_map=self.device_map,
+                      max_memory=self.max_memory)
 
 
 def _either(names: tuple[str, ...]) -> str:
@@ -113,6 +119,9 @@ class Prepared:
             train=o.train,
             simulate=o.simulate,
             gpu=o.gpu,
+            gpus=o.gpus,
+            device_map=o.device_map,
+            max_memory=o.max_memory,
             select=o.select,
             ignore=o.ignore,
             lineage=self.batch.lineage,

@@ -27,6 +27,7 @@ STAGES = (
     "model-code",
     "loss",
     "optimizer",
+    "launch",  # the launcher's configuration (accelerate / DeepSpeed files): before the step, listed last as an addition
 )
 LINEAGE_STAGES = (
     "dataset",
@@ -383,6 +384,10 @@ class Trace:
     grads: tuple[GradStats, ...] = ()
     # The traced step is taken as a GradScaler would take it (scan's and diagnose's fp16 AMP check).
     grad_scaler: bool = False
+    devices: DevicePlan | None = None  # the device map a multi-GPU simulation dispatched (--gpus/--device-map)
+    world: World | None = None  # the process group a distributed step was traced in (rank 0 of N)
+    shards: tuple[ShardGroup, ...] = ()  # the FSDP units of a sharded model
+    launch: LaunchConfig | None = None  # the launcher command line and config files a run was given
 
     @property
     def values_measured(self) -> bool:
@@ -506,6 +511,89 @@ def _names(keys: tuple[str, ...], shown: int = 3) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceLoad:
+    """What a device map puts on one device: weight bytes against the bytes it may use."""
+
+    device: str  # cuda:k, cpu or disk
+    weights: int  # bytes of the parameters and buffers placed there
+    capacity: int | None  # the --gpu profile's memory or --max-memory's (None: disk)
+    modules: int  # device-map entries placed there
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "weights": self.weights, "capacity": self.capacity, "modules": self.modules}
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePlan:
+    """A device map as accelerate placed it: `strategy` auto|balanced|balanced_low_0|sequential|file,
+    `gpus` simulated GPUs, `device_map` module → device, `devices` the load on each."""
+
+    strategy: str
+    gpus: int
+    device_map: tuple[tuple[str, str], ...]
+    devices: tuple[DeviceLoad, ...]
+
+    @property
+    def offloaded(self) -> tuple[tuple[str, str], ...]:
+        """(module, cpu|disk): what accelerate streams onto a GPU at each forward."""
+        return tuple((m, d) for m, d in self.device_map if d in ("cpu", "disk"))
+
+
+@dataclass(frozen=True, slots=True)
+class World:
+    """The process group a distributed step is traced in: rank `rank` of `size`, on torch's fake backend."""
+
+    size: int
+    rank: int = 0
+    backend: str = "fake"
+    launcher: str | None = None  # torchrun | accelerate | None (the API)
+    strategy: str | None = None  # fsdp2 | fsdp | deepspeed | ddp, when the step is sharded
+    config: tuple[tuple[str, Any], ...] = ()  # the launch configuration's precision settings, as read
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"size": self.size, "rank": self.rank, "backend": self.backend, "launcher": self.launcher, "strategy": self.strategy}
+        if self.config:
+            out["config"] = dict(self.config)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ShardGroup:
+    """One FSDP unit as the traced step saw it: `fully_shard(module, mp_policy=...)` (fsdp2) or an
+    FSDP1 FlatParameter (fsdp); its mixed-precision settings and the dtypes of the parameters it holds."""
+
+    module: str  # "" for the root
+    strategy: str  # fsdp2 | fsdp
+    param_dtype: str | None
+    reduce_dtype: str | None
+    output_dtype: str | None
+    cast_forward_inputs: bool
+    trainable_dtypes: tuple[str, ...]  # the original dtypes of its trainable parameters, sorted
+    frozen_dtypes: tuple[str, ...] = ()
+    trainable: tuple[str, ...] = ()  # the first few trainable parameters, by name, one per dtype first
+    flat: tuple[tuple[str, str], ...] = ()  # fsdp: (parameter, dtype) in the order FSDP1 flattens them, each dtype's first
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchConfig:
+    """How a job is launched, as its launcher reads it: the command line and the accelerate / DeepSpeed
+    config files it names. `refused` holds what accelerate or DeepSpeed raise for this configuration
+    at launch, as (who, their message)."""
+
+    launcher: str  # accelerate | torchrun
+    processes: int
+    mixed_precision: str | None = None  # accelerate's: no | fp16 | bf16 | fp8
+    distributed: str | None = None  # deepspeed | fsdp | multi_gpu
+    config_file: str | None = None
+    deepspeed_config: str | None = None
+    ds_fp16: str | None = None  # "true" / "false" / "auto", as the DeepSpeed JSON has it
+    ds_bf16: str | None = None
+    zero_stage: int | None = None
+    offload: tuple[str, ...] = ()  # "optimizer:cpu", "param:nvme"
+    refused: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Target:
     model: str
     dataset: str | None
@@ -518,11 +606,18 @@ class Target:
     gpu: str | None = None  # a simulated CUDA target's GPU profile, "a100 (compute capability 8.0)"
     loading: Loading | None = None  # only when the checkpoint lacked or had extra weights
     quantization: QuantizationInfo | None = None  # only for a quantized model
+    devices: DevicePlan | None = None  # a simulated multi-GPU device map (--gpus/--device-map)
+    world: World | None = None  # a distributed step: rank 0 of N (--gpus with a launcher, FSDP)
 
     def to_dict(self) -> dict[str, Any]:
-        extra = {"loading": self.loading.to_dict()} if self.loading is not None else {}
+        extra: dict[str, Any] = {"loading": self.loading.to_dict()} if self.loading is not None else {}
         if self.quantization is not None:
             extra["quantization"] = self.quantization.to_dict()
+        if self.devices is not None:
+            extra["devices"] = [d.to_dict() for d in self.devices.devices]
+            extra["device_map"] = {"strategy": self.devices.strategy, "gpus": self.devices.gpus, "map": dict(self.devices.device_map)}
+        if self.world is not None:
+            extra["world"] = self.world.to_dict()
         return {
             "model": self.model,
             "dataset": self.dataset,
@@ -569,6 +664,10 @@ class TraceRequest:
     subject: Subject | None = None
     gpu: str | None = None  # a simulated CUDA target's GPU: "a100", "t4" or a capability "7.5"
     stats: bool = True  # measure value statistics (DD301-DD303); ignored on fake tensors
+    gpus: int = 1  # simulated GPUs a device map spreads the model over
+    device_map: str | Mapping[str, Any] | None = None  # auto|balanced|balanced_low_0|sequential|FILE.json or a dict
+    max_memory: str | Mapping[Any, Any] | None = None  # "0=20GiB,cpu=64GiB" or accelerate's dict
+    fsdp1: bool = False  # check the model's FSDP1 units (use_orig_params=False) as FlatParameters would flatten them
 
     def __post_init__(self) -> None:
         if self.autocast == "off":

@@ -24,7 +24,7 @@ Examples:
 \b
   dtype-doctor run --simulate --device cuda --gpu t4 -- python train.py
 """
-Command = Annotated[Optional[list[str]], typer.Argument(metavar="COMMAND", help="After --: python FILE ARGS or python -m MODULE ARGS, as you run your script.", show_default=False)]
+Command = Annotated[Optional[list[str]], typer.Argument(metavar="COMMAND", help="After --: python FILE ARGS, python -m MODULE ARGS, accelerate launch [...] FILE ARGS or torchrun [...] FILE ARGS, as you run your script.", show_default=False)]
 Steps = Annotated[int, typer.Option("--steps", metavar="N", help="Steps traced: calls of the model, each with its loss, backward and optimizer step.")]
 KeepRunning = Annotated[bool, typer.Option("--keep-running", help="Let the script go on after the traced steps (unwatched) instead of stopping it.")]
 Simulate = Annotated[bool, typer.Option("--simulate", help="The script sees a CUDA machine: .cuda(), .to('cuda'), device='cuda' give tensors without data, autocast('cuda') applies CUDA's lists; no GPU needed.")]
@@ -40,6 +40,7 @@ def run_command(
     simulate: Simulate = False,
     device: Device = "auto",
     gpu: o.Gpu = None,
+    gpus: o.Gpus = 1,
     format: o.Format = None,
     output: o.Output = None,
     fail_on: o.FailOn = "error",
@@ -64,10 +65,13 @@ def run_command(
     check_format(format)
     exit_code(None, fail_on)
     check_command(command, "run")
-    script = parse_command(command or [])
+    from dtype_doctor.run.launchers import split_launcher
+
+    words, launch = split_launcher(list(command or []), gpus)
+    script = parse_command(words)
     check_outputs(locals(), reads=(script.target,) if script.kind == "file" else ())
     options = RunOptions(steps=steps, keep_running=keep_running, select=o.split_codes(select), ignore=o.split_codes(ignore),
-                         simulate=simulate, device=device, gpu=gpu, timeout=timeout)
+                         simulate=simulate, device=device, gpu=gpu, gpus=gpus, launch=launch, timeout=timeout)
     options.validate()
     output = output.resolve() if output is not None else None  # the invoking cwd's, whatever the script does with its own
     quiet_libraries()

@@ -175,6 +175,7 @@ def target_fields(report: Report) -> list[tuple[str, str]]:
         ("model", model),
         ("dataset", dataset),
         ("device", device),
+        *device_map_fields(t),
         ("model dtype", t.model_dtype or NOT_SET),
         ("autocast", t.autocast or "off"),
         ("train", yes_no(t.train)),
@@ -182,6 +183,33 @@ def target_fields(report: Report) -> list[tuple[str, str]]:
     if t.quantization is not None:
         rows.insert(4, ("quantized", t.quantization.describe()))
     return rows
+
+
+def device_map_fields(t: Any) -> list[tuple[str, str]]:
+    """The device map a multi-GPU simulation used (weights per device against its memory, what is
+    offloaded) and the world a distributed step was traced in."""
+    rows: list[tuple[str, str]] = []
+    plan = t.devices
+    if plan is not None:
+        loads = [f"{d.device} {byte_size(d.weights)}" + (f" / {byte_size(d.capacity)}" if d.capacity else "")
+                 for d in plan.devices if d.device.startswith("cuda:")]
+        rows.append(("device map", f"{plan.strategy} over {plan.gpus} GPUs: " + ", ".join(loads)))
+        offloaded = plan.offloaded
+        if offloaded:
+            by_device: dict[str, list[str]] = {}
+            for module, dev in offloaded:
+                by_device.setdefault(dev, []).append(module)
+            rows.append(("offloaded", "; ".join(f"{len(m)} to {d} ({_span(m)})" for d, m in by_device.items())))
+    if t.world is not None:
+        w = t.world
+        how = " · ".join(x for x in (w.strategy, f"launched by {w.launcher}" if w.launcher else None) if x)
+        rows.append(("world", f"rank {w.rank} of {w.size} on the {w.backend} process group" + (f" ({how})" if how else "")))
+    return rows
+
+
+def _span(modules: list[str]) -> str:
+    names = [m or "the whole model" for m in modules]
+    return names[0] if len(names) == 1 else f"{names[0]} … {names[-1]}"
 
 
 _ENV_LABEL = {"cuda_available": "cuda"}

@@ -27,9 +27,30 @@ def mixes_devices(op: OpCall) -> bool:
     return base_op(op.op) not in CROSS_DEVICE_OPS and len({t.device for t in _placed(op)}) > 1
 
 
+def _module_homes(trace: Trace) -> dict[str, str]:
+    """Module → the device its own weights are on (a model spread by a device map has one per block)."""
+    homes: dict[str, str] = {}
+    for p in trace.model.parameters:
+        module = p.name.rpartition(".")[0]
+        while module and module not in homes:  # a block's home: its first weight's device
+            homes[module] = p.device
+            module = module.rpartition(".")[0]
+    return homes
+
+
+def _home_of(module: str, homes: dict[str, str], default: str) -> str:
+    while True:
+        if module in homes:
+            return homes[module]
+        if not module:
+            return default
+        module = module.rpartition(".")[0]
+
+
 def check(trace: Trace) -> Iterator[Finding]:
     model_devices = [p.device for p in trace.model.parameters]
-    home = max(set(model_devices), key=model_devices.count) if model_devices else trace.device
+    model_home = max(set(model_devices), key=model_devices.count) if model_devices else trace.device
+    homes = _module_homes(trace) if trace.devices is not None else {}
     seen: set[tuple] = set()
     for op in trace.ops:
         if base_op(op.op) in CROSS_DEVICE_OPS or not refused(op):
@@ -38,6 +59,8 @@ def check(trace: Trace) -> Iterator[Finding]:
         devices = {t.device for t in operands}
         if len(devices) < 2:
             continue
+        home = _home_of(op.module, homes, model_home) if homes else model_home
+        where = f"{op.module or 'the model'} runs on {home}" if homes else f"the model is on {home}"
         strays = [t for t in operands if t.device != home] or operands[1:]
         stray = strays[0]
         key = (op.module, stray.origin or stray.name, stray.device)
@@ -48,7 +71,7 @@ def check(trace: Trace) -> Iterator[Finding]:
         if stage == "collator":
             stage = "transfer"
         yield RULE.finding(
-            f"{op.module_type or base_op(op.op)}: {describe(stray)} is on {stray.device} but the model is on {home}",
+            f"{op.module_type or base_op(op.op)}: {describe(stray)} is on {stray.device} but {where}",
             module=op.module,
             module_type=op.module_type,
             op=op.op,

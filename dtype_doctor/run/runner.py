@@ -7,6 +7,7 @@ from typing import Callable, Iterable, Mapping
 
 from dtype_doctor.errors import InputError, UsageError, first_line
 from dtype_doctor.records import Report
+from dtype_doctor.records import LaunchConfig
 from dtype_doctor.run.command import ScriptCommand, parse_command
 from dtype_doctor.run.control import DEFAULT_TIMEOUT, check_timeout, disarm, user_code
 from dtype_doctor.run.launch import ScriptOutcome, launch
@@ -33,6 +34,8 @@ class RunOptions:
     simulate: bool = False
     device: str = "auto"  # auto | cpu | cuda | cuda:N: the machine the script sees
     gpu: str | None = None  # the GPU a simulated script sees (t4, a100, 8.0)
+    gpus: int = 1  # simulated GPUs the script sees (--gpus)
+    launch: LaunchConfig | None = None  # a launcher line (accelerate launch, torchrun): rank 0 of its world
     timeout: float | None = DEFAULT_TIMEOUT  # seconds the script may run until its traced steps are done
 
     def validate(self) -> None:
@@ -60,10 +63,10 @@ class RunOptions:
 
         from dtype_doctor.placement import decide
 
-        where = decide(self.device, simulate=self.simulate, gpu=self.gpu)  # no GPU here: refused, naming --simulate
+        where = decide(self.device, simulate=self.simulate, gpu=self.gpu, gpus=self.gpus)  # no GPU here: refused, naming --simulate
         if where.simulated:
-            return {"simulate": True, "device": where.device, "gpu": where.gpu}
-        return {"hide_cuda": self.device == "cpu" and torch.cuda.is_available()}
+            return {"simulate": True, "device": where.device, "gpu": where.gpu, "gpus": where.gpus, "launch": self.launch}
+        return {"hide_cuda": self.device == "cpu" and torch.cuda.is_available(), "launch": self.launch}
 
 
 def run_script(

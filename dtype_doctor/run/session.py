@@ -74,6 +74,8 @@ class RunSession:
         device: str | None = None,
         gpu: str | None = None,
         hide_cuda: bool = False,
+        gpus: int = 1,
+        launch: Any = None,
     ) -> None:
         self.label = label  # what the report names as the target: the script
         self.max_steps = steps
@@ -89,7 +91,13 @@ class RunSession:
         self.target = torch.device(device if device not in (None, "auto") else "cuda:0") if simulate else None
         self.gpu = gpu
         self.hide_cuda = hide_cuda
+        self.gpus = gpus  # simulated GPUs: with several, cuda:k lives on meta:k
+        self.launch = launch  # a LaunchConfig: the script is rank 0 of its world, on the fake process group
         self.alias = {device_name(STAND_IN): device_name(self.target)} if self.target is not None else {}
+        if simulate and gpus > 1:
+            from dtype_doctor.trace.device_map import aliases
+
+            self.alias = aliases(gpus)
         self._session: TraceSession | None = None
         self._failure: TraceFailure | None = None
         self._depth = 0  # top-level module calls in progress (the model's, a loss module's)
@@ -112,12 +120,17 @@ class RunSession:
 
     def __enter__(self) -> "RunSession":
         self._arms.enter_context(self._conversions)
+        if self.launch is not None:
+            from dtype_doctor.run.launchers import launch_env
+            from dtype_doctor.trace.world import fake_launch
+
+            self._arms.enter_context(fake_launch(self.launch.processes, self.launch.launcher, launch_env(self.launch)))
         if self.simulate:
             from dtype_doctor.trace.gpus import gpu_profile
 
             assert self.target is not None
             self._simulation = CudaSimulation(self.target, gpu_profile(self.gpu), on_amp=self._set_amp,
-                                              in_forward=lambda: self._model_depth > 0)
+                                              in_forward=lambda: self._model_depth > 0, gpus=self.gpus)
             self._arms.enter_context(self._simulation)
         elif self.hide_cuda:
             self._arms.enter_context(_hidden_cuda())
@@ -298,6 +311,8 @@ class RunSession:
         trace = live_trace(self._session, self._info, failure, lineage=self._lineage, sources=sources_of(self._lineage))
         if self.simulate:
             trace = self._simulated(trace)
+        if self.launch is not None:
+            trace = self._launched(trace)
         request = TraceRequest(select=self.select, ignore=self.ignore, subject=Subject(model=self.label))
         report = report_from_trace(trace, self.model, request)
         findings = tuple(self._with_parameter_source(f) for f in report.findings)
@@ -306,6 +321,19 @@ class RunSession:
             environment["cuda_available"] = _real_cuda_available()
         return dataclasses.replace(report, findings=findings, environment=environment)
 
+    def _launched(self, trace: Trace) -> Trace:
+        """The trace as rank 0 of the launcher's world, with the launch configuration it was given."""
+        from dtype_doctor.records import World
+
+        launch = self.launch
+        world = trace.world or World(launch.processes, 0, "fake", launch.launcher)
+        config = tuple((k, v) for k, v in (("mixed_precision", launch.mixed_precision), ("distributed", launch.distributed),
+                                            ("config_file", launch.config_file), ("deepspeed_config", launch.deepspeed_config),
+                                            ("fp16", launch.ds_fp16), ("bf16", launch.ds_bf16), ("zero_stage", launch.zero_stage),
+                                            ("offload", list(launch.offload) or None)) if v is not None)
+        world = dataclasses.replace(world, size=launch.processes, launcher=launch.launcher, config=config)
+        return dataclasses.replace(trace, launch=launch, world=world)
+
     def _simulated(self, trace: Trace) -> Trace:
         """The trace as a CUDA machine's: the stand-in named as the target; values asked of fake tensors dropped."""
         from dtype_doctor.run.simulate import _NO_DATA
@@ -313,9 +341,14 @@ class RunSession:
 
         ops = tuple(op for op in trace.ops if not (op.error and any(s in op.error for s in _NO_DATA)))
         gpu = gpu_profile(self.gpu)
-        device = trace.device if trace.device != device_name(STAND_IN) else device_name(self.target)  # type: ignore[arg-type]
+        device = self.alias.get(trace.device, trace.device)
+        plan = None
+        if self.gpus > 1 and self.model is not None:
+            from dtype_doctor.trace.device_map import plan_of
+
+            plan = plan_of(self.model, self.gpus, gpu)
         return dataclasses.replace(trace, ops=ops, device=device, simulated=True, gpu=str(gpu) if gpu else None,
-                                   gpu_capability=gpu.capability if gpu else None)
+                                   gpu_capability=gpu.capability if gpu else None, devices=plan)
 
     def _with_parameter_source(self, finding: Any) -> Any:
         """A finding about parameters names the user's line that converted them (model.half())."""

@@ -15,6 +15,7 @@ script is stopped there (`SimulationStop`); what was traced up to that point is 
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 import warnings
@@ -26,9 +27,30 @@ from torch.overrides import TorchFunctionMode
 from dtype_doctor.records import SourceLoc
 from dtype_doctor.run.launch import StopScript
 from dtype_doctor.run.user_code import display_path, first_outside_tool, first_user_frame, frames_above
-from dtype_doctor.trace.gpus import GpuProfile
+from dtype_doctor.trace.gpus import GpuProfile, gpu_memory
 
 STAND_IN = torch.device("meta")
+
+
+def stand_in_for(index: int, gpus: int = 1) -> torch.device:
+    """Where a simulated cuda:`index` lives: meta for one GPU; meta:k for cuda:k when there are several,
+    so fake tensors keep their GPU and meet as CUDA would meet them ("found at least two devices")."""
+    return STAND_IN if gpus <= 1 else torch.device("meta", index)
+
+
+def device_index(device: Any, current: int = 0) -> int:
+    """The GPU index a CUDA device argument names ("cuda" and None: the current one)."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        return device
+    if isinstance(device, (str, torch.device)):
+        d = torch.device(device)
+        return d.index if d.index is not None else current
+    return current
+
+
+def gpu_aliases(gpus: int) -> dict[str, str]:
+    """Indexed stand-in device names → the CUDA devices users read: {"meta:0": "cuda:0", ...}."""
+    return {f"meta:{k}": f"cuda:{k}" for k in range(gpus)}
 
 # What PyTorch says when an op needs values a meta tensor does not hold.
 _NO_DATA = (
@@ -69,7 +91,7 @@ def _is_device_arg(a: Any) -> bool:
 
 
 class _CudaMode(TorchFunctionMode):
-    """Every CUDA placement the script asks for lands on the stand-in device."""
+    """Every CUDA placement the script asks for lands on the stand-in device (cuda:k on meta:k with several GPUs)."""
 
     def __init__(self, sim: "CudaSimulation") -> None:
         super().__init__()
@@ -77,20 +99,37 @@ class _CudaMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
+        if func is torch.device and len(args) == 1 and isinstance(args[0], int) and not isinstance(args[0], bool):
+            return torch.device("cuda", args[0])  # torch.device(3): the accelerator's, which a CPU-only build refuses
         if func is torch.Tensor.cuda:
-            return args[0].to(STAND_IN, non_blocking=bool(kwargs.get("non_blocking", False)))
+            target = args[1] if len(args) > 1 else kwargs.get("device")
+            return args[0].to(self.sim.stand_in(target), non_blocking=bool(kwargs.get("non_blocking", False)))
         if func is torch.Tensor.to and args:
             # .to("cuda"), .to(0), .to(torch.device("cuda"), torch.float16): the device is the first argument.
             if len(args) > 1 and _is_device_arg(args[1]) and is_cuda(args[1]):
-                args = (args[0], STAND_IN, *args[2:])
+                args = (args[0], self.sim.stand_in(args[1]), *args[2:])
+            elif "device" in kwargs and is_cuda(kwargs["device"]):
+                kwargs = {**kwargs, "device": self.sim.stand_in(kwargs["device"])}
+            target = args[1] if len(args) > 1 and _is_device_arg(args[1]) else kwargs.get("device")
+            if self.sim.indexed and target is not None and torch.device(target).type == "meta":
+                args = (self.sim.faked(args[0]), *args[1:])  # a plain meta tensor forgets its GPU; a fake one keeps it
         elif func is torch.Tensor.pin_memory:
             return args[0]  # page-locked host memory is a CUDA-machine optimisation; the data is the same
         elif func is torch.Tensor.__format__ and args and _simulated(args[0]) and len(args) > 1 and args[1]:
             self.sim.data_read("Tensor.__format__")
         if "device" in kwargs and is_cuda(kwargs["device"]):
-            kwargs["device"] = STAND_IN
+            kwargs["device"] = self.sim.stand_in(kwargs["device"])
         try:
-            return func(*args, **kwargs)
+            if self.sim.indexed and self.sim.fake_mode is not None and _simulated_any(args, kwargs):
+                with self.sim.fake_mode:  # ops on GPUs k > 0 run in the fake mode, whose factories keep meta:k
+                    out = func(*args, **kwargs)
+            else:
+                out = func(*args, **kwargs)
+            want = kwargs.get("device")
+            if self.sim.indexed and isinstance(out, torch.Tensor) and want is not None and torch.device(want).type == "meta" \
+                    and torch.device(want).index is not None and out.device != torch.device(want):
+                out = self.sim.faked(out).to(want)  # torch.tensor(..., device=meta:k) builds on plain meta: keep the GPU asked for
+            return out
         except (RuntimeError, NotImplementedError, TypeError) as exc:
             if any(s in str(exc) for s in _NO_DATA) and _simulated_any(args, kwargs):
                 self.sim.data_read(_func_name(func))
@@ -140,21 +179,47 @@ class CudaSimulation:
         *,
         on_amp: Callable[[torch.dtype | None], None] = lambda _dtype: None,
         in_forward: Callable[[], bool] = lambda: False,
+        gpus: int = 1,
+        indexed: bool = False,
+        stops: bool = True,
     ) -> None:
         self.label = label
         self.gpu = gpu
+        self.gpus = max(gpus, (label.index or 0) + 1)
+        self.indexed = indexed or gpus > 1  # several GPUs: cuda:k lives on meta:k
+        self.stops = stops  # False: a value read raises PyTorch's own error (a traced step records it)
         self.on_amp = on_amp
         self.in_forward = in_forward
         self.amp: list[torch.dtype | None] = []
         self.stopped: SimulationStop | None = None
         self._mode = _CudaMode(self)
         self._saved: list[tuple[Any, str, Any]] = []
+        self._env: str | None = None
+        self._accelerate: Any = None
+        self.fake_mode: Any = None  # several GPUs: the FakeTensorMode the script's CUDA tensors belong to
+
+    def faked(self, t: Any) -> Any:
+        """`t` as a fake tensor of this simulation (several GPUs: the only tensors that keep meta:k)."""
+        from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+        if not isinstance(t, torch.Tensor) or isinstance(t, FakeTensor):
+            return t
+        if self.fake_mode is None:
+            self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        fake = self.fake_mode.from_tensor(t)
+        return torch.nn.Parameter(fake, requires_grad=t.requires_grad) if isinstance(t, torch.nn.Parameter) else fake
+
+    def stand_in(self, device: Any = None) -> torch.device:
+        """The stand-in of a CUDA device argument ("cuda", "cuda:3", 3, torch.device; None: the current GPU)."""
+        return stand_in_for(device_index(device, self.label.index or 0), 2 if self.indexed else 1)
 
     @property
     def amp_dtype(self) -> torch.dtype | None:
         return self.amp[-1] if self.amp else None
 
     def data_read(self, what: str) -> None:
+        if not self.stops:
+            return
         site, user = _reading_frame()
         self.stopped = SimulationStop(what, site, user, self.in_forward())
         raise self.stopped
@@ -169,12 +234,28 @@ class CudaSimulation:
         from dtype_doctor.run.modes import push_function_mode
 
         push_function_mode(self._mode)
+        # transformers loads weights in a thread pool; a function mode holds in its own thread only,
+        # so the load runs in this one, where .to("cuda:k") reaches the stand-in.
+        self._env = os.environ.get("HF_DEACTIVATE_ASYNC_LOAD")
+        os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = "1"
+        if self.indexed:
+            from dtype_doctor.trace.device_map import accelerate_on_fakes
+
+            self._accelerate = accelerate_on_fakes(self.faked)
+            self._accelerate.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         from dtype_doctor.run.modes import remove_function_mode
 
         remove_function_mode(self._mode)
+        if self._accelerate is not None:
+            self._accelerate.__exit__(None, None, None)
+            self._accelerate = None
+        if self._env is None:
+            os.environ.pop("HF_DEACTIVATE_ASYNC_LOAD", None)
+        else:
+            os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = self._env
         for owner, name, original in reversed(self._saved):
             setattr(owner, name, original)
         self._saved.clear()
@@ -188,13 +269,13 @@ class CudaSimulation:
         gpu = self.gpu
         name = f"NVIDIA {gpu.name.upper()} (simulated)" if gpu else "CUDA GPU (simulated)"
         capability = gpu.capability if gpu else (8, 0)
-        props = types.SimpleNamespace(name=name, major=capability[0], minor=capability[1], total_memory=80 * 2**30,
+        props = types.SimpleNamespace(name=name, major=capability[0], minor=capability[1], total_memory=gpu_memory(gpu),
                                       multi_processor_count=108, is_integrated=False)
         answers: dict[str, Callable[..., Any]] = {
             "is_available": lambda: True,
             "is_initialized": lambda: True,
             "init": lambda: None,
-            "device_count": lambda: index + 1,
+            "device_count": lambda: max(index + 1, self.gpus),
             "current_device": lambda: index,
             "set_device": lambda device: None,
             "get_device_name": lambda device=None: name,

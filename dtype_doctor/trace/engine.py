@@ -164,21 +164,44 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
         from dtype_doctor.errors import UsageError
 
         raise UsageError(f"--autocast must be off, float16 or bfloat16, not {autocast!r}")
+    from dtype_doctor.trace import device_map
+
+    if device_map.wanted(request) and not request.simulate:
+        decide(request.device, gpus=request.gpus, device_map=request.device_map if isinstance(request.device_map, str) else "auto")
     where = place(model, inputs, request)
+    with contextlib.ExitStack() as spread:
+        return _trace(model, inputs, request, where, spread)
+
+
+def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest, where: Where, spread: contextlib.ExitStack) -> Trace:
+    from dtype_doctor.trace import device_map
+
+    autocast = request.autocast
+    # A sharded model's parameters are DTensors, whose storage is FSDP's: writes to them are FSDP's
+    # own, and value statistics are not taken of them (a DTensor gradient is one rank's shard).
+    sharded = any(type(p).__name__ == "DTensor" for p in model.parameters())
     fake_mode = None
     state: dict[str, torch.Tensor] | None = None
     target_device = where.label
     alias: dict[str, str] = {}
     autocast_device: str | None = None
+    plan = None
     if where.simulate:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
         label, stand_in = where.label, where.run_on
-        if stand_in != label:
+        if device_map.wanted(request):
+            # accelerate spreads a fake copy over simulated GPUs; its hooks move what crosses them.
+            model, plan, alias = device_map.spread(model, request, fake_mode, spread)
+            label, stand_in = torch.device("cuda", 0), torch.device("meta", 0)
+            where = Where(True, label, stand_in)
+            autocast_device = stand_in.type
+        elif stand_in != label:
             alias[device_name(stand_in)] = device_name(label)
             autocast_device = stand_in.type
-        state = {n: fake_like(fake_mode, t, stand_in) for n, t in [*model.named_parameters(), *model.named_buffers()]}
+        if plan is None:
+            state = {n: fake_like(fake_mode, t, stand_in) for n, t in [*model.named_parameters(), *model.named_buffers()]}
         def sim_device(v: torch.Tensor) -> torch.device:
             # Simulation the caller did not ask for (a meta input, a fake model) moves nothing:
             # an input left on another device is the mismatch to report.
@@ -195,7 +218,7 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
             inputs = {k: (v.to(target_device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
 
     session = TraceSession(
-        model, stats=request.stats, simulated=where.simulate, state=state, alias=alias,
+        model, stats=request.stats and not sharded, simulated=where.simulate, state=state, alias=alias,
         probe_cuda=where.label is not None and where.label.type == "cuda", probe_gpu=request.gpu,
     )
     rec = session.recorder
@@ -209,7 +232,7 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
     emulate_cuda_amp = where.simulate and where.label is not None and where.label.type == "cuda" and run_device.type != "cuda"
     failure: TraceFailure | None = None
     grads: list[tuple[str, str, int | None]] = []
-    with preserved(model, train=request.train, guard_writes=state is None), contextlib.ExitStack() as fake:
+    with preserved(model, train=request.train, guard_writes=state is None and plan is None and not sharded), contextlib.ExitStack() as fake:
         if fake_mode is not None:
             fake.enter_context(_quiet_fake_kernels())
             fake.enter_context(fake_mode)
@@ -243,7 +266,20 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
         train=request.train,
         # scan's fp16 AMP step is checked as a GradScaler would take it (DD401).
         grad_scaler=request.train and autocast == "float16",
+        devices=plan,
+        **_fsdp1_units(model, request),
     )
+
+
+def _fsdp1_units(model: torch.nn.Module, request: TraceRequest) -> dict[str, Any]:
+    """request.fsdp1: the FSDP1 units of the (unwrapped) model, as FlatParameters would flatten them."""
+    if not request.fsdp1:
+        return {}
+    from dtype_doctor.records import World
+    from dtype_doctor.trace.world import flat_units, world_of
+
+    world = world_of()
+    return {"shards": flat_units(model), "world": World(world.size if world else 1, strategy="fsdp")}
 
 
 @contextlib.contextmanager

@@ -8,12 +8,20 @@ from dtype_doctor.errors import UsageError
 
 # NVIDIA's published compute capabilities.
 CAPABILITIES = {"t4": (7, 5), "v100": (7, 0), "a10": (8, 6), "l4": (8, 9), "rtx4090": (8, 9), "a100": (8, 0), "h100": (9, 0), "h200": (9, 0)}
+# Their memory in GiB, as sold (the largest model of each: V100 32 GB, A100/H100 80 GB, H200 141 GB).
+MEMORY_GIB = {"t4": 16, "v100": 32, "a10": 24, "l4": 24, "rtx4090": 24, "a100": 80, "h100": 80, "h200": 141}
+DEFAULT_MEMORY_GIB = 80  # a bare compute capability, or no --gpu
 
 
 @dataclass(frozen=True, slots=True)
 class GpuProfile:
     name: str  # "a100", or "sm_8.0" for a bare capability
     capability: tuple[int, int]
+
+    @property
+    def memory(self) -> int:
+        """Bytes one GPU of this profile holds (what torch.cuda.mem_get_info's total would say)."""
+        return MEMORY_GIB.get(self.name, DEFAULT_MEMORY_GIB) * 2**30
 
     @property
     def bf16(self) -> bool:
@@ -29,6 +37,11 @@ class GpuProfile:
 
     def __str__(self) -> str:
         return f"{self.name} (compute capability {self.capability[0]}.{self.capability[1]})"
+
+
+def gpu_memory(gpu: GpuProfile | None) -> int:
+    """Bytes per simulated GPU: the profile's, else the default (80 GiB)."""
+    return gpu.memory if gpu is not None else DEFAULT_MEMORY_GIB * 2**30
 
 
 def gpu_profile(spec: str | None) -> GpuProfile | None:

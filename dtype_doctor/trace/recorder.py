@@ -155,6 +155,14 @@ class Recorder:
 
     # ---------------------------------------------------------------- metadata
 
+    def aliased(self, message: str) -> str:
+        """PyTorch's words with the stand-in GPUs named as users read them: meta:2 → cuda:2."""
+        if not self.device_alias or "meta:" not in message:
+            return message
+        import re
+
+        return re.sub(r"\bmeta:\d+\b", lambda m: self.device_alias.get(m.group(0), m.group(0)), message)
+
     def meta(self, t: torch.Tensor, role: str | None = None, name: str | None = None) -> TensorMeta:
         p = self.prov.get(t)
         if p is not None:
@@ -252,7 +260,7 @@ class Recorder:
             try:
                 out = run(args, kwargs)
             except Exception as exc:  # noqa: BLE001 - every failure is recorded, then re-raised or repaired
-                error = error or _first_line(exc)
+                error = error or self.aliased(_first_line(exc))
                 kind = classify_error(_first_line(exc), operands)
                 if kind == "dtype" and getattr(self.predict, "last_accepted", False):
                     # A fake kernel (a Python decomposition) stricter than the real one, which the

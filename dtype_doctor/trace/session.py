@@ -143,7 +143,7 @@ class TraceSession:
     def failure(self, exc: BaseException) -> TraceFailure:
         """What stopped the step, in the terms the rules read."""
         rec = self.recorder
-        message = first_line(exc, 500)
+        message = rec.aliased(first_line(exc, 500))
         if type(exc).__name__ in _SIMULATION_LIMITS or (rec.predict is not None and _NO_META_KERNEL in message):
             module, module_type = self._raising_module(exc)
             return TraceFailure("simulation", f"fake tensors cannot follow this step ({type(exc).__name__}: {message})", module, module_type, None)
@@ -195,6 +195,10 @@ class TraceSession:
             autocast=next((op.autocast for op in rec.ops if op.autocast), None),
             train=any(op.phase == "backward" for op in rec.ops),
         )
+        from dtype_doctor.trace.world import shard_groups, world_of
+
+        shards = shard_groups(rec.model)
+        seen.update(shards=shards, world=world_of(shards))
         if self.predict is not None and self.predict.gpu is not None:
             seen.update(gpu=str(self.predict.gpu), gpu_capability=self.predict.gpu.capability)
         resolved = tuple(GradStats(n, d, s) for n, d, h in grads if rec.values is not None and (s := rec.values.get(h)) is not None)
