@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.quantization import LINEAR_4BIT, MATMUL_4BIT, bnb_op
-from dtype_doctor.records import HALF, Finding, FixSuggestion, ModuleCall, OpCall, Remedy, TensorMeta, Trace
+from dtype_doctor.records import HALF, Finding, ModuleCall, OpCall, Remedy, TensorMeta, Trace
 from dtype_doctor.rules.base import Rule
 
 
@@ -47,7 +47,6 @@ def check(trace: Trace) -> Iterator[Finding]:
         op=op.op,
         stage="model-loading",
         tensors=(x, op.operands[0]),
-        fixes=(FixSuggestion("bnb-compute-dtype", "safe", f"BitsAndBytesConfig(bnb_4bit_compute_dtype=torch.{dtype}): compute in the inputs' dtype"),),
         remedies=(Remedy("bnb-compute-dtype", "model", dtype, "model-loading"),),
     )
 

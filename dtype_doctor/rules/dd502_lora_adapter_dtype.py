@@ -6,7 +6,7 @@ from typing import Iterator
 
 from dtype_doctor.quantization import ADAPTER_KINDS
 from dtype_doctor.records import Finding, OpCall, TensorMeta, Trace
-from dtype_doctor.rules._common import autocast_remedy, fix_autocast
+from dtype_doctor.rules._common import autocast_remedy
 from dtype_doctor.rules.base import Rule
 
 
@@ -46,7 +46,6 @@ def check(trace: Trace) -> Iterator[Finding]:
         op=op.op,
         stage="model-code",
         tensors=(x, w),
-        fixes=(fix_autocast(x.dtype),),
         pytorch_error=op.error,
         remedies=(autocast_remedy(x.dtype),),
     )

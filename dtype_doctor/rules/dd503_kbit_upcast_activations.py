@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.quantization import LINEAR_4BIT, is_quantized_linear
-from dtype_doctor.records import HALF, Finding, FixSuggestion, StateTensor, TensorMeta, Trace
+from dtype_doctor.records import HALF, Finding, StateTensor, TensorMeta, Trace
 from dtype_doctor.rules.base import Rule
 
 
@@ -41,9 +41,8 @@ def check(trace: Trace) -> Iterator[Finding]:
         module_type=first.module_type,
         stage="model-loading",
         tensors=tuple(TensorMeta(p.dtype, p.device, p.shape, "weight", p.name, f"param:{p.name}") for p in norms[:3]),
-        fixes=(FixSuggestion("autocast", "display-only", f"train under torch.autocast(dtype=torch.{q.compute_dtype}) "
-                             "with gradient checkpointing: the fp32 norms stay (they are there for stability), the activations "
-                             "between layers shrink"),),
+        hints=(f"train under torch.autocast(dtype=torch.{q.compute_dtype}) with gradient checkpointing: the fp32 norms "
+               "stay (they are there for stability), the activations between layers shrink",),
     )
 
 

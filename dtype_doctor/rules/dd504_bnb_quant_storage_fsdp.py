@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import FLOATING, Finding, FixSuggestion, Remedy, TensorMeta, Trace
+from dtype_doctor.records import FLOATING, Finding, Remedy, TensorMeta, Trace
 from dtype_doctor.rules.base import Rule
 
 
@@ -27,8 +27,6 @@ def check(trace: Trace) -> Iterator[Finding]:
         module_type=trace.model.module_type(first.name.rsplit(".", 1)[0]),
         stage="model-loading",
         tensors=(TensorMeta(first.dtype, first.device, first.shape, "weight", first.name, f"param:{first.name}"),),
-        fixes=(FixSuggestion("bnb-quant-storage", "safe", f"BitsAndBytesConfig(bnb_4bit_quant_storage=torch.{main}): "
-                             "the packed 4-bit values stored in the dtype FSDP flattens"),),
         remedies=(Remedy("bnb-quant-storage", "model", main, "model-loading"),),
     )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import Finding, FixSuggestion, OpCall, Trace
+from dtype_doctor.records import Finding, OpCall, Trace
 from dtype_doctor.rules.base import Rule
 
 SCALED_MM = ("aten._scaled_mm",)
@@ -41,14 +41,14 @@ def cuda_refusal(op: OpCall) -> str | None:
     return None
 
 
-def _fix(message: str) -> FixSuggestion:
+def _advice(message: str) -> str:
     if "e5m2" in message:
         text = "keep the forward operands float8_e4m3fn (e5m2 is for gradients, one side of a pair)"
     elif "row-major" in message:
         text = "pass mat2 column-major: a [N, K] weight's .t(), not a contiguous [K, N] tensor"
     else:
         text = "leave this layer out of fp8 conversion (torchao module_filter_fn) or pad its dimensions to multiples of 16"
-    return FixSuggestion("fp8-exclude", "display-only", text)
+    return text
 
 
 def check(trace: Trace) -> Iterator[Finding]:
@@ -71,7 +71,7 @@ def check(trace: Trace) -> Iterator[Finding]:
             module_type=op.module_type,
             op=op.op,
             tensors=op.operands[:2],
-            fixes=(_fix(message),),
+            hints=(_advice(message),),
             pytorch_error=op.error,
         )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import Finding, Trace
-from dtype_doctor.rules._common import cast_remedies, fix_cast_inputs
+from dtype_doctor.rules._common import cast_remedies
 from dtype_doctor.rules.base import Rule
 
 
@@ -26,7 +26,6 @@ def check(trace: Trace) -> Iterator[Finding]:
             module_type=trace.model.module_type(g.module),
             stage="model-boundary" if not g.module else "model-code",
             tensors=tuple(off[:4]),
-            fixes=(fix_cast_inputs(g.param_dtype),),
             remedies=tuple(cast_remedies(trace, off, g.param_dtype)),
         )
         return  # the outermost unit: the units inside it get what it passes on

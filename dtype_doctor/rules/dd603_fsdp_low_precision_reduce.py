@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import Finding, FixSuggestion, Trace
+from dtype_doctor.records import Finding, Trace
 from dtype_doctor.rules.base import Rule
 from dtype_doctor.ops import is_reduction
 
@@ -30,7 +30,7 @@ def check(trace: Trace) -> Iterator[Finding]:
             op=op.op,
             stage="optimizer",
             tensors=op.operands[:1],
-            fixes=(FixSuggestion("keep-fp32", "display-only", "MixedPrecisionPolicy(param_dtype=..., reduce_dtype=torch.float32)"),),
+            hints=("MixedPrecisionPolicy(param_dtype=..., reduce_dtype=torch.float32)",),
         )
 
 

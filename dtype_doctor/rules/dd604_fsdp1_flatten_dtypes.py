@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import FLOATING, Finding, FixSuggestion, TensorMeta, Trace
+from dtype_doctor.records import FLOATING, Finding, TensorMeta, Trace
 from dtype_doctor.rules._common import half_model_remedy
 from dtype_doctor.rules.base import Rule
 
@@ -24,16 +24,14 @@ def check(trace: Trace) -> Iterator[Finding]:
             raised = INTEGER
             message = (f"{where} would flatten {first} ({first_dtype}) first: FSDP raises '{INTEGER}'; 4-bit weights stored "
                        f"as uint8 need bnb_4bit_quant_storage set to the floating dtype of the other weights")
-            fixes = (FixSuggestion("half-model", "display-only",
-                                   "BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16) (the model's dtype)"),)
+            hints = ("BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage=torch.bfloat16) (the model's dtype)",)
             remedies = ()
         elif rest:
             other, other_dtype = rest[0]
             raised = f"{MIXED} but got torch.{first_dtype} and torch.{other_dtype}"
             message = f"{where} mixes {first_dtype} ({first}) and {other_dtype} ({other}): FSDP raises '{raised}'"
             quant = other_dtype not in FLOATING
-            fixes = (FixSuggestion("half-model", "display-only",
-                                   f"bnb_4bit_quant_storage=torch.{first_dtype}" if quant else f"load the whole model in {first_dtype}"),)
+            hints = (f"bnb_4bit_quant_storage=torch.{first_dtype}",) if quant else ()
             remedies = () if quant else (half_model_remedy(first_dtype, g.module or "model"),)
         else:
             continue
@@ -45,7 +43,7 @@ def check(trace: Trace) -> Iterator[Finding]:
             stage="model-loading",
             tensors=tuple(TensorMeta(state[n].dtype, state[n].device, state[n].shape, "weight", n, f"param:{n}") for n in named),
             pytorch_error=f"ValueError: {raised}",
-            fixes=fixes,
+            hints=hints,
             remedies=remedies,
         )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import Finding, FixSuggestion, Trace
+from dtype_doctor.records import Finding, Trace
 from dtype_doctor.rules.base import Rule
 
 
@@ -21,9 +21,8 @@ def check(trace: Trace) -> Iterator[Finding]:
             f"{launch.deepspeed_config} enables {other}: accelerate refuses the job before the first step",
             stage="launch",
             pytorch_error=f"ValueError: {message}",
-            fixes=(FixSuggestion("autocast", "display-only",
-                                 f'set "{other}": {{"enabled": "auto"}} in {launch.deepspeed_config} (accelerate fills it in), '
-                                 f"or the same precision in both"),),
+            hints=(f'set "{other}": {{"enabled": "auto"}} in {launch.deepspeed_config} (accelerate fills it in), '
+                   f"or the same precision in both",),
         )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import Finding, FixSuggestion, Trace
+from dtype_doctor.records import Finding, Trace
 from dtype_doctor.rules.base import Rule
 
 
@@ -18,7 +18,7 @@ def check(trace: Trace) -> Iterator[Finding]:
                 f"{launch.deepspeed_config} enables both fp16 and bf16: DeepSpeed's config check fails on every rank",
                 stage="launch",
                 pytorch_error=f"AssertionError: {message}",
-                fixes=(FixSuggestion("autocast", "display-only", 'keep one of "fp16"/"bf16" enabled (or "auto" with Trainer/accelerate)'),),
+                hints=('keep one of "fp16"/"bf16" enabled (or "auto" with Trainer/accelerate)',),
             )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import Finding, FixSuggestion, Trace
+from dtype_doctor.records import Finding, Trace
 from dtype_doctor.rules.base import Rule
 
 
@@ -24,7 +24,7 @@ def check(trace: Trace) -> Iterator[Finding]:
     yield RULE.finding(
         message,
         stage="launch",
-        fixes=(FixSuggestion("autocast", "display-only", "use fp16 with a GradScaler on this GPU, or a GPU of compute capability 8.0+ (8.9+ for fp8)"),),
+        hints=("use fp16 with a GradScaler on this GPU, or a GPU of compute capability 8.0+ (8.9+ for fp8)",),
     )
 
 

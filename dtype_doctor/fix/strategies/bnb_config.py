@@ -10,11 +10,11 @@ the user's code both are one keyword of the script's BitsAndBytesConfig(...) cal
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from dtype_doctor.fix.outcome import Change
 from dtype_doctor.fix.strategies.base import SAFE, Context, Pipeline, Site, Skip, Strategy, one_attempt
-from dtype_doctor.records import Report
+from dtype_doctor.records import Remedy, Report
 
 if TYPE_CHECKING:
     from dtype_doctor.fix.patches import Attempt
@@ -39,8 +39,8 @@ class BnbComputeDtype(
     Strategy, name="bnb-compute-dtype", applicability=SAFE, rank=15,
     summary="set bnb_4bit_compute_dtype to the dtype the 4-bit layers' inputs have (BitsAndBytesConfig)",
 ):
-    def suggestion(self, to: str) -> str:
-        return f"BitsAndBytesConfig(bnb_4bit_compute_dtype=torch.{to}): the 4-bit layers compute in their inputs' dtype"
+    def suggestion(self, remedies: Sequence[Remedy]) -> str:
+        return f"BitsAndBytesConfig(bnb_4bit_compute_dtype=torch.{remedies[0].to}): the 4-bit layers compute in their inputs' dtype"
 
     def describe(self, c: Change) -> str:
         return f"set bnb_4bit_compute_dtype to {c.to}" + (f" (was {c.before})" if c.before else "")
@@ -74,8 +74,8 @@ class BnbQuantStorage(
     Strategy, name="bnb-quant-storage", applicability=SAFE, rank=16,
     summary="store the packed 4-bit weights in the dtype FSDP flattens (bnb_4bit_quant_storage, BitsAndBytesConfig)",
 ):
-    def suggestion(self, to: str) -> str:
-        return f"BitsAndBytesConfig(bnb_4bit_quant_storage=torch.{to}): the 4-bit weights stored in the dtype FSDP flattens"
+    def suggestion(self, remedies: Sequence[Remedy]) -> str:
+        return f"BitsAndBytesConfig(bnb_4bit_quant_storage=torch.{remedies[0].to}): the 4-bit weights stored in the dtype FSDP flattens"
 
     def describe(self, c: Change) -> str:
         return f"store the 4-bit weights as {c.to} (bnb_4bit_quant_storage)"
