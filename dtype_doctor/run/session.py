@@ -40,6 +40,7 @@ from dtype_doctor.run.lineage import (
     step_input_lineage,
 )
 from dtype_doctor.run.simulate import STAND_IN, CudaSimulation, SimulationStop
+from dtype_doctor.run.step_watch import StepWatch
 from dtype_doctor.run.user_code import user_site
 from dtype_doctor.diagnosis import live_trace, report_from_trace
 from dtype_doctor.trace.engine import model_info
@@ -82,7 +83,7 @@ class RunSession:
         self.on_report = on_report
         self.report: Report | None = None
         self.model: torch.nn.Module | None = None
-        self.steps = 0
+        self.forwards = 0  # the model's top-level calls traced
         self.capture: StepCapture | None = None
         self.note: str | None = None  # why the trace ended where it did, when the script did not decide it
         self.simulate = simulate
@@ -102,6 +103,7 @@ class RunSession:
         self._unpatch_datasets: Callable[[], None] = lambda: None
         self._simulation: CudaSimulation | None = None
         self._conversions = ConversionLog(lambda d: self.alias.get(d, d))
+        self.watch = StepWatch(lambda: self.model is not None and self.report is None)
         self._arms = contextlib.ExitStack()
         self._closed = False
         # Lineage is the pipeline's: inside the model the recorder sees everything.
@@ -112,6 +114,7 @@ class RunSession:
 
     def __enter__(self) -> "RunSession":
         self._arms.enter_context(self._conversions)
+        self._arms.enter_context(self.watch)
         if self.simulate:
             from dtype_doctor.trace.gpus import gpu_profile
 
@@ -192,11 +195,13 @@ class RunSession:
                 self._start(module, args, kwargs)
                 is_model = True
             elif module is self.model:
-                self.steps += 1
-                if self.steps <= self.max_steps:
+                # The step(s) end where the next one starts: after N optimizer steps (N forwards without an optimizer).
+                done = self.watch.step_done(self.forwards + 1, self.max_steps)
+                if not done:
+                    self.forwards += 1
                     self._lineage.update(boundary_lineage(self.book, module, args, kwargs))
                     is_model = True
-                if self.steps > self.max_steps:
+                else:
                     self.finish(None)
                     if not self.keep_running or self.simulate:
                         if self.keep_running:
@@ -228,7 +233,7 @@ class RunSession:
 
     def _start(self, model: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         self.model = model
-        self.steps = 1
+        self.forwards = 1
         self._info = model_info(model, None, self.alias)
         session = self._session = TraceSession(model, recover=True, simulated=self.simulate, probe_gpu=self.gpu,
                                                alias=self.alias, extra_modes=[_StepInputs(self)])
@@ -238,6 +243,11 @@ class RunSession:
         self.capture = StepCapture(model, named_inputs(model, args, kwargs), user_site(1), self._autocast_now(model),
                                    self._conversions)
         session.start()
+
+    @property
+    def steps(self) -> int:
+        """Steps traced: optimizer steps, or forward calls where the script has no optimizer."""
+        return self.watch.steps(self.forwards)
 
     def _set_amp(self, dtype: torch.dtype | None) -> None:
         if self._session is not None:
@@ -279,6 +289,7 @@ class RunSession:
                                        "", type(self.model).__name__, None)
             self.note = (f"the simulation ends at {error.where}: {error.what} needs a value, and simulated CUDA tensors "
                          f"hold none; {min(self.steps, self.max_steps)} of {self.max_steps} step(s) traced up to there, the script stopped")
+        self._stopped = self._stopped_early(error, failure)
         report = self._report(failure)
         if failure is None and error is not None and not isinstance(error, (StopScript, SystemExit, KeyboardInterrupt)):
             # Raised outside the model's forward (the loss, GradScaler, the optimizer). When no
@@ -298,6 +309,7 @@ class RunSession:
         trace = live_trace(self._session, self._info, failure, lineage=self._lineage, sources=sources_of(self._lineage))
         if self.simulate:
             trace = self._simulated(trace)
+        trace = dataclasses.replace(trace, coverage=self.watch.coverage(trace, self.forwards, getattr(self, "_stopped", None)))
         request = TraceRequest(select=self.select, ignore=self.ignore, subject=Subject(model=self.label))
         report = report_from_trace(trace, self.model, request)
         findings = tuple(self._with_parameter_source(f) for f in report.findings)
@@ -314,8 +326,26 @@ class RunSession:
         ops = tuple(op for op in trace.ops if not (op.error and any(s in op.error for s in _NO_DATA)))
         gpu = gpu_profile(self.gpu)
         device = trace.device if trace.device != device_name(STAND_IN) else device_name(self.target)  # type: ignore[arg-type]
+        stand_ins = tuple(self._simulation.stand_ins.taken) if self._simulation is not None else ()
         return dataclasses.replace(trace, ops=ops, device=device, simulated=True, gpu=str(gpu) if gpu else None,
-                                   gpu_capability=gpu.capability if gpu else None)
+                                   gpu_capability=gpu.capability if gpu else None, stand_ins=stand_ins)
+
+    def _stopped_early(self, error: BaseException | None, failure: TraceFailure | None) -> str | None:
+        """Where and why the trace ended before the step's end, or None."""
+        from dtype_doctor.errors import first_line
+        from dtype_doctor.run.user_code import display_path
+
+        if isinstance(error, SimulationStop):
+            return f"at {error.where}: {error.what} needs a value a simulated tensor does not hold"
+        if failure is not None:
+            return None  # coverage_of words the failure
+        if error is None or isinstance(error, (StopScript, KeyboardInterrupt)):
+            return None
+        if isinstance(error, SystemExit):
+            return None if error.code in (None, 0) else f"the script exited with {error.code!r}"
+        from dtype_doctor.run.runner import user_frame
+
+        return f"the script raised {type(error).__name__}{user_frame(error)}: {first_line(error)}"
 
     def _with_parameter_source(self, finding: Any) -> Any:
         """A finding about parameters names the user's line that converted them (model.half())."""

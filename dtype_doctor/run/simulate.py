@@ -25,10 +25,9 @@ from torch.overrides import TorchFunctionMode
 
 from dtype_doctor.records import SourceLoc
 from dtype_doctor.run.launch import StopScript
+from dtype_doctor.run.stand_ins import AGREE_READS, COPY_READS, SCALAR_READS, SIZE_OPS, STAND_IN, StandIns, sized
 from dtype_doctor.run.user_code import display_path, first_outside_tool, first_user_frame, frames_above
 from dtype_doctor.trace.gpus import GpuProfile
-
-STAND_IN = torch.device("meta")
 
 # What PyTorch says when an op needs values a meta tensor does not hold.
 _NO_DATA = (
@@ -69,7 +68,8 @@ def _is_device_arg(a: Any) -> bool:
 
 
 class _CudaMode(TorchFunctionMode):
-    """Every CUDA placement the script asks for lands on the stand-in device."""
+    """Every CUDA placement the script asks for lands on the stand-in device; every read of a
+    simulated tensor's values gets a stand-in (run/stand_ins.py)."""
 
     def __init__(self, sim: "CudaSimulation") -> None:
         super().__init__()
@@ -77,24 +77,51 @@ class _CudaMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
+        values = self.sim.stand_ins
         if func is torch.Tensor.cuda:
             return args[0].to(STAND_IN, non_blocking=bool(kwargs.get("non_blocking", False)))
         if func is torch.Tensor.to and args:
             # .to("cuda"), .to(0), .to(torch.device("cuda"), torch.float16): the device is the first argument.
             if len(args) > 1 and _is_device_arg(args[1]) and is_cuda(args[1]):
                 args = (args[0], STAND_IN, *args[2:])
+            elif _simulated(args[0]) and _to_host(args, kwargs):
+                copy = values.read(torch.Tensor.cpu, args, kwargs, "Tensor.to('cpu')")
+                dtype = next((a for a in (*args[1:], kwargs.get("dtype")) if isinstance(a, torch.dtype)), None)
+                return copy.to(dtype) if dtype is not None else copy
         elif func is torch.Tensor.pin_memory:
             return args[0]  # page-locked host memory is a CUDA-machine optimisation; the data is the same
-        elif func is torch.Tensor.__format__ and args and _simulated(args[0]) and len(args) > 1 and args[1]:
-            self.sim.data_read("Tensor.__format__")
+        if args and _simulated(args[0]):
+            if func in SCALAR_READS or func in COPY_READS or func in AGREE_READS:
+                return values.read(func, args, kwargs, _func_name(func))
+            if func is torch.Tensor.__format__:
+                return values.formatted(args[0], args[1] if len(args) > 1 else "", str(self.sim.label))
+            if func is torch.Tensor.__repr__:
+                return values.formatted(args[0], "", str(self.sim.label))
         if "device" in kwargs and is_cuda(kwargs["device"]):
             kwargs["device"] = STAND_IN
         try:
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
         except (RuntimeError, NotImplementedError, TypeError) as exc:
             if any(s in str(exc) for s in _NO_DATA) and _simulated_any(args, kwargs):
+                if func in SIZE_OPS:
+                    out = sized(func, args, kwargs, values)
+                    if out is not NotImplemented:
+                        return out
                 self.sim.data_read(_func_name(func))
             raise
+        if out is not None or func is torch._amp_foreach_non_finite_check_and_unscale_:
+            values.learn(func, args, kwargs, out)
+        return out
+
+
+def _to_host(args: tuple, kwargs: dict) -> bool:
+    """`.to("cpu")`, `.to(torch.device("cpu"))`, `.to(device="cpu")`, `.to(cpu_tensor)`."""
+    for a in (*args[1:], kwargs.get("device"), kwargs.get("other")):
+        if isinstance(a, torch.Tensor):
+            return a.device.type == "cpu"
+        if isinstance(a, (str, torch.device)):
+            return torch.device(a).type == "cpu"
+    return False
 
 
 def _simulated(t: Any) -> bool:
@@ -147,6 +174,7 @@ class CudaSimulation:
         self.in_forward = in_forward
         self.amp: list[torch.dtype | None] = []
         self.stopped: SimulationStop | None = None
+        self.stand_ins = StandIns(site=lambda: _reading_frame()[0])
         self._mode = _CudaMode(self)
         self._saved: list[tuple[Any, str, Any]] = []
 
