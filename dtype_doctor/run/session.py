@@ -323,10 +323,14 @@ class RunSession:
         from dtype_doctor.run.simulate import _NO_DATA
         from dtype_doctor.trace.gpus import gpu_profile
 
-        ops = tuple(op for op in trace.ops if not (op.error and any(s in op.error for s in _NO_DATA)))
+        from dtype_doctor.trace.wording import as_device
+
+        label = device_name(self.target)  # type: ignore[arg-type]
+        no_data = [*_NO_DATA, *(as_device(s, label) for s in _NO_DATA)]
+        ops = tuple(op for op in trace.ops if not (op.error and any(s in op.error for s in no_data)))
         gpu = gpu_profile(self.gpu)
         device = trace.device if trace.device != device_name(STAND_IN) else device_name(self.target)  # type: ignore[arg-type]
-        stand_ins = tuple(self._simulation.stand_ins.taken) if self._simulation is not None else ()
+        stand_ins = trace.stand_ins + (tuple(self._simulation.stand_ins.taken) if self._simulation is not None else ())
         return dataclasses.replace(trace, ops=ops, device=device, simulated=True, gpu=str(gpu) if gpu else None,
                                    gpu_capability=gpu.capability if gpu else None, stand_ins=stand_ins)
 

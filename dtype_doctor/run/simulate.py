@@ -124,6 +124,35 @@ def _to_host(args: tuple, kwargs: dict) -> bool:
     return False
 
 
+_ABSENT = object()
+
+
+def moved_keeping_identity(module: torch.nn.Module, move: Callable[[], Any]) -> Any:
+    """Run `move` (a Module.to / .cuda to the stand-in device) keeping each parameter one object."""
+    import weakref
+
+    params = list(module.parameters())
+    referenced = any(weakref.getweakrefcount(p) or (p.grad is not None and weakref.getweakrefcount(p.grad)) for p in params)
+    if not referenced:
+        swap = torch.__future__.get_swap_module_params_on_conversion()
+        torch.__future__.set_swap_module_params_on_conversion(True)
+        try:
+            return move()
+        finally:
+            torch.__future__.set_swap_module_params_on_conversion(swap)
+    owners: dict[int, list[tuple[torch.nn.Module, str]]] = {}
+    for m in module.modules():
+        for key, p in m._parameters.items():
+            if p is not None:
+                owners.setdefault(id(p), []).append((m, key))
+    out = move()
+    for group in owners.values():
+        first, key = group[0]
+        for m, k in group[1:]:
+            m._parameters[k] = first._parameters[key]
+    return out
+
+
 def _simulated(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and t.device.type == STAND_IN.type
 
@@ -192,6 +221,7 @@ class CudaSimulation:
     def __enter__(self) -> "CudaSimulation":
         index = self.label.index or 0
         self._patch_cuda(index)
+        self._patch_module_moves()
         self._patch_autocast()
         self._patch_transformers()
         from dtype_doctor.run.modes import push_function_mode
@@ -204,41 +234,51 @@ class CudaSimulation:
 
         remove_function_mode(self._mode)
         for owner, name, original in reversed(self._saved):
-            setattr(owner, name, original)
+            if original is _ABSENT:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
         self._saved.clear()
 
     def _set(self, owner: Any, name: str, value: Any) -> None:
-        self._saved.append((owner, name, owner.__dict__.get(name, getattr(owner, name, None))))
+        self._saved.append((owner, name, owner.__dict__.get(name, getattr(owner, name, _ABSENT))))
         setattr(owner, name, value)
 
     def _patch_cuda(self, index: int) -> None:
-        cuda = torch.cuda
-        gpu = self.gpu
-        name = f"NVIDIA {gpu.name.upper()} (simulated)" if gpu else "CUDA GPU (simulated)"
-        capability = gpu.capability if gpu else (8, 0)
-        props = types.SimpleNamespace(name=name, major=capability[0], minor=capability[1], total_memory=80 * 2**30,
-                                      multi_processor_count=108, is_integrated=False)
-        answers: dict[str, Callable[..., Any]] = {
-            "is_available": lambda: True,
-            "is_initialized": lambda: True,
-            "init": lambda: None,
-            "device_count": lambda: index + 1,
-            "current_device": lambda: index,
-            "set_device": lambda device: None,
-            "get_device_name": lambda device=None: name,
-            "get_device_capability": lambda device=None: capability,
-            "get_device_properties": lambda device=None: props,
-            "is_bf16_supported": lambda including_emulation=True: gpu is None or gpu.bf16_supported(including_emulation),
-            "synchronize": lambda device=None: None,
-            "empty_cache": lambda: None,
-            "memory_allocated": lambda device=None: 0,
-            "max_memory_allocated": lambda device=None: 0,
-            "memory_reserved": lambda device=None: 0,
-            "reset_peak_memory_stats": lambda device=None: None,
-            "mem_get_info": lambda device=None: (props.total_memory, props.total_memory),
-        }
-        for attr, fn in answers.items():
-            self._set(cuda, attr, fn)
+        from dtype_doctor.run.cuda_surface import cuda_answers, raw_stream
+
+        for attr, fn in cuda_answers(self.gpu, index).items():
+            self._set(torch.cuda, attr, fn)
+        # bitsandbytes hands the current stream's raw handle to its kernels.
+        self._set(torch._C, "_cuda_getCurrentRawStream", raw_stream)
+        # The optimizers pick their foreach and fused kernels for CUDA devices, as on a GPU.
+        import torch.optim.optimizer as optimizer
+        import torch.utils._foreach_utils as foreach
+
+        for module in (foreach, optimizer):
+            for name in ("_get_foreach_kernels_supported_devices", "_get_fused_kernels_supported_devices"):
+                original = getattr(module, name, None)
+                if original is not None:
+                    self._set(module, name, lambda _original=original: [*_original(), STAND_IN.type])
+
+    def _patch_module_moves(self) -> None:
+        """`model.to("cuda")` / `model.cuda()` keep the model's tensors as a GPU does: each
+        parameter stays the same object (tied weights stay tied, an optimizer made before the
+        move sees the moved parameters). torch's own swap_tensors does it (a CPU → meta move
+        cannot set `.data`); where a parameter is weakly referenced, it is re-tied after the move."""
+        cls = torch.nn.Module
+        for name in ("to", "cuda"):
+            original = cls.__dict__[name]
+
+            def moving(module: torch.nn.Module, *args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+                if _name == "to":
+                    device = torch._C._nn._parse_to(*args, **kwargs)[0]
+                    if device is None or not is_cuda(device):
+                        return _original(module, *args, **kwargs)
+                return moved_keeping_identity(module, lambda: _original(module, *args, **kwargs))
+
+            moving.__wrapped__ = original  # type: ignore[attr-defined]
+            self._set(cls, name, moving)
 
     def _patch_transformers(self) -> None:
         """Transformers skips its value checks (`if padding_mask.all():`, made to pick a faster kernel)
