@@ -284,11 +284,20 @@ class RunSession:
             self._disarm()  # the rest of the run goes at full speed
         failure = self._failure
         if isinstance(error, SimulationStop):
-            if error.in_forward and failure is None:
+            if error.limit is not None and failure is None:
+                from dtype_doctor.trace.wording import no_fake_impl
+
+                # A library op with a compiled kernel and no fake implementation: a limit of the simulation, named.
+                failure = TraceFailure("simulation", f"{no_fake_impl(error.limit)} (called at {error.where})", "",
+                                       type(self.model).__name__, error.limit, "forward" if error.in_forward else "training step")
+            elif error.in_forward and failure is None:
                 failure = TraceFailure("simulation", f"fake tensors hold no values, and {error.where} asks for one ({error.what})",
                                        "", type(self.model).__name__, None)
             self.note = (f"the simulation ends at {error.where}: {error.what} needs a value, and simulated CUDA tensors "
                          f"hold none; {min(self.steps, self.max_steps)} of {self.max_steps} step(s) traced up to there, the script stopped")
+            if error.limit is not None:
+                self.note = (f"the simulation ends at {error.where}: {error.limit} has no fake implementation; "
+                             f"{min(self.steps, self.max_steps)} of {self.max_steps} step(s) traced up to there, the script stopped")
         self._stopped = self._stopped_early(error, failure)
         report = self._report(failure)
         if failure is None and error is not None and not isinstance(error, (StopScript, SystemExit, KeyboardInterrupt)):
@@ -340,6 +349,8 @@ class RunSession:
         from dtype_doctor.run.user_code import display_path
 
         if isinstance(error, SimulationStop):
+            if error.limit is not None:
+                return f"at {error.where}: {error.limit} has no fake implementation, a limit of the simulation"
             return f"at {error.where}: {error.what} needs a value a simulated tensor does not hold"
         if failure is not None:
             return None  # coverage_of words the failure

@@ -42,9 +42,10 @@ _NO_DATA = (
 class SimulationStop(StopScript):
     """Raised into the script where it needs a value a simulated tensor does not hold."""
 
-    def __init__(self, what: str, site: SourceLoc | None, in_user_code: bool, in_forward: bool) -> None:
+    def __init__(self, what: str, site: SourceLoc | None, in_user_code: bool, in_forward: bool, limit: str | None = None) -> None:
         super().__init__(what)
         self.what = what
+        self.limit = limit  # the library op the simulation cannot run (no fake implementation), if that is why
         self.site = site
         self.in_user_code = in_user_code
         self.in_forward = in_forward  # raised inside the model's forward: the step is incomplete
@@ -107,11 +108,23 @@ class _CudaMode(TorchFunctionMode):
                     out = sized(func, args, kwargs, values)
                     if out is not NotImplemented:
                         return out
+                op = _without_fake_impl(str(exc))
+                if op is not None:
+                    self.sim.data_read(op, limit=op)
                 self.sim.data_read(_func_name(func))
             raise
         if out is not None or func is torch._amp_foreach_non_finite_check_and_unscale_:
             values.learn(func, args, kwargs, out)
         return out
+
+
+def _without_fake_impl(message: str) -> str | None:
+    """The op PyTorch names when it has no kernel for simulated tensors (a library's compiled CUDA op)."""
+    import re
+
+    found = re.search(r"Could not run '([^']+)' with arguments from the 'Meta' backend", message) or re.search(
+        r"(\S+?):? attempted to run this operator with Meta tensors, but there was no fake impl", message)
+    return found.group(1) if found else None
 
 
 def _to_host(args: tuple, kwargs: dict) -> bool:
@@ -211,9 +224,9 @@ class CudaSimulation:
     def amp_dtype(self) -> torch.dtype | None:
         return self.amp[-1] if self.amp else None
 
-    def data_read(self, what: str) -> None:
+    def data_read(self, what: str, limit: str | None = None) -> None:
         site, user = _reading_frame()
-        self.stopped = SimulationStop(what, site, user, self.in_forward())
+        self.stopped = SimulationStop(what, site, user, self.in_forward(), limit)
         raise self.stopped
 
     # ---------------------------------------------------------------- arming
