@@ -586,6 +586,9 @@ class TraceRequest:
         return replace(self, **changes)
 
 
+_CONTAINERS = frozenset({"ModuleList", "ModuleDict", "ParameterList", "ParameterDict"})
+
+
 def coverage_of(trace: Trace) -> Coverage:
     """The trace's coverage: the one its driver recorded, else what its ops show (a forward, a
     loss op, a backward)."""
@@ -601,7 +604,9 @@ def coverage_of(trace: Trace) -> Coverage:
         phases.append("backward")
     expected = ("forward", "loss", "backward") if trace.train else ("forward",)
     called = {m.name for m in trace.modules}
-    total = max(len(trace.model.module_types), len(called))
+    # Containers (ModuleList, ModuleDict) are never called themselves: not counted as modules a step calls.
+    callable_modules = [n for n, t in trace.model.module_types if t not in _CONTAINERS]
+    total = max(len(callable_modules), len(called))
     stopped = None
     if trace.failure is not None:
         where = trace.failure.module or "the model"
