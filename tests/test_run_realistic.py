@@ -1,0 +1,98 @@
+"""Realistic training scripts (tests/scripts/), traced to their optimizer step under `run` on this
+CPU and under `run --simulate --gpu t4|a100|h100`, with the classic mistakes injected: each is
+found where it is real for that machine, and not where it is not.
+
+PyTorch is the oracle: where the CPU run reports an error, the plain `python` run dies of it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dtype_doctor.cli.main import run
+from helpers_errors import last_error, names_dtypes
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, dict, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        run(argv)
+    captured = capsys.readouterr()
+    return exit_info.value.code, json.loads(captured.out), captured.err
+
+
+def _codes(report: dict, severity: str) -> list[str]:
+    return sorted({f["code"] for f in report["findings"] if f["severity"] == severity})
+
+
+@pytest.fixture
+def gpt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    import numpy as np
+
+    (tmp_path / "data").mkdir()
+    for split in ("train", "val"):
+        np.random.default_rng(0).integers(0, 64, 200).astype(np.uint16).tofile(tmp_path / "data" / f"{split}.bin")
+    shutil.copy(SCRIPTS / "gpt_trainer.py", tmp_path / "gpt_trainer.py")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _machine(where: str) -> list[str]:
+    return [] if where == "cpu" else ["--simulate", "--gpu", where]
+
+
+# (flags, machine, error codes, warning codes). bf16 is what nanoGPT picks on every GPU here:
+# torch.cuda.is_bf16_supported() is True on a T4 too (emulated), where DD107 says it runs slowly.
+GPT_CASES = [
+    ((), "cpu", [], []),
+    ((), "t4", [], ["DD107"]),
+    ((), "a100", [], []),
+    # Half weights under an enabled GradScaler: "Attempting to unscale FP16 gradients" on any GPU;
+    # on the CPU the script's GradScaler("cuda") disables itself, and nothing is unscaled.
+    # DD110 warns on every machine: an optimizer over fp16 master weights rounds small updates away.
+    (("--dtype=float16", "--half"), "t4", ["DD401"], ["DD110"]),
+    (("--dtype=float16", "--half"), "h100", ["DD401"], ["DD110"]),
+    (("--dtype=float16", "--half"), "cpu", [], ["DD110"]),
+    # int32 targets: cross_entropy refuses them on the CPU and on CUDA alike.
+    (("--int32-targets",), "cpu", ["DD104"], []),
+    (("--int32-targets",), "a100", ["DD104"], []),
+    # The batch left on the CPU: only a CUDA model meets it.
+    (("--cpu-batch",), "cpu", [], []),
+    (("--cpu-batch",), "t4", ["DD201"], ["DD107"]),
+]
+
+
+@pytest.mark.parametrize(("flags", "where", "errors", "warnings"), GPT_CASES, ids=[f"{' '.join(c[0]) or 'clean'}@{c[1]}" for c in GPT_CASES])
+def test_gpt_trainer(flags: tuple[str, ...], where: str, errors: list[str], warnings: list[str], gpt: Path, capsys: pytest.CaptureFixture) -> None:
+    code, report, err = _run(["run", *_machine(where), "-f", "json", "--", "python", "gpt_trainer.py", *flags], capsys)
+    assert _codes(report, "error") == errors, report["findings"]
+    assert _codes(report, "warning") == warnings, report["findings"]
+    assert code == (1 if errors else 0)
+    # Traced to the optimizer step, past estimate_loss()'s loss.item() before the first iteration.
+    coverage = report["coverage"]
+    if "DD401" in errors:
+        # GradScaler itself raises what a GPU raises there (torch's own unscale_ check): the step ends in the scaler.
+        assert coverage["phases"]["scaler"] is True and "Attempting to unscale FP16 gradients" in coverage["stopped"], coverage
+    else:
+        assert coverage["phases"]["optimizer"] is True and coverage["complete"] is True, coverage
+    assert coverage["modules_called"] == coverage["modules_total"]
+    params = next(line for line in err.splitlines() if line.startswith("number of parameters"))
+    assert params.split()[3] == "4336"  # weight tying kept: the same count on the CPU and on the simulated GPU
+    if where != "cpu":
+        read = [s for s in report["stand_ins"] if s["what"] == "Tensor.item"]
+        assert read and read[0]["source"]["file"] == "gpt_trainer.py" and read[0]["value"] == "1.0"
+        assert report["target"]["autocast"] == ("float16" if "--dtype=float16" in flags else "bfloat16")
+
+
+def test_plain_python_dies_of_the_int32_targets(gpt: Path) -> None:
+    done = subprocess.run([sys.executable, "gpt_trainer.py", "--int32-targets"], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    kind, message = last_error(done.stderr)
+    assert kind == "RuntimeError" and (names_dtypes(message, "int32") or "Int" in message)
