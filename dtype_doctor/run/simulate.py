@@ -79,12 +79,13 @@ class _CudaMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
         values = self.sim.stand_ins
+        placed = False
         if func is torch.Tensor.cuda:
-            return args[0].to(STAND_IN, non_blocking=bool(kwargs.get("non_blocking", False)))
+            return self.sim.place(args[0].to(STAND_IN, non_blocking=bool(kwargs.get("non_blocking", False))))
         if func is torch.Tensor.to and args:
             # .to("cuda"), .to(0), .to(torch.device("cuda"), torch.float16): the device is the first argument.
             if len(args) > 1 and _is_device_arg(args[1]) and is_cuda(args[1]):
-                args = (args[0], STAND_IN, *args[2:])
+                args, placed = (args[0], STAND_IN, *args[2:]), True
             elif _simulated(args[0]) and _to_host(args, kwargs):
                 copy = values.read(torch.Tensor.cpu, args, kwargs, "Tensor.to('cpu')")
                 dtype = next((a for a in (*args[1:], kwargs.get("dtype")) if isinstance(a, torch.dtype)), None)
@@ -99,7 +100,7 @@ class _CudaMode(TorchFunctionMode):
             if func is torch.Tensor.__repr__:
                 return values.formatted(args[0], "", str(self.sim.label))
         if "device" in kwargs and is_cuda(kwargs["device"]):
-            kwargs["device"] = STAND_IN
+            kwargs["device"], placed = STAND_IN, True
         try:
             out = func(*args, **kwargs)
         except (RuntimeError, NotImplementedError, TypeError) as exc:
@@ -115,7 +116,7 @@ class _CudaMode(TorchFunctionMode):
             raise
         if out is not None or func is torch._amp_foreach_non_finite_check_and_unscale_:
             values.learn(func, args, kwargs, out)
-        return out
+        return self.sim.place(out) if placed else out
 
 
 def _without_fake_impl(message: str) -> str | None:
@@ -217,12 +218,23 @@ class CudaSimulation:
         self.amp: list[torch.dtype | None] = []
         self.stopped: SimulationStop | None = None
         self.stand_ins = StandIns(site=lambda: _reading_frame()[0])
+        self._placed: set[int] = set()  # storages the script placed on (simulated) CUDA
+        self._import_hook: Any = None
         self._mode = _CudaMode(self)
         self._saved: list[tuple[Any, str, Any]] = []
 
     @property
     def amp_dtype(self) -> torch.dtype | None:
         return self.amp[-1] if self.amp else None
+
+    def place(self, out: Any) -> Any:
+        """`out` was placed on simulated CUDA by the script (not a `meta` tensor of its own)."""
+        if isinstance(out, torch.Tensor) and out.device.type == STAND_IN.type:
+            self._placed.add(out.untyped_storage()._cdata)
+        return out
+
+    def on_cuda(self, t: torch.Tensor) -> bool:
+        return t.device.type == STAND_IN.type and t.untyped_storage()._cdata in self._placed
 
     def data_read(self, what: str, limit: str | None = None) -> None:
         site, user = _reading_frame()
@@ -235,6 +247,9 @@ class CudaSimulation:
         index = self.label.index or 0
         self._patch_cuda(index)
         self._patch_module_moves()
+        from dtype_doctor.run.libraries import patch_bitsandbytes
+
+        self._import_hook = patch_bitsandbytes(self.on_cuda, self._set)
         self._patch_autocast()
         self._patch_transformers()
         from dtype_doctor.run.modes import push_function_mode
@@ -246,6 +261,8 @@ class CudaSimulation:
         from dtype_doctor.run.modes import remove_function_mode
 
         remove_function_mode(self._mode)
+        if self._import_hook is not None and self._import_hook in sys.meta_path:
+            sys.meta_path.remove(self._import_hook)
         for owner, name, original in reversed(self._saved):
             if original is _ABSENT:
                 delattr(owner, name)
