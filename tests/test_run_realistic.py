@@ -96,3 +96,70 @@ def test_plain_python_dies_of_the_int32_targets(gpt: Path) -> None:
     assert done.returncode != 0
     kind, message = last_error(done.stderr)
     assert kind == "RuntimeError" and (names_dtypes(message, "int32") or "Int" in message)
+
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+LLAMA = str(FIXTURES / "models" / "llama-tiny")
+
+
+@pytest.fixture
+def scripts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name in ("accelerate_loop.py", "trainer_fp16.py", "qlora_loop.py"):
+        shutil.copy(SCRIPTS / name, tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return tmp_path
+
+
+# (script and its arguments, machine, error codes, warning codes, where the trace ends: "optimizer" or
+# the error the script itself raises there, as the GPU raises it)
+LIBRARY_CASES = [
+    # (c) accelerate, mixed_precision="fp16" where there is a GPU
+    (("accelerate_loop.py",), "t4", [], [], "optimizer"),
+    (("accelerate_loop.py", "--half"), "t4", ["DD401"], ["DD110"], "Attempting to unscale FP16 gradients"),
+    # On the CPU accelerate runs without mixed precision: the half model meets fp32 inputs, and the plain run dies of it.
+    (("accelerate_loop.py", "--half"), "cpu", ["DD101"], ["DD110"], "optimizer"),
+    pytest.param(("accelerate_loop.py",), "cpu", [], [], "optimizer", marks=pytest.mark.slow),
+    pytest.param(("accelerate_loop.py", "--int32-labels"), "a100", ["DD104"], [], "optimizer", marks=pytest.mark.slow),
+    # (b) Trainer(fp16=True where there is a GPU) over a model loaded with dtype=torch.float16
+    (("trainer_fp16.py", LLAMA, "out"), "t4", ["DD401"], ["DD110"], "Attempting to unscale FP16 gradients"),
+    pytest.param(("trainer_fp16.py", LLAMA, "out"), "cpu", [], ["DD110"], "optimizer", marks=pytest.mark.slow),
+    pytest.param(("trainer_fp16.py", LLAMA, "out", "--fp32"), "h100", [], [], "optimizer", marks=pytest.mark.slow),
+    # (d) QLoRA: bitsandbytes 4-bit base, peft LoRA after prepare_model_for_kbit_training
+    (("qlora_loop.py", LLAMA), "t4", [], [], "optimizer"),
+    pytest.param(("qlora_loop.py", LLAMA, "--half-adapters"), "a100", ["DD401"], ["DD102", "DD110"],
+                 "Attempting to unscale FP16 gradients", marks=pytest.mark.slow),
+    # On the CPU there is no GradScaler: half adapters train (badly: DD110), nothing raises.
+    pytest.param(("qlora_loop.py", LLAMA, "--half-adapters"), "cpu", [], ["DD102", "DD110"], "optimizer", marks=pytest.mark.slow),
+]
+
+
+def _id(case: object) -> str:
+    values = case.values if hasattr(case, "values") else case  # type: ignore[attr-defined]
+    argv, where = values[0], values[1]
+    return f"{argv[0].removesuffix('.py')}{''.join(a for a in argv[1:] if a.startswith('--'))}@{where}"
+
+
+@pytest.mark.parametrize(("argv", "where", "errors", "warnings", "ends"), LIBRARY_CASES, ids=[_id(c) for c in LIBRARY_CASES])
+def test_library_scripts(argv: tuple[str, ...], where: str, errors: list[str], warnings: list[str], ends: str,
+                         scripts: Path, capsys: pytest.CaptureFixture) -> None:
+    code, report, err = _run(["run", *_machine(where), "-f", "json", "--", "python", *argv], capsys)
+    assert _codes(report, "error") == errors, report["findings"]
+    assert _codes(report, "warning") == warnings, report["findings"]
+    assert code == (1 if errors else 0), err
+    coverage = report["coverage"]
+    if ends == "optimizer":
+        assert coverage["complete"] is True and coverage["phases"]["optimizer"] is True, coverage
+    else:
+        assert coverage["phases"]["backward"] is True and ends in coverage["stopped"], coverage
+    if where != "cpu":
+        assert report["target"]["autocast"] == "float16" and coverage["phases"]["scaler"] is True
+    if argv[0] == "qlora_loop.py":
+        # The 4-bit base is quantized on the simulated GPU as on a real one: the same parameter count as on the CPU.
+        assert "trainable params: 896 || all params: 59,168" in err
+
+
+def test_plain_python_dies_of_the_half_model_accelerate_runs_on_the_cpu(scripts: Path) -> None:
+    done = subprocess.run([sys.executable, "accelerate_loop.py", "--half"], capture_output=True, text=True, timeout=300)
+    kind, message = last_error(done.stderr)
+    assert done.returncode != 0 and kind == "RuntimeError" and names_dtypes(message, "float16") or "Half" in message
