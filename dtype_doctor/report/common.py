@@ -149,7 +149,7 @@ def coverage_line(report: Report) -> str | None:
     parts = [f"coverage: {marks}", f"{c.modules_called} of {c.modules_total} modules called", plural(c.ops, "op")]
     if report.trace.stand_ins:
         parts.append(plural(len(report.trace.stand_ins), "stand-in"))
-    if c.stopped:
+    if c.stopped and report.trace.failure is None:  # a failure has its own panel
         parts.append(f"stopped {c.stopped}" if c.stopped.startswith("at ") else f"stopped: {c.stopped}")
     return " · ".join(parts)
 
