@@ -109,6 +109,8 @@ class RunSession:
         # Lineage is the pipeline's: inside the model the recorder sees everything.
         self.book = LineageBook(is_paused=lambda: self._depth > 0, device_alias=self.alias)
         self._lineage: dict[str, Chain] = {}
+        self._grads: dict[str, tuple[str, int | None]] = {}  # parameter → (grad dtype, value handle), at backward
+        self._grad_hooks: list[Any] = []
 
     # ------------------------------------------------------------------ arming
 
@@ -235,8 +237,12 @@ class RunSession:
         self.model = model
         self.forwards = 1
         self._info = model_info(model, None, self.alias)
+        # A real trace measures values (DD301-DD303 speak about the user's own step); fake tensors hold none.
         session = self._session = TraceSession(model, recover=True, simulated=self.simulate, probe_gpu=self.gpu,
-                                               alias=self.alias, extra_modes=[_StepInputs(self)])
+                                               alias=self.alias, extra_modes=[_StepInputs(self)], stats=not self.simulate)
+        if not self.simulate:
+            self._grad_hooks = [p.register_post_accumulate_grad_hook(self._grad_measured(n))
+                                for n, p in model.named_parameters() if p.requires_grad]
         self.book.is_step_tensor = lambda t: self.report is None and session.recorder.knows(t)
         self._set_amp(self._simulation.amp_dtype if self._simulation else None)
         self._lineage = boundary_lineage(self.book, model, args, kwargs)
@@ -263,6 +269,24 @@ class RunSession:
             return dtype_name(torch.get_autocast_dtype(kind))
         return None
 
+    def _grad_measured(self, name: str) -> Callable[[torch.Tensor], None]:
+        """A gradient measured where it is made, at backward: before the user's GradScaler unscales
+        it (divided by the scale it was taken under) and before the optimizer clears it."""
+
+        def hook(p: torch.Tensor) -> None:
+            session = self._session
+            if self.report is not None or name in self._grads or session is None or session.recorder.values is None or p.grad is None:
+                return
+            from torch.utils._python_dispatch import _disable_current_modes
+
+            scale = self.watch.scale()
+            with _disable_current_modes(), torch._C.DisableTorchFunction(), torch.no_grad():
+                grad = p.grad.detach()
+                measured = grad.float() / scale if scale else grad
+                self._grads[name] = (dtype_name(grad.dtype), session.recorder.observe([measured])[0])
+
+        return hook
+
     def tag_step_input(self, name: str, t: torch.Tensor, consumer: str) -> None:
         """A pipeline tensor used by the step outside the model (a loss target): name it, keep its lineage."""
         assert self._session is not None
@@ -280,6 +304,9 @@ class RunSession:
         """End the trace: `error` is what ended the script during the traced step(s), if anything."""
         assert self._session is not None and self.model is not None
         self._session.stop()
+        for handle in self._grad_hooks:
+            handle.remove()
+        self._grad_hooks = []
         if self.keep_running and not self.simulate:
             self._disarm()  # the rest of the run goes at full speed
         failure = self._failure
@@ -318,6 +345,12 @@ class RunSession:
         trace = live_trace(self._session, self._info, failure, lineage=self._lineage, sources=sources_of(self._lineage))
         if self.simulate:
             trace = self._simulated(trace)
+        values = self._session.recorder.values
+        if values is not None and self._grads:
+            from dtype_doctor.records import GradStats
+
+            grads = tuple(GradStats(n, d, s) for n, (d, h) in self._grads.items() if (s := values.get(h)) is not None)
+            trace = dataclasses.replace(trace, grads=grads, grad_scaler=bool(self.watch.scaler_calls))
         trace = dataclasses.replace(trace, coverage=self.watch.coverage(trace, self.forwards, getattr(self, "_stopped", None)))
         request = TraceRequest(select=self.select, ignore=self.ignore, subject=Subject(model=self.label))
         report = report_from_trace(trace, self.model, request)

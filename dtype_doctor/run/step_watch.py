@@ -30,6 +30,7 @@ class StepWatch:
         self.optimizer_steps = 0  # optimizer steps taken while tracing
         self.scaler_calls: list[str] = []  # GradScaler methods called while tracing, in order
         self.zero_grad = False
+        self.scaler: Any = None  # the enabled GradScaler whose scale() the step called
         self._saved: list[tuple[Any, str, Any]] = []
         self._handle: Any = None
 
@@ -81,6 +82,14 @@ class StepWatch:
     def _scaler(self, scaler: Any, name: str) -> None:
         if self.is_tracing() and scaler.is_enabled():
             self.scaler_calls.append(name)
+            if name == "scale":
+                self.scaler = scaler
+
+    def scale(self) -> float | None:
+        """The scale the step's loss was multiplied by (its GradScaler's), or None without one."""
+        if self.scaler is None or not self.scaler.is_enabled():
+            return None
+        return float(self.scaler.get_scale())
 
     # ----------------------------------------------------------------- results
 
