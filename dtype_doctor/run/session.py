@@ -103,7 +103,7 @@ class RunSession:
         self._unpatch_datasets: Callable[[], None] = lambda: None
         self._simulation: CudaSimulation | None = None
         self._conversions = ConversionLog(lambda d: self.alias.get(d, d))
-        self.watch = StepWatch(lambda: self.model is not None and self.report is None)
+        self.watch = StepWatch(lambda: self.model is not None and self.report is None, self._optimizer_stepping)
         self._arms = contextlib.ExitStack()
         self._closed = False
         # Lineage is the pipeline's: inside the model the recorder sees everything.
@@ -268,6 +268,16 @@ class RunSession:
         if kind in ("cpu", "cuda") and torch.is_autocast_enabled(kind):
             return dtype_name(torch.get_autocast_dtype(kind))
         return None
+
+    def _optimizer_stepping(self, on: bool) -> None:
+        """The optimizer's own kernels are recorded, but their values are not the step's numerics: not measured."""
+        rec = self._session.recorder if self._session is not None else None
+        if rec is None:
+            return
+        if on:
+            self._paused_values, rec.values = rec.values, None
+        elif getattr(self, "_paused_values", None) is not None:
+            rec.values, self._paused_values = self._paused_values, None
 
     def _grad_measured(self, name: str) -> Callable[[torch.Tensor], None]:
         """A gradient measured where it is made, at backward: before the user's GradScaler unscales

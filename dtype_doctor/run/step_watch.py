@@ -23,8 +23,9 @@ _SCALER_METHODS = ("scale", "unscale_", "step", "update")
 class StepWatch:
     """`with StepWatch(is_tracing) as w:` — counts what the script's step does while `is_tracing()`."""
 
-    def __init__(self, is_tracing: Callable[[], bool]) -> None:
+    def __init__(self, is_tracing: Callable[[], bool], in_optimizer: Callable[[bool], None] = lambda _on: None) -> None:
         self.is_tracing = is_tracing
+        self.in_optimizer = in_optimizer  # called with True before an optimizer step while tracing, False after
         self.optimizers = 0  # optimizers the script created
         self.scalers = 0  # enabled GradScalers the script created
         self.optimizer_steps = 0  # optimizer steps taken while tracing
@@ -32,19 +33,24 @@ class StepWatch:
         self.zero_grad = False
         self.scaler: Any = None  # the enabled GradScaler whose scale() the step called
         self._saved: list[tuple[Any, str, Any]] = []
-        self._handle: Any = None
+        self._handles: list[Any] = []
 
     def __enter__(self) -> "StepWatch":
         from torch.amp.grad_scaler import GradScaler
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         watch = self
+
+        def stepping(optimizer: Any, args: Any, kwargs: Any) -> None:
+            if watch.is_tracing():
+                watch.in_optimizer(True)
 
         def stepped(optimizer: Any, args: Any, kwargs: Any) -> None:
             if watch.is_tracing():
                 watch.optimizer_steps += 1
+                watch.in_optimizer(False)
 
-        self._handle = register_optimizer_step_post_hook(stepped)
+        self._handles = [register_optimizer_step_pre_hook(stepping), register_optimizer_step_post_hook(stepped)]
         self._wrap(torch.optim.Optimizer, "__init__", lambda o, *a, **k: setattr(watch, "optimizers", watch.optimizers + 1))
         self._wrap(torch.optim.Optimizer, "zero_grad", lambda o, *a, **k: watch._zero_grad())
         self._wrap(GradScaler, "__init__", lambda s, *a, **k: setattr(watch, "scalers", watch.scalers + bool(s.is_enabled())))
@@ -53,9 +59,9 @@ class StepWatch:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._handle is not None:
-            self._handle.remove()
-            self._handle = None
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
         for owner, name, original in reversed(self._saved):
             setattr(owner, name, original)
         self._saved.clear()
