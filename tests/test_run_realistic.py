@@ -58,18 +58,23 @@ GPT_CASES = [
     # on the CPU the script's GradScaler("cuda") disables itself, and nothing is unscaled.
     # DD110 warns on every machine: an optimizer over fp16 master weights rounds small updates away.
     (("--dtype=float16", "--half"), "t4", ["DD401"], ["DD110"]),
-    (("--dtype=float16", "--half"), "h100", ["DD401"], ["DD110"]),
+    pytest.param(("--dtype=float16", "--half"), "h100", ["DD401"], ["DD110"], marks=pytest.mark.slow),
     (("--dtype=float16", "--half"), "cpu", [], ["DD110"]),
     # int32 targets: cross_entropy refuses them on the CPU and on CUDA alike.
     (("--int32-targets",), "cpu", ["DD104"], []),
-    (("--int32-targets",), "a100", ["DD104"], []),
+    pytest.param(("--int32-targets",), "a100", ["DD104"], [], marks=pytest.mark.slow),
     # The batch left on the CPU: only a CUDA model meets it.
     (("--cpu-batch",), "cpu", [], []),
     (("--cpu-batch",), "t4", ["DD201"], ["DD107"]),
 ]
 
 
-@pytest.mark.parametrize(("flags", "where", "errors", "warnings"), GPT_CASES, ids=[f"{' '.join(c[0]) or 'clean'}@{c[1]}" for c in GPT_CASES])
+def _gpt_id(case: object) -> str:
+    values = case.values if hasattr(case, "values") else case  # type: ignore[attr-defined]
+    return f"{' '.join(values[0]) or 'clean'}@{values[1]}"
+
+
+@pytest.mark.parametrize(("flags", "where", "errors", "warnings"), GPT_CASES, ids=[_gpt_id(c) for c in GPT_CASES])
 def test_gpt_trainer(flags: tuple[str, ...], where: str, errors: list[str], warnings: list[str], gpt: Path, capsys: pytest.CaptureFixture) -> None:
     code, report, err = _run(["run", *_machine(where), "-f", "json", "--", "python", "gpt_trainer.py", *flags], capsys)
     assert _codes(report, "error") == errors, report["findings"]

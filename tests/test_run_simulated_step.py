@@ -74,6 +74,14 @@ def test_a_loop_that_reads_values_is_traced_to_its_optimizer_step(workdir: Path,
     assert sim["coverage"]["stand_ins"] == len(sim["stand_ins"]) == 4
 
 
+@pytest.mark.parametrize("gpu", ["a100", "h100"])
+def test_the_plain_loop_on_every_gpu_profile(gpu: str, workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    (workdir / "train.py").write_text(LOOP)
+    code, report, out = _run(["run", "--simulate", "--gpu", gpu, "-f", "json", "--", "python", "train.py"], capsys)
+    assert code == 0 and report["findings"] == [] and report["coverage"]["complete"] is True
+    assert report["coverage"]["phases"]["scaler"] is True and report["target"]["gpu"].startswith(gpu)
+
+
 def test_steps_count_optimizer_steps(workdir: Path, capsys: pytest.CaptureFixture) -> None:
     (workdir / "train.py").write_text(LOOP)
     code, report, out = _run(["run", "--simulate", "--steps", "2", "-f", "json", "--", "python", "train.py"], capsys)

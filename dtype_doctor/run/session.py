@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from dtype_doctor.records import Report, SourceLoc, Subject, Trace, TraceFailure, TraceRequest
 from dtype_doctor.run.conversions import ConversionLog
@@ -40,7 +39,9 @@ from dtype_doctor.run.lineage import (
     step_input_lineage,
 )
 from dtype_doctor.run.simulate import STAND_IN, CudaSimulation, SimulationStop
-from dtype_doctor.run.step_watch import StepWatch
+from dtype_doctor.run.grads import StepGrads
+from dtype_doctor.run.step_inputs import StepInputs
+from dtype_doctor.run.step_watch import StepWatch, stopped_early
 from dtype_doctor.run.user_code import user_site
 from dtype_doctor.diagnosis import live_trace, report_from_trace
 from dtype_doctor.trace.engine import model_info
@@ -103,14 +104,13 @@ class RunSession:
         self._unpatch_datasets: Callable[[], None] = lambda: None
         self._simulation: CudaSimulation | None = None
         self._conversions = ConversionLog(lambda d: self.alias.get(d, d))
-        self.watch = StepWatch(lambda: self.model is not None and self.report is None, self._optimizer_stepping)
+        self.grads = StepGrads(lambda: self._session, lambda: self.report is not None, lambda: self.watch.scale())
+        self.watch = StepWatch(lambda: self.model is not None and self.report is None, self.grads.optimizer_stepping)
         self._arms = contextlib.ExitStack()
         self._closed = False
         # Lineage is the pipeline's: inside the model the recorder sees everything.
         self.book = LineageBook(is_paused=lambda: self._depth > 0, device_alias=self.alias)
         self._lineage: dict[str, Chain] = {}
-        self._grads: dict[str, tuple[str, int | None]] = {}  # parameter → (grad dtype, value handle), at backward
-        self._grad_hooks: list[Any] = []
 
     # ------------------------------------------------------------------ arming
 
@@ -239,10 +239,9 @@ class RunSession:
         self._info = model_info(model, None, self.alias)
         # A real trace measures values (DD301-DD303 speak about the user's own step); fake tensors hold none.
         session = self._session = TraceSession(model, recover=True, simulated=self.simulate, probe_gpu=self.gpu,
-                                               alias=self.alias, extra_modes=[_StepInputs(self)], stats=not self.simulate)
+                                               alias=self.alias, extra_modes=[StepInputs(self)], stats=not self.simulate)
         if not self.simulate:
-            self._grad_hooks = [p.register_post_accumulate_grad_hook(self._grad_measured(n))
-                                for n, p in model.named_parameters() if p.requires_grad]
+            self.grads.arm(model)
         self.book.is_step_tensor = lambda t: self.report is None and session.recorder.knows(t)
         self._set_amp(self._simulation.amp_dtype if self._simulation else None)
         self._lineage = boundary_lineage(self.book, model, args, kwargs)
@@ -269,34 +268,6 @@ class RunSession:
             return dtype_name(torch.get_autocast_dtype(kind))
         return None
 
-    def _optimizer_stepping(self, on: bool) -> None:
-        """The optimizer's own kernels are recorded, but their values are not the step's numerics: not measured."""
-        rec = self._session.recorder if self._session is not None else None
-        if rec is None:
-            return
-        if on:
-            self._paused_values, rec.values = rec.values, None
-        elif getattr(self, "_paused_values", None) is not None:
-            rec.values, self._paused_values = self._paused_values, None
-
-    def _grad_measured(self, name: str) -> Callable[[torch.Tensor], None]:
-        """A gradient measured where it is made, at backward: before the user's GradScaler unscales
-        it (divided by the scale it was taken under) and before the optimizer clears it."""
-
-        def hook(p: torch.Tensor) -> None:
-            session = self._session
-            if self.report is not None or name in self._grads or session is None or session.recorder.values is None or p.grad is None:
-                return
-            from torch.utils._python_dispatch import _disable_current_modes
-
-            scale = self.watch.scale()
-            with _disable_current_modes(), torch._C.DisableTorchFunction(), torch.no_grad():
-                grad = p.grad.detach()
-                measured = grad.float() / scale if scale else grad
-                self._grads[name] = (dtype_name(grad.dtype), session.recorder.observe([measured])[0])
-
-        return hook
-
     def tag_step_input(self, name: str, t: torch.Tensor, consumer: str) -> None:
         """A pipeline tensor used by the step outside the model (a loss target): name it, keep its lineage."""
         assert self._session is not None
@@ -314,9 +285,7 @@ class RunSession:
         """End the trace: `error` is what ended the script during the traced step(s), if anything."""
         assert self._session is not None and self.model is not None
         self._session.stop()
-        for handle in self._grad_hooks:
-            handle.remove()
-        self._grad_hooks = []
+        self.grads.disarm()
         if self.keep_running and not self.simulate:
             self._disarm()  # the rest of the run goes at full speed
         failure = self._failure
@@ -335,7 +304,7 @@ class RunSession:
             if error.limit is not None:
                 self.note = (f"the simulation ends at {error.where}: {error.limit} has no fake implementation; "
                              f"{min(self.steps, self.max_steps)} of {self.max_steps} step(s) traced up to there, the script stopped")
-        self._stopped = self._stopped_early(error, failure)
+        self._stopped = stopped_early(error, failure)
         report = self._report(failure)
         if failure is None and error is not None and not isinstance(error, (StopScript, SystemExit, KeyboardInterrupt)):
             # Raised outside the model's forward (the loss, GradScaler, the optimizer). When no
@@ -356,11 +325,8 @@ class RunSession:
         if self.simulate:
             trace = self._simulated(trace)
         values = self._session.recorder.values
-        if values is not None and self._grads:
-            from dtype_doctor.records import GradStats
-
-            grads = tuple(GradStats(n, d, s) for n, (d, h) in self._grads.items() if (s := values.get(h)) is not None)
-            trace = dataclasses.replace(trace, grads=grads, grad_scaler=bool(self.watch.scaler_calls))
+        if values is not None and self.grads.handles:
+            trace = dataclasses.replace(trace, grads=self.grads.stats(values), grad_scaler=bool(self.watch.scaler_calls))
         trace = dataclasses.replace(trace, coverage=self.watch.coverage(trace, self.forwards, getattr(self, "_stopped", None)))
         request = TraceRequest(select=self.select, ignore=self.ignore, subject=Subject(model=self.label))
         report = report_from_trace(trace, self.model, request)
@@ -386,25 +352,6 @@ class RunSession:
         return dataclasses.replace(trace, ops=ops, device=device, simulated=True, gpu=str(gpu) if gpu else None,
                                    gpu_capability=gpu.capability if gpu else None, stand_ins=stand_ins)
 
-    def _stopped_early(self, error: BaseException | None, failure: TraceFailure | None) -> str | None:
-        """Where and why the trace ended before the step's end, or None."""
-        from dtype_doctor.errors import first_line
-        from dtype_doctor.run.user_code import display_path
-
-        if isinstance(error, SimulationStop):
-            if error.limit is not None:
-                return f"at {error.where}: {error.limit} has no fake implementation, a limit of the simulation"
-            return f"at {error.where}: {error.what} needs a value a simulated tensor does not hold"
-        if failure is not None:
-            return None  # coverage_of words the failure
-        if error is None or isinstance(error, (StopScript, KeyboardInterrupt)):
-            return None
-        if isinstance(error, SystemExit):
-            return None if error.code in (None, 0) else f"the script exited with {error.code!r}"
-        from dtype_doctor.run.runner import user_frame
-
-        return f"the script raised {type(error).__name__}{user_frame(error)}: {first_line(error)}"
-
     def _with_parameter_source(self, finding: Any) -> Any:
         """A finding about parameters names the user's line that converted them (model.half())."""
         if finding.source is not None or self.model is None:
@@ -416,53 +363,6 @@ class RunSession:
                 if source is not None:
                     return dataclasses.replace(finding, source=source)
         return finding
-
-
-class _StepInputs(TorchFunctionMode):
-    """Where a pipeline tensor (one with a lineage) meets the step's own tensors outside the model —
-    `loss_fn(logits, target)`, `out @ proj` — it is named and tagged, so findings on it carry its lineage."""
-
-    def __init__(self, session: RunSession) -> None:
-        super().__init__()
-        self.session = session
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        kwargs = kwargs or {}
-        s = self.session
-        traced = s._session
-        if traced is not None and s._model_depth == 0 and not traced.recorder.is_suspended and s.report is None:
-            try:
-                self._tag(func, args, kwargs)
-            except Exception:  # noqa: BLE001 - naming must never break the script
-                pass
-        return func(*args, **kwargs)
-
-    def _tag(self, func: Any, args: tuple, kwargs: dict) -> None:
-        s = self.session
-        assert s._session is not None
-        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
-        if len(tensors) < 2:
-            return
-        new = [t for t in tensors if s.book.chain(t) and not s._session.recorder.knows(t)]
-        if not new or len(new) == len(tensors):
-            return  # pipeline tensors among themselves (collate, stacking): not the step using them
-        from_pipeline = [(n, t) for n, t in _named_operands(func, args, kwargs) if any(t is x for x in new)]
-        consumer = getattr(func, "__name__", str(func))
-        for n, t in from_pipeline:
-            s.tag_step_input(n, t, consumer)
-
-
-def _named_operands(func: Any, args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
-    import inspect
-
-    try:
-        bound = inspect.signature(func).bind_partial(*args, **kwargs)
-        return list(bound.arguments.items())
-    except (TypeError, ValueError):
-        positional = ["input", "other"] + [f"arg{i}" for i in range(2, len(args))]
-        return [*zip(positional, args), *kwargs.items()]
-
-
 
 
 @contextlib.contextmanager

@@ -132,3 +132,23 @@ class StepWatch:
             steps=self.steps(forwards),
             stopped=stopped or seen.stopped,
         )
+
+
+def stopped_early(error: BaseException | None, failure: Any) -> str | None:
+    """Where and why the trace ended before the step's end (`error` ended the script), or None."""
+    from dtype_doctor.errors import first_line
+    from dtype_doctor.run.launch import StopScript
+    from dtype_doctor.run.runner import user_frame
+    from dtype_doctor.run.simulate import SimulationStop
+
+    if isinstance(error, SimulationStop):
+        if error.limit is not None:
+            return f"at {error.where}: {error.limit} has no fake implementation, a limit of the simulation"
+        return f"at {error.where}: {error.what} needs a value a simulated tensor does not hold"
+    if failure is not None:
+        return None  # coverage_of words the failure
+    if error is None or isinstance(error, (StopScript, KeyboardInterrupt)):
+        return None
+    if isinstance(error, SystemExit):
+        return None if error.code in (None, 0) else f"the script exited with {error.code!r}"
+    return f"the script raised {type(error).__name__}{user_frame(error)}: {first_line(error)}"
