@@ -9,14 +9,17 @@ device in the report, as `diagnose(simulate=True)` does. `torch.autocast("cuda")
 being turned off, and `GradScaler("cuda")` is enabled, so the step is the one a GPU runs.
 
 Tensors without data cannot answer a question about their values (`loss.item()`, `if
-mask.any():`, `.cpu()`, `.tolist()`): where the script asks one, the simulation ends and the
-script is stopped there (`SimulationStop`); what was traced up to that point is reported.
+mask.any():`, `.cpu()`, `.tolist()`): where the script asks one it gets a stated stand-in and
+goes on (run/stand_ins.py). Where no stand-in can be given (an op without a fake
+implementation, a read of a kind not covered), the script is stopped there (`SimulationStop`)
+and what was traced up to that point is reported, the op named as a limit of the simulation.
+The machine answers as the `--gpu` profile's GPU (run/cuda_surface.py), and `model.to("cuda")`
+keeps each parameter the same object, as on a GPU.
 """
 
 from __future__ import annotations
 
 import sys
-import types
 import warnings
 from typing import Any, Callable
 
