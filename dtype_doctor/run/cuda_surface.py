@@ -26,7 +26,7 @@ _PROPERTIES = {
     "a10": ("NVIDIA A10", 23_836_098_560, 72),
     "l4": ("NVIDIA L4", 23_580_639_232, 58),
     "a100": ("NVIDIA A100-SXM4-80GB", 85_097_971_712, 108),
-    "h100": ("NVIDIA H100 80GB HBM3", 85_045_379_072, 132),
+    "h100": ("NVIDIA H100 80GB HBM3", 85_017_493_504, 132),  # as torch 2.11 reported it on an H100
     "h200": ("NVIDIA H200", 150_754_820_096, 132),
 }
 _DEFAULT = ("NVIDIA A100-SXM4-80GB", 85_097_971_712, 108)  # no --gpu: compute capability 8.0, as an A100
