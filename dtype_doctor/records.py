@@ -364,6 +364,64 @@ class TraceFailure:
     phase: str = "forward"
 
 
+# The phases of a training step, in order: what `coverage` says a trace reached.
+PHASES = ("forward", "loss", "backward", "scaler", "optimizer")
+
+
+@dataclass(frozen=True, slots=True)
+class StandIn:
+    """A value a simulated step asked of a tensor that holds none, and what the simulation took instead.
+
+    `what` is the read (`Tensor.item`, `Tensor.__bool__`, `torch.nonzero` for a size), `value`
+    the stand-in as users read it ("1.0", "True", "0.0 (no inf found)", "12 rows"), `why` the
+    reason that value is the plausible one, `source` the user's line that asked (or the library's).
+    """
+
+    what: str
+    value: str
+    why: str
+    source: SourceLoc | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"what": self.what, "value": self.value, "why": self.why,
+                "source": self.source.to_dict() if self.source else None}
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """How much of a step the trace saw: the phases reached of those the step has, the model's
+    modules called, ops recorded, stand-ins taken, and where and why it stopped early."""
+
+    phases: tuple[str, ...]  # reached, in PHASES order
+    expected: tuple[str, ...]  # the step's phases (scaler only with a GradScaler on, optimizer only with one)
+    modules_called: int
+    modules_total: int
+    ops: int
+    stand_ins: int = 0
+    steps: int = 1  # optimizer steps traced (forward calls where there is no optimizer)
+    stopped: str | None = None  # where and why the trace ended before the step's end
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        return tuple(p for p in self.expected if p not in self.phases)
+
+    @property
+    def complete(self) -> bool:
+        return self.stopped is None and not self.missing
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "phases": {p: (p in self.phases) for p in PHASES if p in self.expected or p in self.phases},
+            "complete": self.complete,
+            "modules_called": self.modules_called,
+            "modules_total": self.modules_total,
+            "ops": self.ops,
+            "stand_ins": self.stand_ins,
+            "steps": self.steps,
+            "stopped": self.stopped,
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class Trace:
     ops: tuple[OpCall, ...]
@@ -388,6 +446,10 @@ class Trace:
     world: World | None = None  # the process group a distributed step was traced in (rank 0 of N)
     shards: tuple[ShardGroup, ...] = ()  # the FSDP units of a sharded model
     launch: LaunchConfig | None = None  # the launcher command line and config files a run was given
+    # Values a simulated step read from tensors without data, and what it took instead.
+    stand_ins: tuple[StandIn, ...] = ()
+    # What the trace reached of the step (None: worked out from the ops, see coverage_of).
+    coverage: Coverage | None = None
 
     @property
     def values_measured(self) -> bool:
@@ -679,6 +741,34 @@ class TraceRequest:
         return replace(self, **changes)
 
 
+_CONTAINERS = frozenset({"ModuleList", "ModuleDict", "ParameterList", "ParameterDict"})
+
+
+def coverage_of(trace: Trace) -> Coverage:
+    """The trace's coverage: the one its driver recorded, else what its ops show (a forward, a
+    loss op, a backward)."""
+    if trace.coverage is not None:
+        return trace.coverage
+    phases = []
+    if any(op.phase == "forward" for op in trace.ops) or trace.modules:
+        phases.append("forward")
+    backward = any(op.phase == "backward" for op in trace.ops)
+    if backward or any("loss" in op.op for op in trace.ops):
+        phases.append("loss")
+    if backward:
+        phases.append("backward")
+    expected = ("forward", "loss", "backward") if trace.train else ("forward",)
+    called = {m.name for m in trace.modules}
+    # Containers (ModuleList, ModuleDict) are never called themselves: not counted as modules a step calls.
+    callable_modules = [n for n, t in trace.model.module_types if t not in _CONTAINERS]
+    total = max(len(callable_modules), len(called))
+    stopped = None
+    if trace.failure is not None:
+        where = trace.failure.module or "the model"
+        stopped = f"the {trace.failure.phase} stopped at {where}: {trace.failure.message}"
+    return Coverage(tuple(phases), expected, len(called), total, len(trace.ops), len(trace.stand_ins), 1, stopped)
+
+
 def summarize(findings: tuple[Finding, ...] | list[Finding], trace: Trace | None) -> dict[str, int]:
     counts = {s: 0 for s in SEVERITIES}
     for f in findings:
@@ -751,6 +841,10 @@ class Report:
         if self.trace is not None:
             # Whether DD301-DD303 had values to judge: fake tensors (simulate) hold none.
             d["values"] = {"measured": self.trace.values_measured, "note": self.trace.values}
+        if self.trace is not None:
+            # What the trace reached of the step, and the values a simulation stood in for (additions to SPEC).
+            d["coverage"] = coverage_of(self.trace).to_dict()
+            d["stand_ins"] = [s.to_dict() for s in self.trace.stand_ins]
         if self.trace and self.trace.failure:
             fl = self.trace.failure
             d["trace_failure"] = {

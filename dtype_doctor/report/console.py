@@ -39,6 +39,7 @@ from dtype_doctor.report.common import (
     UNKNOWN,
     RenderOptions,
     counts_line,
+    coverage_line,
     dtype_style,
     environment_line,
     failure_line,
@@ -47,6 +48,7 @@ from dtype_doctor.report.common import (
     fix_steps,
     lineage_rows,
     module_label,
+    partial_trace,
     plural,
     shape_label,
     source_label,
@@ -133,6 +135,11 @@ def report_renderable(report: Report) -> RenderableType:
         sections.append(module_tree(tree))
     if report.fix is not None:
         sections.append(fix_panel(report.fix))
+    if report.trace is not None and report.trace.stand_ins:
+        sections.append(stand_ins_table(report))
+    line = coverage_line(report)
+    if line is not None:
+        sections.append(Text(line, style="dim"))
     sections.append(summary(report))
     for section in sections:
         parts += [Text(), section]
@@ -358,6 +365,20 @@ def fix_panel(fix: FixOutcome) -> Panel:
     )
 
 
+def stand_ins_table(report: Report) -> Table:
+    """The values a simulated step read from tensors without data, and what it took instead."""
+    assert report.trace is not None
+    table = Table(title=Text("stand-in values (simulated tensors hold none)", style="bold"), title_justify="left",
+                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("where", no_wrap=True)
+    table.add_column("read")
+    table.add_column("taken as")
+    table.add_column("why", style="dim", overflow="fold")
+    for s in report.trace.stand_ins:
+        table.add_row(Text(source_label(s.source) or UNKNOWN), Text(s.what), Text(s.value), Text(s.why))
+    return table
+
+
 def summary(report: Report) -> Text:
     """The last line: the counts, or for `fix` the outcome, which is what a reader acts on."""
     s = report.summary
@@ -367,6 +388,9 @@ def summary(report: Report) -> Text:
     if not report.findings:
         if failure is not None:
             return Text.assemble((NO_PROBLEMS_BUT_STOPPED, "bold yellow"), (f" · {traced_line(s)}{values_note(report)}", "dim"))
+        partial = partial_trace(report)
+        if partial is not None:  # a partial trace is never a bare "no problems found"
+            return Text.assemble((partial, "bold yellow"), (f" · {traced_line(s)}{values_note(report)}", "dim"))
         return Text.assemble(("✓ ", "bold green"), (NO_PROBLEMS, "bold green"), (f" · {traced_line(s)}{values_note(report)}", "dim"))
     worst = next((sev for sev in ("error", "warning", "info") if s.get(sev)), "info")
     return Text.assemble((counts_line(s), SEVERITY_STYLE[worst]), (f" · {traced_line(s)}{values_note(report)}", "dim"))

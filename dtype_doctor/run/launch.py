@@ -81,6 +81,7 @@ def launch(command: ScriptCommand, sources: Mapping[str, str] | None = None) -> 
         return ScriptOutcome(1, error=exc)
     finally:
         _forget_user_modules(modules_before)
+        _reset_library_state()
         sys.argv = saved_argv
         sys.path[:] = saved_path
         sys.stdout.flush()
@@ -97,6 +98,19 @@ def _forget_user_modules(before: set[str]) -> None:
         module = sys.modules.get(name)
         if name != "__main__" and is_user_file(getattr(module, "__file__", None) or ""):
             del sys.modules[name]
+
+
+def _reset_library_state() -> None:
+    """Process-wide state a library kept for the script (accelerate's AcceleratorState, a singleton
+    that refuses a second mixed_precision): the next run starts without it, as a new python would."""
+    state = sys.modules.get("accelerate.state")
+    if state is None:
+        return
+    try:
+        state.AcceleratorState._reset_state(reset_partial_state=True)
+        state.GradientState._reset_state()
+    except Exception:  # noqa: BLE001 - another accelerate version: its state stays as it was
+        pass
 
 
 def _check_module(name: str) -> None:

@@ -113,6 +113,11 @@ def run_script(
             raise InputError(
                 f"{command.display} raised {type(error).__name__} before calling a model{where}: {first_line(error)}"
             ) from error
+        if stop is not None and getattr(stop, "limit", None):
+            from dtype_doctor.trace.wording import no_fake_impl
+
+            raise InputError(f"{command.display} calls {stop.limit} at {stop.where} before calling a model: "  # type: ignore[attr-defined]
+                             f"{no_fake_impl(stop.limit)}")  # type: ignore[attr-defined]
         if stop is not None and getattr(stop, "where", None):
             raise InputError(
                 f"{command.display} asks a simulated CUDA tensor for its value at {stop.where} ({stop.what}) "  # type: ignore[attr-defined]

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from dtype_doctor.records import Report, SourceLoc, Subject, Trace, TraceFailure, TraceRequest
 from dtype_doctor.run.conversions import ConversionLog
@@ -40,6 +39,9 @@ from dtype_doctor.run.lineage import (
     step_input_lineage,
 )
 from dtype_doctor.run.simulate import STAND_IN, CudaSimulation, SimulationStop
+from dtype_doctor.run.grads import StepGrads
+from dtype_doctor.run.step_inputs import StepInputs
+from dtype_doctor.run.step_watch import StepWatch, stopped_early
 from dtype_doctor.run.user_code import user_site
 from dtype_doctor.diagnosis import live_trace, report_from_trace
 from dtype_doctor.trace.engine import model_info
@@ -84,7 +86,7 @@ class RunSession:
         self.on_report = on_report
         self.report: Report | None = None
         self.model: torch.nn.Module | None = None
-        self.steps = 0
+        self.forwards = 0  # the model's top-level calls traced
         self.capture: StepCapture | None = None
         self.note: str | None = None  # why the trace ended where it did, when the script did not decide it
         self.simulate = simulate
@@ -110,6 +112,8 @@ class RunSession:
         self._unpatch_datasets: Callable[[], None] = lambda: None
         self._simulation: CudaSimulation | None = None
         self._conversions = ConversionLog(lambda d: self.alias.get(d, d))
+        self.grads = StepGrads(lambda: self._session, lambda: self.report is not None, lambda: self.watch.scale())
+        self.watch = StepWatch(lambda: self.model is not None and self.report is None, self.grads.optimizer_stepping)
         self._arms = contextlib.ExitStack()
         self._closed = False
         # Lineage is the pipeline's: inside the model the recorder sees everything.
@@ -125,6 +129,7 @@ class RunSession:
             from dtype_doctor.trace.world import fake_launch
 
             self._arms.enter_context(fake_launch(self.launch.processes, self.launch.launcher, launch_env(self.launch)))
+        self._arms.enter_context(self.watch)
         if self.simulate:
             from dtype_doctor.trace.gpus import gpu_profile
 
@@ -205,11 +210,13 @@ class RunSession:
                 self._start(module, args, kwargs)
                 is_model = True
             elif module is self.model:
-                self.steps += 1
-                if self.steps <= self.max_steps:
+                # The step(s) end where the next one starts: after N optimizer steps (N forwards without an optimizer).
+                done = self.watch.step_done(self.forwards + 1, self.max_steps)
+                if not done:
+                    self.forwards += 1
                     self._lineage.update(boundary_lineage(self.book, module, args, kwargs))
                     is_model = True
-                if self.steps > self.max_steps:
+                else:
                     self.finish(None)
                     if not self.keep_running or self.simulate:
                         if self.keep_running:
@@ -241,16 +248,24 @@ class RunSession:
 
     def _start(self, model: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         self.model = model
-        self.steps = 1
+        self.forwards = 1
         self._info = model_info(model, None, self.alias)
+        # A real trace measures values (DD301-DD303 speak about the user's own step); fake tensors hold none.
         session = self._session = TraceSession(model, recover=True, simulated=self.simulate, probe_gpu=self.gpu,
-                                               alias=self.alias, extra_modes=[_StepInputs(self)])
+                                               alias=self.alias, extra_modes=[StepInputs(self)], stats=not self.simulate)
+        if not self.simulate:
+            self.grads.arm(model)
         self.book.is_step_tensor = lambda t: self.report is None and session.recorder.knows(t)
         self._set_amp(self._simulation.amp_dtype if self._simulation else None)
         self._lineage = boundary_lineage(self.book, model, args, kwargs)
         self.capture = StepCapture(model, named_inputs(model, args, kwargs), user_site(1), self._autocast_now(model),
                                    self._conversions)
         session.start()
+
+    @property
+    def steps(self) -> int:
+        """Steps traced: optimizer steps, or forward calls where the script has no optimizer."""
+        return self.watch.steps(self.forwards)
 
     def _set_amp(self, dtype: torch.dtype | None) -> None:
         if self._session is not None:
@@ -283,15 +298,26 @@ class RunSession:
         """End the trace: `error` is what ended the script during the traced step(s), if anything."""
         assert self._session is not None and self.model is not None
         self._session.stop()
+        self.grads.disarm()
         if self.keep_running and not self.simulate:
             self._disarm()  # the rest of the run goes at full speed
         failure = self._failure
         if isinstance(error, SimulationStop):
-            if error.in_forward and failure is None:
+            if error.limit is not None and failure is None:
+                from dtype_doctor.trace.wording import no_fake_impl
+
+                # A library op with a compiled kernel and no fake implementation: a limit of the simulation, named.
+                failure = TraceFailure("simulation", f"{no_fake_impl(error.limit)} (called at {error.where})", "",
+                                       type(self.model).__name__, error.limit, "forward" if error.in_forward else "training step")
+            elif error.in_forward and failure is None:
                 failure = TraceFailure("simulation", f"fake tensors hold no values, and {error.where} asks for one ({error.what})",
                                        "", type(self.model).__name__, None)
             self.note = (f"the simulation ends at {error.where}: {error.what} needs a value, and simulated CUDA tensors "
                          f"hold none; {min(self.steps, self.max_steps)} of {self.max_steps} step(s) traced up to there, the script stopped")
+            if error.limit is not None:
+                self.note = (f"the simulation ends at {error.where}: {error.limit} has no fake implementation; "
+                             f"{min(self.steps, self.max_steps)} of {self.max_steps} step(s) traced up to there, the script stopped")
+        self._stopped = stopped_early(error, failure)
         report = self._report(failure)
         if failure is None and error is not None and not isinstance(error, (StopScript, SystemExit, KeyboardInterrupt)):
             # Raised outside the model's forward (the loss, GradScaler, the optimizer). When no
@@ -311,6 +337,10 @@ class RunSession:
         trace = live_trace(self._session, self._info, failure, lineage=self._lineage, sources=sources_of(self._lineage))
         if self.simulate:
             trace = self._simulated(trace)
+        values = self._session.recorder.values
+        if values is not None and self.grads.handles:
+            trace = dataclasses.replace(trace, grads=self.grads.stats(values), grad_scaler=bool(self.watch.scaler_calls))
+        trace = dataclasses.replace(trace, coverage=self.watch.coverage(trace, self.forwards, getattr(self, "_stopped", None)))
         if self.launch is not None:
             trace = self._launched(trace)
         request = TraceRequest(select=self.select, ignore=self.ignore, subject=Subject(model=self.label))
@@ -339,16 +369,21 @@ class RunSession:
         from dtype_doctor.run.simulate import _NO_DATA
         from dtype_doctor.trace.gpus import gpu_profile
 
-        ops = tuple(op for op in trace.ops if not (op.error and any(s in op.error for s in _NO_DATA)))
+        from dtype_doctor.trace.wording import as_device
+
+        label = device_name(self.target)  # type: ignore[arg-type]
+        no_data = [*_NO_DATA, *(as_device(s, label) for s in _NO_DATA)]
+        ops = tuple(op for op in trace.ops if not (op.error and any(s in op.error for s in no_data)))
         gpu = gpu_profile(self.gpu)
-        device = self.alias.get(trace.device, trace.device)
+        device = self.alias.get(trace.device) or (device_name(self.target) if trace.device == device_name(STAND_IN) else trace.device)  # type: ignore[arg-type]
         plan = None
         if self.gpus > 1 and self.model is not None:
             from dtype_doctor.trace.device_map import plan_of
 
             plan = plan_of(self.model, self.gpus, gpu)
+        stand_ins = trace.stand_ins + (tuple(self._simulation.stand_ins.taken) if self._simulation is not None else ())
         return dataclasses.replace(trace, ops=ops, device=device, simulated=True, gpu=str(gpu) if gpu else None,
-                                   gpu_capability=gpu.capability if gpu else None, devices=plan)
+                                   gpu_capability=gpu.capability if gpu else None, devices=plan, stand_ins=stand_ins)
 
     def _with_parameter_source(self, finding: Any) -> Any:
         """A finding about parameters names the user's line that converted them (model.half())."""
@@ -361,53 +396,6 @@ class RunSession:
                 if source is not None:
                     return dataclasses.replace(finding, source=source)
         return finding
-
-
-class _StepInputs(TorchFunctionMode):
-    """Where a pipeline tensor (one with a lineage) meets the step's own tensors outside the model —
-    `loss_fn(logits, target)`, `out @ proj` — it is named and tagged, so findings on it carry its lineage."""
-
-    def __init__(self, session: RunSession) -> None:
-        super().__init__()
-        self.session = session
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        kwargs = kwargs or {}
-        s = self.session
-        traced = s._session
-        if traced is not None and s._model_depth == 0 and not traced.recorder.is_suspended and s.report is None:
-            try:
-                self._tag(func, args, kwargs)
-            except Exception:  # noqa: BLE001 - naming must never break the script
-                pass
-        return func(*args, **kwargs)
-
-    def _tag(self, func: Any, args: tuple, kwargs: dict) -> None:
-        s = self.session
-        assert s._session is not None
-        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
-        if len(tensors) < 2:
-            return
-        new = [t for t in tensors if s.book.chain(t) and not s._session.recorder.knows(t)]
-        if not new or len(new) == len(tensors):
-            return  # pipeline tensors among themselves (collate, stacking): not the step using them
-        from_pipeline = [(n, t) for n, t in _named_operands(func, args, kwargs) if any(t is x for x in new)]
-        consumer = getattr(func, "__name__", str(func))
-        for n, t in from_pipeline:
-            s.tag_step_input(n, t, consumer)
-
-
-def _named_operands(func: Any, args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
-    import inspect
-
-    try:
-        bound = inspect.signature(func).bind_partial(*args, **kwargs)
-        return list(bound.arguments.items())
-    except (TypeError, ValueError):
-        positional = ["input", "other"] + [f"arg{i}" for i in range(2, len(args))]
-        return [*zip(positional, args), *kwargs.items()]
-
-
 
 
 @contextlib.contextmanager

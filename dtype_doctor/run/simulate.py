@@ -9,15 +9,18 @@ device in the report, as `diagnose(simulate=True)` does. `torch.autocast("cuda")
 being turned off, and `GradScaler("cuda")` is enabled, so the step is the one a GPU runs.
 
 Tensors without data cannot answer a question about their values (`loss.item()`, `if
-mask.any():`, `.cpu()`, `.tolist()`): where the script asks one, the simulation ends and the
-script is stopped there (`SimulationStop`); what was traced up to that point is reported.
+mask.any():`, `.cpu()`, `.tolist()`): where the script asks one it gets a stated stand-in and
+goes on (run/stand_ins.py). Where no stand-in can be given (an op without a fake
+implementation, a read of a kind not covered), the script is stopped there (`SimulationStop`)
+and what was traced up to that point is reported, the op named as a limit of the simulation.
+The machine answers as the `--gpu` profile's GPU (run/cuda_surface.py), and `model.to("cuda")`
+keeps each parameter the same object, as on a GPU.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import types
 import warnings
 from typing import Any, Callable
 
@@ -26,10 +29,10 @@ from torch.overrides import TorchFunctionMode
 
 from dtype_doctor.records import SourceLoc
 from dtype_doctor.run.launch import StopScript
+from dtype_doctor.run.stand_ins import AGREE_READS, COPY_READS, SCALAR_READS, SIZE_OPS, STAND_IN, StandIns, sized
 from dtype_doctor.run.user_code import display_path, first_outside_tool, first_user_frame, frames_above
-from dtype_doctor.trace.gpus import GpuProfile, gpu_memory
+from dtype_doctor.trace.gpus import GpuProfile
 
-STAND_IN = torch.device("meta")
 
 
 def stand_in_for(index: int, gpus: int = 1) -> torch.device:
@@ -52,6 +55,7 @@ def gpu_aliases(gpus: int) -> dict[str, str]:
     """Indexed stand-in device names → the CUDA devices users read: {"meta:0": "cuda:0", ...}."""
     return {f"meta:{k}": f"cuda:{k}" for k in range(gpus)}
 
+
 # What PyTorch says when an op needs values a meta tensor does not hold.
 _NO_DATA = (
     "cannot be called on meta tensors",
@@ -65,9 +69,10 @@ _NO_DATA = (
 class SimulationStop(StopScript):
     """Raised into the script where it needs a value a simulated tensor does not hold."""
 
-    def __init__(self, what: str, site: SourceLoc | None, in_user_code: bool, in_forward: bool) -> None:
+    def __init__(self, what: str, site: SourceLoc | None, in_user_code: bool, in_forward: bool, limit: str | None = None) -> None:
         super().__init__(what)
         self.what = what
+        self.limit = limit  # the library op the simulation cannot run (no fake implementation), if that is why
         self.site = site
         self.in_user_code = in_user_code
         self.in_forward = in_forward  # raised inside the model's forward: the step is incomplete
@@ -91,7 +96,8 @@ def _is_device_arg(a: Any) -> bool:
 
 
 class _CudaMode(TorchFunctionMode):
-    """Every CUDA placement the script asks for lands on the stand-in device (cuda:k on meta:k with several GPUs)."""
+    """Every CUDA placement the script asks for lands on the stand-in device (cuda:k on meta:k with
+    several GPUs); every read of a simulated tensor's values gets a stand-in (run/stand_ins.py)."""
 
     def __init__(self, sim: "CudaSimulation") -> None:
         super().__init__()
@@ -99,41 +105,113 @@ class _CudaMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
+        values = self.sim.stand_ins
+        placed = False
         if func is torch.device and len(args) == 1 and isinstance(args[0], int) and not isinstance(args[0], bool):
             return torch.device("cuda", args[0])  # torch.device(3): the accelerator's, which a CPU-only build refuses
         if func is torch.Tensor.cuda:
             target = args[1] if len(args) > 1 else kwargs.get("device")
-            return args[0].to(self.sim.stand_in(target), non_blocking=bool(kwargs.get("non_blocking", False)))
+            return self.sim.place(args[0].to(self.sim.stand_in(target), non_blocking=bool(kwargs.get("non_blocking", False))))
         if func is torch.Tensor.to and args:
             # .to("cuda"), .to(0), .to(torch.device("cuda"), torch.float16): the device is the first argument.
             if len(args) > 1 and _is_device_arg(args[1]) and is_cuda(args[1]):
-                args = (args[0], self.sim.stand_in(args[1]), *args[2:])
+                args, placed = (args[0], self.sim.stand_in(args[1]), *args[2:]), True
             elif "device" in kwargs and is_cuda(kwargs["device"]):
-                kwargs = {**kwargs, "device": self.sim.stand_in(kwargs["device"])}
+                kwargs, placed = {**kwargs, "device": self.sim.stand_in(kwargs["device"])}, True
+            elif _simulated(args[0]) and _to_host(args, kwargs):
+                copy = values.read(torch.Tensor.cpu, args, kwargs, "Tensor.to('cpu')")
+                dtype = next((a for a in (*args[1:], kwargs.get("dtype")) if isinstance(a, torch.dtype)), None)
+                return copy.to(dtype) if dtype is not None else copy
             target = args[1] if len(args) > 1 and _is_device_arg(args[1]) else kwargs.get("device")
             if self.sim.indexed and target is not None and torch.device(target).type == "meta":
                 args = (self.sim.faked(args[0]), *args[1:])  # a plain meta tensor forgets its GPU; a fake one keeps it
         elif func is torch.Tensor.pin_memory:
             return args[0]  # page-locked host memory is a CUDA-machine optimisation; the data is the same
-        elif func is torch.Tensor.__format__ and args and _simulated(args[0]) and len(args) > 1 and args[1]:
-            self.sim.data_read("Tensor.__format__")
+        if args and _simulated(args[0]):
+            if func in SCALAR_READS or func in COPY_READS or func in AGREE_READS:
+                return values.read(func, args, kwargs, _func_name(func))
+            if func is torch.Tensor.__format__:
+                return values.formatted(args[0], args[1] if len(args) > 1 else "", str(self.sim.label))
+            if func is torch.Tensor.__repr__:
+                return values.formatted(args[0], "", str(self.sim.label))
         if "device" in kwargs and is_cuda(kwargs["device"]):
-            kwargs["device"] = self.sim.stand_in(kwargs["device"])
+            kwargs["device"], placed = self.sim.stand_in(kwargs["device"]), True
         try:
-            if self.sim.indexed and self.sim.fake_mode is not None and _simulated_any(args, kwargs):
-                with self.sim.fake_mode:  # ops on GPUs k > 0 run in the fake mode, whose factories keep meta:k
-                    out = func(*args, **kwargs)
-            else:
-                out = func(*args, **kwargs)
-            want = kwargs.get("device")
-            if self.sim.indexed and isinstance(out, torch.Tensor) and want is not None and torch.device(want).type == "meta" \
-                    and torch.device(want).index is not None and out.device != torch.device(want):
-                out = self.sim.faked(out).to(want)  # torch.tensor(..., device=meta:k) builds on plain meta: keep the GPU asked for
-            return out
+            out = self._call(func, args, kwargs)
         except (RuntimeError, NotImplementedError, TypeError) as exc:
             if any(s in str(exc) for s in _NO_DATA) and _simulated_any(args, kwargs):
+                if func in SIZE_OPS:
+                    out = sized(func, args, kwargs, values)
+                    if out is not NotImplemented:
+                        return out
+                op = _without_fake_impl(str(exc))
+                if op is not None:
+                    self.sim.data_read(op, limit=op)
                 self.sim.data_read(_func_name(func))
             raise
+        if out is not None or func is torch._amp_foreach_non_finite_check_and_unscale_:
+            values.learn(func, args, kwargs, out)
+        return self.sim.place(out) if placed else out
+
+
+    def _call(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        if not (self.sim.indexed and self.sim.fake_mode is not None and _simulated_any(args, kwargs)):
+            return func(*args, **kwargs)
+        with self.sim.fake_mode:  # ops on GPUs k > 0 run in the fake mode, whose factories keep meta:k
+            out = func(*args, **kwargs)
+        want = kwargs.get("device")
+        if isinstance(out, torch.Tensor) and want is not None and torch.device(want).type == "meta" \
+                and torch.device(want).index is not None and out.device != torch.device(want):
+            out = self.sim.faked(out).to(want)  # torch.tensor(..., device=meta:k) builds on plain meta: keep the GPU asked for
+        return out
+
+
+def _without_fake_impl(message: str) -> str | None:
+    """The op PyTorch names when it has no kernel for simulated tensors (a library's compiled CUDA op)."""
+    import re
+
+    found = re.search(r"Could not run '([^']+)' with arguments from the 'Meta' backend", message) or re.search(
+        r"(\S+?):? attempted to run this operator with Meta tensors, but there was no fake impl", message)
+    return found.group(1) if found else None
+
+
+def _to_host(args: tuple, kwargs: dict) -> bool:
+    """`.to("cpu")`, `.to(torch.device("cpu"))`, `.to(device="cpu")`, `.to(cpu_tensor)`."""
+    for a in (*args[1:], kwargs.get("device"), kwargs.get("other")):
+        if isinstance(a, torch.Tensor):
+            return a.device.type == "cpu"
+        if isinstance(a, (str, torch.device)):
+            return torch.device(a).type == "cpu"
+    return False
+
+
+_ABSENT = object()
+
+
+def moved_keeping_identity(module: torch.nn.Module, move: Callable[[], Any]) -> Any:
+    """Run `move` (a Module.to / .cuda to the stand-in device) keeping each parameter one object."""
+    import weakref
+
+    params = list(module.parameters())
+    referenced = any(weakref.getweakrefcount(p) or (p.grad is not None and weakref.getweakrefcount(p.grad)) for p in params)
+    if not referenced:
+        swap = torch.__future__.get_swap_module_params_on_conversion()
+        torch.__future__.set_swap_module_params_on_conversion(True)
+        try:
+            return move()
+        finally:
+            torch.__future__.set_swap_module_params_on_conversion(swap)
+    owners: dict[int, list[tuple[torch.nn.Module, str]]] = {}
+    for m in module.modules():
+        for key, p in m._parameters.items():
+            if p is not None:
+                owners.setdefault(id(p), []).append((m, key))
+    out = move()
+    for group in owners.values():
+        first, key = group[0]
+        for m, k in group[1:]:
+            m._parameters[k] = first._parameters[key]
+    return out
 
 
 def _simulated(t: Any) -> bool:
@@ -188,15 +266,18 @@ class CudaSimulation:
         self.gpus = max(gpus, (label.index or 0) + 1)
         self.indexed = indexed or gpus > 1  # several GPUs: cuda:k lives on meta:k
         self.stops = stops  # False: a value read raises PyTorch's own error (a traced step records it)
+        self._env: str | None = None
+        self._accelerate: Any = None
+        self.fake_mode: Any = None  # several GPUs: the FakeTensorMode the script's CUDA tensors belong to
         self.on_amp = on_amp
         self.in_forward = in_forward
         self.amp: list[torch.dtype | None] = []
         self.stopped: SimulationStop | None = None
+        self.stand_ins = StandIns(site=lambda: _reading_frame()[0])
+        self._placed: set[int] = set()  # storages the script placed on (simulated) CUDA
+        self._import_hook: Any = None
         self._mode = _CudaMode(self)
         self._saved: list[tuple[Any, str, Any]] = []
-        self._env: str | None = None
-        self._accelerate: Any = None
-        self.fake_mode: Any = None  # several GPUs: the FakeTensorMode the script's CUDA tensors belong to
 
     def faked(self, t: Any) -> Any:
         """`t` as a fake tensor of this simulation (several GPUs: the only tensors that keep meta:k)."""
@@ -217,11 +298,20 @@ class CudaSimulation:
     def amp_dtype(self) -> torch.dtype | None:
         return self.amp[-1] if self.amp else None
 
-    def data_read(self, what: str) -> None:
+    def place(self, out: Any) -> Any:
+        """`out` was placed on simulated CUDA by the script (not a `meta` tensor of its own)."""
+        if isinstance(out, torch.Tensor) and out.device.type == STAND_IN.type:
+            self._placed.add(out.untyped_storage()._cdata)
+        return out
+
+    def on_cuda(self, t: torch.Tensor) -> bool:
+        return t.device.type == STAND_IN.type and t.untyped_storage()._cdata in self._placed
+
+    def data_read(self, what: str, limit: str | None = None) -> None:
         if not self.stops:
             return
         site, user = _reading_frame()
-        self.stopped = SimulationStop(what, site, user, self.in_forward())
+        self.stopped = SimulationStop(what, site, user, self.in_forward(), limit)
         raise self.stopped
 
     # ---------------------------------------------------------------- arming
@@ -229,6 +319,10 @@ class CudaSimulation:
     def __enter__(self) -> "CudaSimulation":
         index = self.label.index or 0
         self._patch_cuda(index)
+        self._patch_module_moves()
+        from dtype_doctor.run.libraries import patch_bitsandbytes
+
+        self._import_hook = patch_bitsandbytes(self.on_cuda, self._set)
         self._patch_autocast()
         self._patch_transformers()
         from dtype_doctor.run.modes import push_function_mode
@@ -249,6 +343,8 @@ class CudaSimulation:
         from dtype_doctor.run.modes import remove_function_mode
 
         remove_function_mode(self._mode)
+        if self._import_hook is not None and self._import_hook in sys.meta_path:
+            sys.meta_path.remove(self._import_hook)
         if self._accelerate is not None:
             self._accelerate.__exit__(None, None, None)
             self._accelerate = None
@@ -257,41 +353,51 @@ class CudaSimulation:
         else:
             os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = self._env
         for owner, name, original in reversed(self._saved):
-            setattr(owner, name, original)
+            if original is _ABSENT:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
         self._saved.clear()
 
     def _set(self, owner: Any, name: str, value: Any) -> None:
-        self._saved.append((owner, name, owner.__dict__.get(name, getattr(owner, name, None))))
+        self._saved.append((owner, name, owner.__dict__.get(name, getattr(owner, name, _ABSENT))))
         setattr(owner, name, value)
 
     def _patch_cuda(self, index: int) -> None:
-        cuda = torch.cuda
-        gpu = self.gpu
-        name = f"NVIDIA {gpu.name.upper()} (simulated)" if gpu else "CUDA GPU (simulated)"
-        capability = gpu.capability if gpu else (8, 0)
-        props = types.SimpleNamespace(name=name, major=capability[0], minor=capability[1], total_memory=gpu_memory(gpu),
-                                      multi_processor_count=108, is_integrated=False)
-        answers: dict[str, Callable[..., Any]] = {
-            "is_available": lambda: True,
-            "is_initialized": lambda: True,
-            "init": lambda: None,
-            "device_count": lambda: max(index + 1, self.gpus),
-            "current_device": lambda: index,
-            "set_device": lambda device: None,
-            "get_device_name": lambda device=None: name,
-            "get_device_capability": lambda device=None: capability,
-            "get_device_properties": lambda device=None: props,
-            "is_bf16_supported": lambda including_emulation=True: gpu is None or gpu.bf16_supported(including_emulation),
-            "synchronize": lambda device=None: None,
-            "empty_cache": lambda: None,
-            "memory_allocated": lambda device=None: 0,
-            "max_memory_allocated": lambda device=None: 0,
-            "memory_reserved": lambda device=None: 0,
-            "reset_peak_memory_stats": lambda device=None: None,
-            "mem_get_info": lambda device=None: (props.total_memory, props.total_memory),
-        }
-        for attr, fn in answers.items():
-            self._set(cuda, attr, fn)
+        from dtype_doctor.run.cuda_surface import cuda_answers, raw_stream
+
+        for attr, fn in cuda_answers(self.gpu, index, self.gpus).items():
+            self._set(torch.cuda, attr, fn)
+        # bitsandbytes hands the current stream's raw handle to its kernels.
+        self._set(torch._C, "_cuda_getCurrentRawStream", raw_stream)
+        # The optimizers pick their foreach and fused kernels for CUDA devices, as on a GPU.
+        import torch.optim.optimizer as optimizer
+        import torch.utils._foreach_utils as foreach
+
+        for module in (foreach, optimizer):
+            for name in ("_get_foreach_kernels_supported_devices", "_get_fused_kernels_supported_devices"):
+                original = getattr(module, name, None)
+                if original is not None:
+                    self._set(module, name, lambda _original=original: [*_original(), STAND_IN.type])
+
+    def _patch_module_moves(self) -> None:
+        """`model.to("cuda")` / `model.cuda()` keep the model's tensors as a GPU does: each
+        parameter stays the same object (tied weights stay tied, an optimizer made before the
+        move sees the moved parameters). torch's own swap_tensors does it (a CPU → meta move
+        cannot set `.data`); where a parameter is weakly referenced, it is re-tied after the move."""
+        cls = torch.nn.Module
+        for name in ("to", "cuda"):
+            original = cls.__dict__[name]
+
+            def moving(module: torch.nn.Module, *args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+                if _name == "to":
+                    device = torch._C._nn._parse_to(*args, **kwargs)[0]
+                    if device is None or not is_cuda(device):
+                        return _original(module, *args, **kwargs)
+                return moved_keeping_identity(module, lambda: _original(module, *args, **kwargs))
+
+            moving.__wrapped__ = original  # type: ignore[attr-defined]
+            self._set(cls, name, moving)
 
     def _patch_transformers(self) -> None:
         """Transformers skips its value checks (`if padding_mask.all():`, made to pick a faster kernel)

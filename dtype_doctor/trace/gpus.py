@@ -8,9 +8,19 @@ from dtype_doctor.errors import UsageError
 
 # NVIDIA's published compute capabilities.
 CAPABILITIES = {"t4": (7, 5), "v100": (7, 0), "a10": (8, 6), "l4": (8, 9), "rtx4090": (8, 9), "a100": (8, 0), "h100": (9, 0), "h200": (9, 0)}
-# Their memory in GiB, as sold (the largest model of each: V100 32 GB, A100/H100 80 GB, H200 141 GB).
-MEMORY_GIB = {"t4": 16, "v100": 32, "a10": 24, "l4": 24, "rtx4090": 24, "a100": 80, "h100": 80, "h200": 141}
-DEFAULT_MEMORY_GIB = 80  # a bare compute capability, or no --gpu
+# What torch.cuda reports for each: the device name, total memory in bytes (the common model;
+# the H100's as torch 2.11 reported it on one), streaming multiprocessors.
+PROPERTIES = {
+    "t4": ("Tesla T4", 15_828_320_256, 40),
+    "v100": ("Tesla V100-SXM2-16GB", 16_935_682_048, 80),
+    "a10": ("NVIDIA A10", 23_836_098_560, 72),
+    "l4": ("NVIDIA L4", 23_580_639_232, 58),
+    "rtx4090": ("NVIDIA GeForce RTX 4090", 24 * 2**30, 128),  # 24 GB as sold
+    "a100": ("NVIDIA A100-SXM4-80GB", 85_097_971_712, 108),
+    "h100": ("NVIDIA H100 80GB HBM3", 85_017_493_504, 132),
+    "h200": ("NVIDIA H200", 150_754_820_096, 132),
+}
+DEFAULT_PROPERTIES = PROPERTIES["a100"]  # no --gpu, or a bare compute capability: an A100's size
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +31,7 @@ class GpuProfile:
     @property
     def memory(self) -> int:
         """Bytes one GPU of this profile holds (what torch.cuda.mem_get_info's total would say)."""
-        return MEMORY_GIB.get(self.name, DEFAULT_MEMORY_GIB) * 2**30
+        return PROPERTIES.get(self.name, DEFAULT_PROPERTIES)[1]
 
     @property
     def bf16(self) -> bool:
@@ -40,8 +50,8 @@ class GpuProfile:
 
 
 def gpu_memory(gpu: GpuProfile | None) -> int:
-    """Bytes per simulated GPU: the profile's, else the default (80 GiB)."""
-    return gpu.memory if gpu is not None else DEFAULT_MEMORY_GIB * 2**30
+    """Bytes per simulated GPU: the profile's, else the default (an A100 80GB's)."""
+    return gpu.memory if gpu is not None else DEFAULT_PROPERTIES[1]
 
 
 def gpu_profile(spec: str | None) -> GpuProfile | None:

@@ -27,7 +27,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from dtype_doctor.numerics import device_name
-from dtype_doctor.records import GradStats, Lineage, ModelInfo, SourceLoc, Trace, TraceFailure
+from dtype_doctor.records import GradStats, Lineage, ModelInfo, SourceLoc, StandIn, Trace, TraceFailure
 from dtype_doctor.errors import first_line
 from dtype_doctor.trace.recorder import Recorder
 from dtype_doctor.trace.verdicts import classify_error
@@ -201,9 +201,25 @@ class TraceSession:
         seen.update(shards=shards, world=world_of(shards))
         if self.predict is not None and self.predict.gpu is not None:
             seen.update(gpu=str(self.predict.gpu), gpu_capability=self.predict.gpu.capability)
+        # Conditions on values fake tensors cannot decide, taken as torch's own checks' valid branch.
+        seen["stand_ins"] = tuple(
+            StandIn("Tensor.__bool__", repr(op.attr("assumed")), f"a condition on tensor values in {op.module_type or 'the model'} "
+                    "taken as not holding: the branch valid inputs take in torch's own checks")
+            for op in rec.ops if op.attr("assumed") is not None
+        )
+        ops = rec.finished_ops()
+        label = self.recorder.device_alias.get("meta")
+        if label is not None:  # users read the device the stand-in stands for, in its words (trace/wording.py)
+            from dataclasses import replace
+
+            from dtype_doctor.trace.wording import as_device
+
+            ops = tuple(replace(op, error=as_device(op.error, label)) if op.error and "meta" in op.error.lower() else op for op in ops)
+            if failure is not None:
+                failure = replace(failure, message=as_device(failure.message, label) or "")
         resolved = tuple(GradStats(n, d, s) for n, d, h in grads if rec.values is not None and (s := rec.values.get(h)) is not None)
         return Trace(
-            ops=rec.finished_ops(),
+            ops=ops,
             modules=rec.finished_modules(),
             model=info,
             lineage=dict(lineage or {}),

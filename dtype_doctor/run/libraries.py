@@ -1,0 +1,68 @@
+"""Libraries under `--simulate` that decide by device type: bitsandbytes.
+
+bitsandbytes quantizes a `Params4bit` when it is moved to a device that is not `meta`: on
+`meta` it takes the move for an empty initialisation and leaves the weight unquantized. The
+simulated CUDA device lives on `meta`, so a 4-bit layer moved to (simulated) CUDA is quantized
+here as on a GPU: bitsandbytes' own `_quantize`, whose ops run their registered fake
+implementations. Only tensors the script placed on simulated CUDA count; an empty `meta`
+initialisation (transformers' `init_empty_weights`) stays as bitsandbytes leaves it.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import sys
+from typing import Any, Callable
+
+import torch
+
+_MODULE = "bitsandbytes.nn.modules"
+
+
+def patch_bitsandbytes(on_cuda: Callable[[torch.Tensor], bool], set_attr: Callable[[Any, str, Any], None]) -> Any:
+    """Patch bitsandbytes now if it is imported, else when it is: returns the import hook to remove (or None)."""
+
+    def patch(module: Any) -> None:
+        cls = getattr(module, "Params4bit", None)
+        if cls is None:
+            return
+        original = cls.to
+
+        def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+            device = torch._C._nn._parse_to(*args, **kwargs)[0]
+            if device is not None and device.type == "meta" and not self.bnb_quantized and on_cuda(self.data):
+                return self._quantize(device)
+            return original(self, *args, **kwargs)
+
+        set_attr(cls, "to", to)
+
+    if _MODULE in sys.modules:
+        patch(sys.modules[_MODULE])
+        return None
+    hook = _AfterImport(_MODULE, patch)
+    sys.meta_path.insert(0, hook)
+    return hook
+
+
+class _AfterImport:
+    """A meta-path finder that runs `then(module)` right after `name` is imported."""
+
+    def __init__(self, name: str, then: Callable[[Any], None]) -> None:
+        self.name = name
+        self.then = then
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader, then = spec.loader, self.then
+        original = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            original(module)
+            then(module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec

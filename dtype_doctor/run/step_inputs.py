@@ -1,0 +1,53 @@
+"""Pipeline tensors the step uses outside the model, named where they meet the step's own tensors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+
+class StepInputs(TorchFunctionMode):
+    """Where a pipeline tensor (one with a lineage) meets the step's own tensors outside the model —
+    `loss_fn(logits, target)`, `out @ proj` — it is named and tagged, so findings on it carry its lineage."""
+
+    def __init__(self, session: Any) -> None:
+        super().__init__()
+        self.session = session
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        s = self.session
+        traced = s._session
+        if traced is not None and s._model_depth == 0 and not traced.recorder.is_suspended and s.report is None:
+            try:
+                self._tag(func, args, kwargs)
+            except Exception:  # noqa: BLE001 - naming must never break the script
+                pass
+        return func(*args, **kwargs)
+
+    def _tag(self, func: Any, args: tuple, kwargs: dict) -> None:
+        s = self.session
+        assert s._session is not None
+        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        if len(tensors) < 2:
+            return
+        new = [t for t in tensors if s.book.chain(t) and not s._session.recorder.knows(t)]
+        if not new or len(new) == len(tensors):
+            return  # pipeline tensors among themselves (collate, stacking): not the step using them
+        from_pipeline = [(n, t) for n, t in named_operands(func, args, kwargs) if any(t is x for x in new)]
+        consumer = getattr(func, "__name__", str(func))
+        for n, t in from_pipeline:
+            s.tag_step_input(n, t, consumer)
+
+
+def named_operands(func: Any, args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
+    import inspect
+
+    try:
+        bound = inspect.signature(func).bind_partial(*args, **kwargs)
+        return list(bound.arguments.items())
+    except (TypeError, ValueError):
+        positional = ["input", "other"] + [f"arg{i}" for i in range(2, len(args))]
+        return [*zip(positional, args), *kwargs.items()]
