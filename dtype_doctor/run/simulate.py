@@ -155,9 +155,12 @@ class _CudaMode(TorchFunctionMode):
 
 
     def _call(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        if not (self.sim.indexed and self.sim.fake_mode is not None and _simulated_any(args, kwargs)):
+        if not self.sim.indexed:
             return func(*args, **kwargs)
-        with self.sim.fake_mode:  # ops on GPUs k > 0 run in the fake mode, whose factories keep meta:k
+        if self.sim.fake_mode is not None and _simulated_any(args, kwargs):
+            with self.sim.fake_mode:  # ops on GPUs k > 0 run in the fake mode, whose factories keep meta:k
+                out = func(*args, **kwargs)
+        else:
             out = func(*args, **kwargs)
         want = kwargs.get("device")
         if isinstance(out, torch.Tensor) and want is not None and torch.device(want).type == "meta" \
