@@ -9,7 +9,11 @@ process on the same model object and the same batch, with torch.set_num_threads 
 warm-up, in turns whose order rotates (A A' B, A' B A, B A A', ...), so drift on a shared
 machine and cache effects of the side before hit every side alike.
 
-    python benchmarks/bench_diagnose.py [--pairs 9] [--threads 2] [--model DIR]
+It also measures, for scale, the floor of the statistics (F): a forward under a bare dispatch
+mode that only runs the one exact pass the statistics cannot skip (`torch.aminmax` over each new
+floating result that is not a view, nor bounded by its operands as relu/gelu/where are), F/B in pairs, after the triples.
+
+    python benchmarks/bench_diagnose.py [--pairs 9] [--floor-pairs 5] [--threads 2] [--model DIR]
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=9, help="counted A/B pairs (at least 7; default 9)")
     ap.add_argument("--warmup", type=int, default=2, help="uncounted A/B pairs first (default 2)")
+    ap.add_argument("--floor-pairs", type=int, default=5, help="F/B pairs for the statistics' floor (0: skip; default 5)")
     ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads for both sides (default 2)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seq", type=int, default=128)
@@ -118,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         trace_s.append(t1 - t0)
         rules_s.append(t2 - t1)
 
+    floor = _floor_ratios(model, batch, plain, args.floor_pairs) if args.floor_pairs > 0 else []
+
     r, r_off = spread(ratios), spread(ratios_off)
     print(f"  diagnose   {fmt_spread(spread([t * 1000 for t in a_times]), ' ms', 1)}")
     print(f"  plain      {fmt_spread(spread([t * 1000 for t in b_times]), ' ms', 1)}")
@@ -127,10 +134,50 @@ def main(argv: list[str] | None = None) -> int:
         f"rules + report {statistics.median(rules_s) * 1000:.1f} ms; {len(trace.ops)} ops and "
         f"{len(trace.modules)} module calls recorded"
     )
+    if floor:
+        print(f"  floor of the statistics (aminmax of every new result under a bare dispatch mode) F/B {fmt_spread(spread(floor))}")
     ok = verdict("diagnose with value statistics vs plain forward (MiniLM 32x128)", r["median"], LIMIT, ratio_min=r["min"], ratio_max=r["max"], n=r["n"])
     ok_off = verdict("diagnose, stats=False, vs plain forward (MiniLM 32x128)", r_off["median"], LIMIT_NO_STATS, ratio_min=r_off["min"], ratio_max=r_off["max"], n=r_off["n"])
     ok = ok and ok_off
     return 0 if ok else 1
+
+
+# As dtype_doctor/trace/recorder.py's _BOUNDED: results that only select or shrink their operands.
+_BOUNDED = {"relu", "relu_", "gelu", "silu", "silu_", "tanh", "abs", "neg", "max_pool2d_with_indices",
+            "max_pool3d_with_indices", "max_pool1d", "max_pool2d", "adaptive_max_pool2d"}
+
+
+def _floor_ratios(model, batch, plain, pairs: int) -> list[float]:  # noqa: ANN001
+    """F/B per pair: F is the forward under a dispatch mode that does nothing but one torch.aminmax
+    over each floating result that is not a view: the pass exact extremes cannot do without."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class AminmaxOnly(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            out = func(*args, **(kwargs or {}))
+            first = out[0] if isinstance(out, (tuple, list)) and out else out
+            name = func.__name__  # "gelu.default": the ops whose extremes the doctor takes from their operands
+            bounded = name == "where.self" or name.split(".")[0] in _BOUNDED
+            if isinstance(first, torch.Tensor) and first.is_floating_point() and first.numel() and not func.is_view and not bounded:
+                torch.aminmax(first)
+            return out
+
+    def floor() -> float:
+        t0 = time.perf_counter()
+        with AminmaxOnly(), torch.no_grad():
+            model(**batch)
+        return time.perf_counter() - t0
+
+    floor()
+    ratios = []
+    for i in range(pairs):
+        if i % 2:
+            b, f = plain(), floor()
+        else:
+            f, b = floor(), plain()
+        ratios.append(f / b)
+    return ratios
 
 
 if __name__ == "__main__":

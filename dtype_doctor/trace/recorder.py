@@ -19,13 +19,13 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.weak import WeakIdKeyDictionary
 
 from dtype_doctor.errors import first_line
 from dtype_doctor.numerics import device_name, dtype_name, tensors_in
 from dtype_doctor.records import FP16_MAX, ModuleCall, OpCall, TensorMeta, in_modules
 from dtype_doctor.trace.values import ValueProbe
 from dtype_doctor.trace.verdicts import classify_error
+from dtype_doctor.trace.weakid import WeakIdMap
 
 # Schema argument name → operand role.
 _ARG_ROLES = {
@@ -120,7 +120,7 @@ class Recorder:
         self._keep = tuple(getattr(model, "_keep_in_fp32_modules", None) or ()) + tuple(
             getattr(model, "_keep_in_fp32_modules_strict", None) or ()
         )
-        self._fp32_kept: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._fp32_kept: WeakIdMap[bool] = WeakIdMap()
         self._kept_ops: set[int] = set()
         # Simulated traces run fake kernels, which accept mixed dtypes: `predict` says where a
         # real device would raise (the engine passes a KernelProbe, trace/probe.py).
@@ -134,11 +134,14 @@ class Recorder:
         self.modules: list[ModuleCall] = []
         self.stack: list[tuple[str, str]] = [("", type(model).__name__)]
         self.autocast_stack: list[str | None] = [None]
-        self.prov: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self.prov: WeakIdMap[Provenance] = WeakIdMap()
         self.boundary_inputs: list[TensorMeta] = []
         self._handles: list[Any] = []
         self._roles_cache: dict[Any, tuple[str | None, ...]] = {}
         self._module_names: dict[int, str] = {}
+        # The same few metadata recur op after op: each TensorMeta (frozen) is built once.
+        self._metas: dict[tuple, TensorMeta] = {}
+        self._device_names: dict[torch.device, str] = {}
         self._in_root = 0
         self._suspended = 0  # > 0 while the recorder makes its own repair casts
         params = dict(model.named_parameters(remove_duplicate=False))
@@ -165,6 +168,7 @@ class Recorder:
 
     def meta(self, t: torch.Tensor, role: str | None = None, name: str | None = None) -> TensorMeta:
         p = self.prov.get(t)
+        origin = None
         if p is not None:
             if role is None or role == "input":
                 if p.kind == "param":
@@ -173,17 +177,22 @@ class Recorder:
                     role = "buffer"
             name = name or p.name
             origin = p.origin
-        else:
-            origin = None
-        device = device_name(t.device)
-        return TensorMeta(
-            dtype=dtype_name(t.dtype),
-            device=self.device_alias.get(device, device),
-            shape=tuple(t.shape),
-            role=role or "input",
-            name=name,
-            origin=origin,
-        )
+        role = role or "input"
+        dev = t.device
+        device = self._device_names.get(dev)
+        if device is None:
+            device = device_name(dev)
+            device = self._device_names[dev] = self.device_alias.get(device, device)
+        try:
+            key = (t.dtype, device, t.shape, role, name, origin)
+            found = self._metas.get(key)
+        except TypeError:  # a symbolic size cannot be a key
+            key, found = None, None
+        if found is None:
+            found = TensorMeta(dtype=dtype_name(t.dtype), device=device, shape=tuple(t.shape), role=role, name=name, origin=origin)
+            if key is not None:
+                self._metas[key] = found
+        return found
 
     def tag_input(self, name: str, t: torch.Tensor) -> TensorMeta:
         self.prov[t] = Provenance("input", name, f"input:{name}")
@@ -234,8 +243,11 @@ class Recorder:
     ) -> Any:
         """Record one op and run it; `refusal` is an error the target would raise that this
         machine would not (CUDA autocast's banned functions), handled as a predicted one."""
-        operand_tensors = list(self._operands(func, args, kwargs))
-        operands = tuple(self.meta(t, role) for t, role in operand_tensors)
+        # The doctor's own reads of tensor metadata (.dtype, .shape) are not the model's calls: with
+        # torch functions off they skip every function mode (each read would be one).
+        with _NoTorchFunction():
+            operand_tensors = list(self._operands(func, args, kwargs))
+            operands = tuple(self.meta(t, role) for t, role in operand_tensors)
         module, module_type = self.stack[-1]
         phase = "backward" if torch._C._current_autograd_node() is not None else "forward"
         if phase == "backward":
@@ -279,8 +291,9 @@ class Recorder:
                     )
                     raise
                 recovered = True
-        outputs = tuple(self._tag_outputs(func, op_name, out, operand_tensors, module))
-        self._observe_op(func, out, operand_tensors)
+        with _NoTorchFunction():
+            outputs = tuple(self._tag_outputs(func, op_name, out, operand_tensors, module))
+            self._observe_op(func, out, operand_tensors)
         self.ops.append(
             OpCall(len(self.ops), op_name, module, module_type, operands, outputs, phase, autocast, error, recovered, level, self._attrs(op_name, args, kwargs))
         )
@@ -289,16 +302,18 @@ class Recorder:
     # ------------------------------------------------------------------ values
 
     def observe(self, tensors: Iterable[Any], *, as_last_seen: bool = False, bounded_by: list[int] | None = None) -> list[int | None]:
-        from torch.utils._python_dispatch import _disable_current_modes
-
         values = self.values
         assert values is not None
         tensors = list(tensors)
         handles = [values.known(t, as_last_seen=as_last_seen) for t in tensors]
-        if all(h is not None or not isinstance(t, torch.Tensor) for h, t in zip(handles, tensors)):
+        new = [t for h, t in zip(handles, tensors) if h is None and isinstance(t, torch.Tensor)]
+        if not new:
             return handles  # all seen before: no kernels to run
-        # The statistics' own kernels are not the model's ops: they run outside every mode.
-        with _disable_current_modes(), torch._C.DisableTorchFunction():
+        # The statistics' own kernels are not the model's ops: they run outside every mode. Plain
+        # tensors need only the dispatcher's Python key off (a C++ guard); a tensor subclass keeps
+        # its own __torch_dispatch__, with the modes popped instead.
+        plain = all(type(t) in _PLAIN for t in new)
+        with (torch._C._DisableTorchDispatch() if plain else _no_modes()), torch._C.DisableTorchFunction():
             return [
                 h if h is not None else values.observe(t, as_last_seen=as_last_seen, bounded_by=bounded_by)
                 for h, t in zip(handles, tensors)
@@ -450,7 +465,8 @@ class Recorder:
         if mod is self.model:
             self._in_root += 1
             if self._in_root == 1:
-                self._tag_boundary(mod, args, kwargs)
+                with _NoTorchFunction():
+                    self._tag_boundary(mod, args, kwargs)
         if isinstance(mod, torch.nn.RNNBase):
             return self._rnn_input_checked(mod, name, args, kwargs)
         return None
@@ -479,6 +495,10 @@ class Recorder:
         return repaired
 
     def _post_hook(self, mod: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        with _NoTorchFunction():
+            self._module_done(mod, args, kwargs, output)
+
+    def _module_done(self, mod: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         name, module_type = self.stack.pop() if len(self.stack) > 1 else ("", type(mod).__name__)
         self.autocast_stack.pop() if len(self.autocast_stack) > 1 else None
         if mod is self.model:
@@ -523,6 +543,15 @@ class Recorder:
 
 
 _NOPROV = Provenance("none", None, None)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_NoTorchFunction = torch._C.DisableTorchFunction
+_OP_NAMES: dict[Any, str] = {}  # aten op → "aten.add.Tensor" (str() of an OpOverload is Python work)
+
+
+def _no_modes() -> Any:
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    return _disable_current_modes()
 _FAILED = object()
 
 
@@ -535,7 +564,10 @@ class _DispatchRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if self.rec._suspended:
             return func(*args, **kwargs)
-        return self.rec.record(func, str(func), args, kwargs, lambda a, k: func(*a, **k), "aten")
+        name = _OP_NAMES.get(func)
+        if name is None:
+            name = _OP_NAMES[func] = str(func)
+        return self.rec.record(func, name, args, kwargs, lambda a, k: func(*a, **k), "aten")
 
 
 class _FunctionRecorder(TorchFunctionMode):

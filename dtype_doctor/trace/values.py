@@ -16,11 +16,12 @@ base, whose values bound it.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
 
 from dtype_doctor.records import FP16_TINY, GRAD_SCALE, ValueStats, merge_stats
+from dtype_doctor.trace.weakid import WeakIdMap
 
 SAMPLE = 4096
 
@@ -35,9 +36,9 @@ class ValueProbe:
     def __init__(self) -> None:
         # (min, max) per handle, on the tensor's device; or the handles whose extremes bound it.
         self._extremes: list[tuple[torch.Tensor, torch.Tensor] | list[int]] = []
-        self._samples: list[torch.Tensor] = []  # ≤ SAMPLE float64 values per handle
+        self._samples: list[torch.Tensor] = []  # ≤ SAMPLE values per handle (float32, or float64 for float64)
         self._numel: list[int] = []
-        self._seen: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._seen: WeakIdMap[tuple[int, int]] = WeakIdMap()
         self._resolved: list[ValueStats] | None = None
 
     def observe(self, t: object, *, as_last_seen: bool = False, bounded_by: list[int] | None = None) -> int | None:
@@ -68,9 +69,10 @@ class ValueProbe:
             self._extremes.append(list(bounded_by) if bounded_by else torch.aminmax(whole))
             if flat is None:
                 flat = x.reshape(-1)  # an overlapping or gapped layout: the one copy
-            # Every step-th element: a strided view, copied as at most SAMPLE float64 values.
+            # Every step-th element: a strided view, copied as at most SAMPLE values. float32 holds
+            # every float16, bfloat16 and float32 value exactly, at half float64's cost.
             sample = flat[:: -(-n // SAMPLE)] if n > SAMPLE else flat
-            self._samples.append(sample.to(torch.float64, copy=True))
+            self._samples.append(sample.to(torch.float64 if x.dtype == torch.float64 else torch.float32, copy=True))
         self._numel.append(n)
         handle = len(self._numel) - 1
         self._seen[t] = (handle, t._version)
@@ -133,27 +135,46 @@ class ValueProbe:
 
 def _batch(extremes: list[tuple[torch.Tensor, torch.Tensor]], samples: list[torch.Tensor]) -> list[list[float]]:
     """One row per tensor: min, max, min_nonzero, nonfinite, below, below_scaled, nonzero, sampled,
-    and the sample's own largest magnitude (for results whose operands bound nothing)."""
-    lengths = torch.tensor([len(s) for s in samples], device=samples[0].device)
+    and the sample's own largest magnitude (for results whose operands bound nothing).
+
+    The samples are padded with zeros, which count nowhere (not non-zero, not non-finite, no
+    larger than any magnitude). On the CPU the table is computed by NumPy: a few hundred
+    thousand values in one thread, where torch's threads would wait on a busy machine.
+    """
+    if any(s.dtype == torch.float64 for s in samples):
+        samples = [s.double() for s in samples]
+    lengths = [len(s) for s in samples]
     padded = torch.nn.utils.rnn.pad_sequence(samples, batch_first=True)
-    valid = torch.arange(padded.shape[1], device=padded.device)[None, :] < lengths[:, None]
-    a = padded.abs()
-    nonzero = valid & (a > 0)
-    table = torch.stack(
-        [
-            torch.where(nonzero, a, math.inf).amin(1),
-            (valid & ~torch.isfinite(padded)).sum(1).double(),
-            (nonzero & (a < FP16_TINY)).sum(1).double(),
-            (nonzero & (a * GRAD_SCALE < FP16_TINY)).sum(1).double(),
-            nonzero.sum(1).double(),
-            lengths.double(),
-            torch.where(valid, a, 0.0).amax(1),  # the sample's largest magnitude (nan/inf kept)
-        ],
-        dim=1,
-    )
-    lows = torch.stack([lo.double() for lo, _ in extremes])
-    highs = torch.stack([hi.double() for _, hi in extremes])
-    return torch.cat([lows[:, None], highs[:, None], table], dim=1).tolist()
+    if padded.device.type == "cpu":
+        import numpy
+
+        with numpy.errstate(all="ignore"):  # inf * scale is inf, as in torch: no warning
+            table = _table(padded.numpy(), numpy)
+        lows_highs = [(lo.item(), hi.item()) for lo, hi in extremes]
+    else:  # one read-back for the whole table: one synchronisation
+        columns = torch.stack([c.double() for c in _table(padded, torch)], dim=1)
+        ends = torch.stack([torch.stack([lo.double(), hi.double()]) for lo, hi in extremes])
+        joined = torch.cat([ends, columns], dim=1).tolist()
+        lows_highs, table = [r[:2] for r in joined], [r[2:] for r in joined]
+    return [[lo, hi, *row[:5], float(n), row[5]] for (lo, hi), row, n in zip(lows_highs, table, lengths)]
+
+
+def _table(padded: Any, xp: Any) -> Any:
+    """min_nonzero, nonfinite, below, below_scaled, nonzero and the largest magnitude per row,
+    written once for NumPy arrays and torch tensors alike (`xp` is numpy or torch)."""
+    a = xp.abs(padded)
+    nonzero = a > 0
+    columns = [
+        xp.amin(xp.where(nonzero, a, math.inf), 1),
+        (~xp.isfinite(a)).sum(1),
+        (nonzero & (a < FP16_TINY)).sum(1),
+        (nonzero & (a * GRAD_SCALE < FP16_TINY)).sum(1),
+        nonzero.sum(1),
+        xp.amax(a, 1),  # the sample's largest magnitude (nan/inf kept)
+    ]
+    if xp is torch:
+        return columns
+    return xp.stack([c.astype(xp.float64) for c in columns], axis=1).tolist()  # NumPy: rows of floats
 
 
 def _stats(row: list[float], numel: int) -> ValueStats:

@@ -1,0 +1,61 @@
+"""The trace-cost mechanisms (issue 17) keep their meaning: identity lookups that forget dead
+tensors, and the statistics table that NumPy computes on the CPU equal to torch's."""
+
+from __future__ import annotations
+
+import gc
+import math
+
+import torch
+
+from dtype_doctor.trace.values import ValueProbe, _table
+from dtype_doctor.trace.weakid import WeakIdMap
+
+
+def test_weak_id_map_is_by_identity_and_forgets_dead_tensors() -> None:
+    m: WeakIdMap[str] = WeakIdMap()
+    a, b = torch.zeros(3), torch.zeros(3)  # equal values, different tensors
+    m[a] = "a"
+    assert m.get(a) == "a" and a in m
+    assert m.get(b) is None and b not in m
+    m[a] = "again"
+    assert m.get(a) == "again" and len(m) == 1
+    del a
+    gc.collect()
+    assert len(m) == 0  # the dead tensor's entry is gone, so a new tensor reusing its id finds nothing
+    assert m.pop(b, "none") == "none"
+
+
+def _table_rows(values: list[torch.Tensor], xp: object) -> list[list[float]]:
+    """Each tensor's row of the statistics table, computed by `xp` (numpy, or torch as on a GPU)."""
+    import numpy
+
+    probe = ValueProbe()
+    handles = [probe.observe(v) for v in values]
+    wide = any(s.dtype == torch.float64 for s in probe._samples)
+    padded = torch.nn.utils.rnn.pad_sequence([s.double() if wide else s for s in probe._samples], batch_first=True)
+    if xp is torch:
+        table = torch.stack([c.double() for c in _table(padded, torch)], dim=1).tolist()
+    else:
+        with numpy.errstate(all="ignore"):
+            table = _table(padded.numpy(), numpy)
+    return [table[h] for h in handles]
+
+
+def test_numpy_statistics_table_equals_torchs_on_edge_values() -> None:
+    tiny = 2.0**-20  # below float16's smallest normal
+    values = [
+        torch.tensor([0.0, 1.0, -3.0, float("inf"), float("nan"), tiny, 2.0**-40, 3e38], dtype=torch.float32),
+        torch.tensor([0.0, 0.0, 5.0], dtype=torch.float16),
+        torch.tensor([1e-300, -2.0, 0.0], dtype=torch.float64),
+        torch.randn(10_000, dtype=torch.bfloat16),
+    ]
+    import numpy
+
+    by_numpy, by_torch = _table_rows(values, numpy), _table_rows(values, torch)
+    for n_row, t_row in zip(by_numpy, by_torch):
+        assert len(n_row) == len(t_row) == 6
+        for x, y in zip(n_row, t_row):
+            assert (math.isnan(x) and math.isnan(y)) or x == y
+    first = by_numpy[0]  # min non-zero, non-finite, below, below scaled, non-zero, largest
+    assert first[1] == 2 and first[2] == 2 and first[3] == 1 and first[4] == 6 and math.isnan(first[5])
