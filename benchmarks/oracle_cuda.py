@@ -97,6 +97,7 @@ def _sweep(a: argparse.Namespace, oc, only: set, stats: dict, bad: list, gpu: st
             continue
         c = stats[(case.family, case.kind)]
         c["cases"] += 1
+        print(f"case {n}: {case}", file=sys.stderr, flush=True)  # a kernel that ends the process is named
         cpu = oc.real_error(case)
         c["cpu errors"] += cpu is not None
         if cpu is not None and oc.simulation_limit(case, cpu) and "values" in oc.simulation_limit(case, cpu):

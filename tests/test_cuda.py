@@ -186,3 +186,49 @@ def test_the_demo_on_this_gpu_and_simulated_for_it_agree() -> None:
     assert [(f["code"], f["module"], f["stage"]) for f in real["findings"]] == [(f["code"], f["module"], f["stage"]) for f in sim["findings"]]
     [dd101] = [f for f in real["findings"] if f["code"] == "DD101"]
     assert names_dtypes(dd101["pytorch_error"], "float32", "float16")
+
+
+# ------------------------------------------------------------------ a whole training step, run for real
+
+
+SCRIPTS = ROOT / "tests" / "scripts"
+LLAMA = str(ROOT / "fixtures" / "models" / "llama-tiny")
+# The realistic scripts (tests/test_run_realistic.py) pick CUDA where it is: `run` traces them on this
+# GPU for real, `run --simulate --gpu <this GPU>` from fake tensors; the verdicts must be the same.
+STEPS = [
+    ("gpt_trainer.py",), ("gpt_trainer.py", "--dtype=float16", "--half"), ("gpt_trainer.py", "--int32-targets"),
+    ("gpt_trainer.py", "--cpu-batch"), ("accelerate_loop.py",), ("accelerate_loop.py", "--half"),
+    ("accelerate_loop.py", "--int32-labels"), ("trainer_fp16.py", LLAMA, "out"), ("trainer_fp16.py", LLAMA, "out", "--fp32"),
+]
+
+
+def run_json(*argv: str, cwd: Path) -> tuple[int, dict, str]:
+    done = subprocess.run([sys.executable, "-m", "dtype_doctor", "run", *argv], cwd=cwd, capture_output=True, text=True, timeout=300)
+    return done.returncode, (json.loads(done.stdout) if done.stdout.strip() else {}), done.stderr
+
+
+@pytest.mark.parametrize("argv", STEPS, ids=[" ".join(a for a in s if not a.startswith("/")) for s in STEPS])
+def test_a_training_step_on_this_gpu_and_simulated_for_it_agree(argv: tuple[str, ...], tmp_path: Path) -> None:
+    import shutil
+
+    import numpy as np
+
+    (tmp_path / "data").mkdir()
+    for split in ("train", "val"):
+        np.random.default_rng(0).integers(0, 64, 200).astype(np.uint16).tofile(tmp_path / "data" / f"{split}.bin")
+    shutil.copy(SCRIPTS / argv[0], tmp_path / argv[0])
+    real_code, real, real_err = run_json("-f", "json", "--", "python", *argv, cwd=tmp_path)
+    sim_code, sim, sim_err = run_json("--simulate", "--gpu", gpu(), "-f", "json", "--", "python", *argv, cwd=tmp_path)
+    assert real and sim, (real_err[-800:], sim_err[-800:])
+    assert real["target"]["device"].startswith("cuda") and not real["target"]["simulated"]
+
+    def verdict(report: dict) -> list[tuple[str, str]]:
+        # Values rules (DD301-DD303) judge measured numbers, which a simulation does not have.
+        return sorted({(f["code"], f["severity"]) for f in report["findings"]
+                       if f["severity"] in ("error", "warning") and not f["code"].startswith("DD30")})
+
+    assert verdict(real) == verdict(sim), {"real": real["findings"], "simulated": sim["findings"]}
+    assert real_code == sim_code
+    if any(s == "error" for _, s in verdict(real)):
+        plain = subprocess.run([sys.executable, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert plain.returncode != 0, "an error the real GPU run reports kills the plain script"

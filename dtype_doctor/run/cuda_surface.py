@@ -122,6 +122,12 @@ def cuda_answers(gpu: GpuProfile | None, index: int, gpus: int = 1) -> dict[str,
     return {
         "is_available": lambda: True,
         "is_initialized": lambda: True,
+        # Seeding reaches torch.cuda.default_generators, which only a real CUDA initialisation fills:
+        # on a machine with a GPU, torch.manual_seed() under --simulate raised IndexError (seen on an H100).
+        "manual_seed": lambda seed: None,
+        "manual_seed_all": lambda seed: None,
+        "seed": lambda: None,
+        "seed_all": lambda: None,
         "init": lambda: None,
         "device_count": lambda: max(index + 1, gpus),
         "current_device": lambda: index,
