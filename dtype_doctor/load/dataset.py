@@ -10,6 +10,8 @@ the user's dataset and write no cache file next to the user's data.
 
 from __future__ import annotations
 
+import hashlib
+
 import json
 import re
 from contextlib import contextmanager
@@ -186,7 +188,7 @@ def _slice_in_memory(ds: Any, n: int, where: str = "the dataset") -> Any:
     # A fingerprint of our own: without one datasets hashes the whole table by pickling it,
     # which costs a pass over the rows and fails on Python 3.12 with pyarrow 26 ("Can't pickle
     # <class 'MonthDayNano'>", seen on a GPU machine's Python 3.12).
-    fingerprint = f"dtype-doctor-{getattr(ds, '_fingerprint', None) or 'rows'}-{k}"
+    fingerprint = hashlib.sha256(f"{getattr(ds, '_fingerprint', None)}:{k}".encode()).hexdigest()[:16]  # datasets allows 64 characters
     return Dataset(InMemoryTable(table), info=ds.info.copy(), split=ds.split, fingerprint=fingerprint)
 
 

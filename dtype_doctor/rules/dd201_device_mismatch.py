@@ -14,12 +14,18 @@ from dtype_doctor.trace.verdicts import classify_error
 CROSS_DEVICE_OPS = frozenset({"aten.copy_", "aten.copy", "aten._to_copy", "aten.to", "aten._copy_from", "aten._copy_from_and_resize"})
 
 
+# Advanced indexing takes CPU index tensors on any device; embedding, index_select and gather
+# do not (on an H100: "index is on cpu, different from other tensors on cuda:0").
+_CPU_INDEX_OK = frozenset({"aten.index", "aten.index_put", "aten.index_put_", "aten._index_put_impl_"})
+
+
 def _placed(op: OpCall) -> list[TensorMeta]:
     """The operands whose device matters: 0-dim CPU tensors act as scalars on any device,
-    and indexing accepts CPU index tensors on any device."""
+    and advanced indexing accepts CPU index tensors on any device."""
+    cpu_index_ok = base_op(op.op) in _CPU_INDEX_OK
     return [
         t for t in op.operands
-        if not (t.is_scalar and t.device == "cpu") and not (t.role == "index" and t.device == "cpu")
+        if not (t.is_scalar and t.device == "cpu") and not (cpu_index_ok and t.role == "index" and t.device == "cpu")
     ]
 
 
