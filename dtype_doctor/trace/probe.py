@@ -96,7 +96,7 @@ class KernelProbe:
         # would run Python decompositions instead of the CPU kernel).
         with _disable_current_modes(), torch._C._DisablePythonDispatcher(), torch.no_grad():
             try:
-                real_args, real_kwargs = _materialise((args, kwargs), shrink)
+                real_args, real_kwargs = _materialise((args, kwargs), shrink, _int_fill(func))
             except Exception:  # noqa: BLE001 - a shape we cannot rebuild decides nothing
                 return _UNDECIDED
             # A torch function's refusal raised by one of its aten ops is that op's to report,
@@ -195,22 +195,31 @@ def _shrinker(tensors: list[torch.Tensor]) -> dict[int, int]:
     return {s: 9 + i for i, s in enumerate(sizes)}
 
 
-def _materialise(obj: Any, shrink: dict[int, int] | None) -> Any:
+# LAPACK's pivots are 1-based: a pivot of 0 sends ldl_solve out of bounds (a double free on an
+# H100 machine's CPU, torch 2.11); 1 is a valid pivot in any matrix.
+_ONE_BASED = ("ldl_solve", "lu_solve", "lu_unpack", "ldl_factor", "lu_factor")
+
+
+def _int_fill(func: Any) -> int:
+    return 1 if any(name in str(func) for name in _ONE_BASED) else 0
+
+
+def _materialise(obj: Any, shrink: dict[int, int] | None, int_fill: int = 0) -> Any:
     if isinstance(obj, torch.Tensor):
         shape = tuple(shrink.get(int(s), int(s)) for s in obj.shape) if shrink else tuple(int(s) for s in obj.shape)
         if obj.is_floating_point() or obj.is_complex():
             t = torch.full(shape, _FLOATING_FILL, dtype=obj.dtype)
         else:
-            t = torch.zeros(shape, dtype=obj.dtype)
+            t = torch.full(shape, int_fill, dtype=obj.dtype) if obj.dtype != torch.bool else torch.zeros(shape, dtype=obj.dtype)
         return t
     if isinstance(obj, int) and not isinstance(obj, bool) and shrink:
         return shrink.get(obj, obj)
     if isinstance(obj, tuple):
-        return tuple(_materialise(x, shrink) for x in obj)
+        return tuple(_materialise(x, shrink, int_fill) for x in obj)
     if isinstance(obj, list):
-        return [_materialise(x, shrink) for x in obj]
+        return [_materialise(x, shrink, int_fill) for x in obj]
     if isinstance(obj, dict):
-        return {k: _materialise(v, shrink) for k, v in obj.items()}
+        return {k: _materialise(v, shrink, int_fill) for k, v in obj.items()}
     if isinstance(obj, torch.device):
         return torch.device("cpu")
     return obj
