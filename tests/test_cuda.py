@@ -219,6 +219,10 @@ def test_a_training_step_on_this_gpu_and_simulated_for_it_agree(argv: tuple[str,
     shutil.copy(SCRIPTS / argv[0], tmp_path / argv[0])
     real_code, real, real_err = run_json("-f", "json", "--", "python", *argv, cwd=tmp_path)
     sim_code, sim, sim_err = run_json("--simulate", "--gpu", gpu(), "-f", "json", "--", "python", *argv, cwd=tmp_path)
+    if not real:
+        plain = subprocess.run([sys.executable, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        if plain.returncode != 0 and "before calling a model" in real_err:
+            pytest.skip(f"the script itself fails on this machine: {plain.stderr.strip().splitlines()[-1][:200]}")
     assert real and sim, (real_err[-800:], sim_err[-800:])
     assert real["target"]["device"].startswith("cuda") and not real["target"]["simulated"]
 
