@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable
 
-from dtype_doctor.errors import UsageError
+from dtype_doctor.errors import InputError, UsageError
 
 
 def write_atomic(path: Path, text: str | bytes, *, exclusive: bool = False, what: str = "the report") -> None:
@@ -118,3 +118,17 @@ def refuse_overlap(outputs: Iterable[tuple[str, Path | None]], inputs: Iterable[
         if target in seen:
             raise UsageError(f"{flag} and {seen[target]} name the same file {out}; give them different paths")
         seen[target] = flag
+
+
+def read_json_object(file: Path, shown: str, what: str) -> dict:
+    """A JSON file that must hold one object (a device map, a DeepSpeed config): its dict, or one
+    InputError naming `shown` (the path as the user gave it) and `what` it should be."""
+    import json
+
+    try:
+        data = json.loads(Path(file).read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{shown}: cannot read {what} ({type(exc).__name__}: {exc})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{shown}: {what} is a JSON object")
+    return data

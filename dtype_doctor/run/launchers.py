@@ -103,13 +103,9 @@ def _read_json(path: str, relative_to: str | None) -> dict[str, Any]:
     file = Path(path)
     if not file.is_file() and relative_to:
         file = Path(relative_to).parent / path
-    try:
-        data = json.loads(file.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: cannot read the DeepSpeed config ({type(exc).__name__}: {exc})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: a DeepSpeed config is a JSON object")
-    return data
+    from dtype_doctor.files import read_json_object
+
+    return read_json_object(file, str(path), "the DeepSpeed config")
 
 
 def _enabled(block: Any) -> str | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -58,14 +57,9 @@ def _device_key(value: Any) -> int | str:
 
 
 def _read_map(path: str, gpus: int) -> dict[str, int | str]:
-    file = Path(path)
-    try:
-        raw = json.loads(file.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: cannot read a device map ({type(exc).__name__}: {exc})") from None
-    if not isinstance(raw, dict):
-        raise InputError(f"{path}: a device map is a JSON object of module name → device")
-    return _checked(raw, gpus, path)
+    from dtype_doctor.files import read_json_object
+
+    return _checked(read_json_object(Path(path), path, "a device map (module name → device)"), gpus, path)
 
 
 def _checked(raw: Mapping[str, Any], gpus: int, where: str) -> dict[str, int | str]:
