@@ -88,3 +88,25 @@ def test_cudnn_batch_norm_needs_running_stats_of_the_weights_type() -> None:
     operands = (meta("float32"), meta("float32", "weight", (3,)), meta("float64", "buffer", (3,)), meta("float64", "buffer", (3,)))
     verdict = cuda_kernel_check("cudnn_batch_norm", operands)
     assert verdict is not None and names_dtypes(verdict, "float32", "float64")
+
+
+def test_a_cpu_index_into_a_cuda_embedding_is_refused_but_advanced_indexing_takes_it() -> None:
+    """CUDA's index_select (embedding) refuses a CPU index (seen on an H100: "index is on cpu,
+    different from other tensors on cuda:0"); advanced indexing, x[idx], takes one on any device."""
+    emb, ids = nn.Embedding(10, 4), torch.tensor([[1, 2]])
+    report = dtype_doctor.diagnose(emb, {"input": ids}, simulate=True, device="cuda", move_inputs=False)
+    [f] = [f for f in report.findings if f.severity == "error"]
+    assert f.code == "DD201" and "index is on cpu" in f.pytorch_error and "meta" not in f.pytorch_error
+    report = dtype_doctor.diagnose(Rows(), {"i": torch.tensor([0, 2])}, simulate=True, device="cuda", move_inputs=False)
+    assert any(o.op.startswith("aten.index.") for o in report.trace.ops) and errors(report) == [], report.findings
+
+
+class Rows(nn.Module):
+    """Rows of a weight on the (simulated) GPU picked by advanced indexing with the index as given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.rand(5, 3))
+
+    def forward(self, i: torch.Tensor) -> torch.Tensor:
+        return self.table[i]

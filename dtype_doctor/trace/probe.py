@@ -50,10 +50,12 @@ class KernelProbe:
         self.last_accepted = False
         if self.cuda and op.op.split(".")[:2] in (["aten", "embedding"], ["aten", "index_select"]):
             # Meta kernels do not check devices here; CUDA's index_select refuses a CPU index (seen on an H100).
-            if any(t.role == "index" and t.device == "cpu" and not t.is_scalar for t in op.operands) and \
-                    any(t.device != "cpu" for t in op.operands if t.role != "index"):
-                return ("Expected all tensors to be on the same device, but got index is on cpu, different from other "
-                        "tensors on cuda:0 (when checking argument in method wrapper_CUDA__index_select)")
+            gpu = next((t.device for t in op.operands if t.role != "index" and t.device != "cpu"), None)
+            if gpu is not None and any(t.role == "index" and t.device == "cpu" and not t.is_scalar for t in op.operands):
+                # meta:k stands for cuda:k (several GPUs); a bare meta is named by trace/wording.py
+                where = f"cuda:{gpu.split(':')[1]}" if gpu.startswith("meta:") else gpu
+                return (f"Expected all tensors to be on the same device, but got index is on cpu, different from other "
+                        f"tensors on {where} (when checking argument in method wrapper_CUDA__index_select)")
         # A torch function the recorder watches (conv, SDPA, cross_entropy …) checks dtypes in
         # C++ before any aten op: run the function itself.
         function = getattr(func, "function", None)
