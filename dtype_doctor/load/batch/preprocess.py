@@ -17,7 +17,6 @@ from dtype_doctor.load.batch.hf_map import quiet_map
 from dtype_doctor.load.batch.state import BatchContext, BatchState, PreprocessFn
 from dtype_doctor.records import LineageStep, SourceLoc
 from dtype_doctor.run.control import DEFAULT_TIMEOUT, user_code
-from dtype_doctor.source_analysis import BATCHED_PARAM_NAMES, FunctionSource, batched_by_params  # noqa: F401
 SIDE_KWARGS = ("tokenizer", "image_processor", "feature_extractor", "processor", "config")
 
 
@@ -78,6 +77,10 @@ def load_preprocess(spec: str, timeout: float | None = DEFAULT_TIMEOUT) -> Prepr
     except (TypeError, ValueError):
         params = {}  # type: ignore[assignment]
     names = list(params)
+    # source_analysis (libcst) is imported only when there is a function to read: a scan without
+    # --preprocess never pays for it.
+    from dtype_doctor.source_analysis import batched_by_params
+
     batched = bool(getattr(fn, "batched", False)) or batched_by_params(names)
     accepts = tuple(n for n in SIDE_KWARGS if n in params)
     return PreprocessFn(fn=fn, file=file, path=path, name=func, batched=batched, accepts=accepts)
@@ -89,6 +92,8 @@ def run(state: BatchState, ctx: BatchContext) -> BatchState:
         return state
     # The same analysis of the function the patches edit through: the line named here is the
     # line the first patch attempt rewrites.
+    from dtype_doctor.source_analysis import FunctionSource
+
     source = FunctionSource(pre.path, pre.name)
 
     def step(key: str, dt: Any, dev: Any, shape: Any, detail: str) -> LineageStep:
