@@ -189,7 +189,11 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
     if where.simulate:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
-        fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+        # A model sharded over fake tensors (fully_shard of a simulated load) runs as FSDP holds it:
+        # its DTensors' fake shards keep their mode, and no copy of its state is swapped in.
+        fake_mode = _shards_fake_mode(model) if sharded else None
+        own_state = fake_mode is not None
+        fake_mode = fake_mode or FakeTensorMode(allow_non_fake_inputs=True)
         label, stand_in = where.label, where.run_on
         if device_map.wanted(request):
             # accelerate spreads a fake copy over simulated GPUs; its hooks move what crosses them.
@@ -200,7 +204,7 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
         elif stand_in != label:
             alias[device_name(stand_in)] = device_name(label)
             autocast_device = stand_in.type
-        if plan is None:
+        if plan is None and not own_state:
             state = {n: fake_like(fake_mode, t, stand_in) for n, t in [*model.named_parameters(), *model.named_buffers()]}
         def sim_device(v: torch.Tensor) -> torch.device:
             # Simulation the caller did not ask for (a meta input, a fake model) moves nothing:
@@ -269,6 +273,15 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
         devices=plan,
         **_fsdp1_units(model, request),
     )
+
+
+def _shards_fake_mode(model: torch.nn.Module) -> Any:
+    """The fake mode of a sharded model's fake local shards, or None (real shards)."""
+    for p in model.parameters():
+        mode = getattr(getattr(p, "_local_tensor", None), "fake_mode", None)
+        if mode is not None:
+            return mode
+    return None
 
 
 def _fsdp1_units(model: torch.nn.Module, request: TraceRequest) -> dict[str, Any]:
