@@ -21,12 +21,24 @@ from dtype_doctor.trace.session import TraceSession
 def environment() -> dict[str, Any]:
     env: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__}
     for lib in ("transformers", "datasets"):
-        try:
-            env[lib] = __import__(lib).__version__
-        except ImportError:
-            env[lib] = None
+        env[lib] = _version(lib)
     env["cuda_available"] = torch.cuda.is_available()
     return env
+
+
+def _version(lib: str) -> str | None:
+    """An installed library's version, without importing it (the API on a bare model never needs
+    datasets, whose import costs seconds: pandas, pyarrow)."""
+    import sys
+    from importlib import metadata
+
+    module = sys.modules.get(lib)
+    if module is not None and isinstance(getattr(module, "__version__", None), str):
+        return module.__version__
+    try:
+        return metadata.version(lib)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def _target(trace: Trace, model: torch.nn.Module, subject: Subject | None) -> Target:

@@ -43,6 +43,7 @@ class KernelProbe:
         self.gpu = gpu
         self.fallback = fallback
         self.cache: dict[tuple, Any] = {}
+        self.accepted_on_cuda: set[tuple] = set()  # signatures whose CPU verdict CUDA accepts too
         self.counts: Counter = Counter()  # probes run, cache hits, undecided
         self.last_accepted = False  # the last call's real kernel ran the op
 
@@ -86,10 +87,18 @@ class KernelProbe:
         self.last_accepted = verdict is None
         if not self.cuda:
             return verdict
+        # CUDA's acceptance reads the operands' dtypes, roles, devices and which are 0-dim (never
+        # their names or sizes): the layers of a deep model ask it the same question each time.
+        accepted_key = (key, op.op, tuple((t.dtype, t.role, t.device, t.is_scalar) for t in op.operands))
+        if accepted_key in self.accepted_on_cuda:
+            return None
         from dtype_doctor.trace.cuda_table import on_cuda
 
         unsupported = unsupported_dtype(verdict, op.operands) if verdict else None
-        return on_cuda(op.op, op.operands, verdict, unsupported, self.gpu)
+        refusal = on_cuda(op.op, op.operands, verdict, unsupported, self.gpu)
+        if refusal is None:
+            self.accepted_on_cuda.add(accepted_key)
+        return refusal
 
     def _run(self, func: Any, args: tuple, kwargs: dict) -> Any:
         tensors = [t for t in _flat(args, kwargs) if isinstance(t, torch.Tensor)]
