@@ -446,6 +446,7 @@ class Trace:
     world: World | None = None  # the process group a distributed step was traced in (rank 0 of N)
     shards: tuple[ShardGroup, ...] = ()  # the FSDP units of a sharded model
     launch: LaunchConfig | None = None  # the launcher command line and config files a run was given
+    scaler: str | None = None  # the class of the GradScaler whose scale() the run's step called ("module.QualName")
     # Values a simulated step read from tensors without data, and what it took instead.
     stand_ins: tuple[StandIn, ...] = ()
     # What the trace reached of the step (None: worked out from the ops, see coverage_of).

@@ -83,3 +83,43 @@ def step(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     out = model(x)
     out.float().sum().backward()
     return out
+
+
+class TwoShards(nn.Module):
+    """Two parameters that FSDP1 flattens into one FlatParameter, [a, b]: on 2 ranks rank 0 holds a, rank 1 holds b."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Parameter(torch.ones(8))
+        self.b = nn.Parameter(torch.ones(8))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (self.a * x).sum() + (self.b * y).sum()
+
+
+SCALERS = ("fsdp1-GradScaler", "fsdp1-ShardedGradScaler", "fsdp2-GradScaler")
+
+
+def scales_after_an_overflow(case: str, mesh) -> list[float]:
+    """Every rank's GradScaler scale after one step whose gradient overflows in b (rank 1's shard) only.
+    Needs a real process group: the scales are all-gathered."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    wrapper, scaler_class = case.split("-")
+    model: nn.Module = TwoShards()
+    if wrapper == "fsdp1":
+        model = FullyShardedDataParallel(model, use_orig_params=False, device_id=torch.device("cpu"))
+    else:
+        fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = ShardedGradScaler("cpu") if scaler_class == "ShardedGradScaler" else torch.amp.GradScaler("cpu")
+    y = torch.ones(8)
+    y[7] = 1e38  # b's gradient times the scale (65536) is inf in float32
+    scaler.scale(model(torch.ones(8), y)).backward()
+    scaler.step(opt)
+    scaler.update()
+    scales = [torch.zeros(1) for _ in range(dist.get_world_size())]
+    dist.all_gather(scales, torch.tensor([scaler.get_scale()]))
+    return [float(s) for s in scales]

@@ -10,7 +10,7 @@ import torch.multiprocessing as mp
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import dtype_doctor
-from helpers_fsdp import SCENARIOS, build, step
+from helpers_fsdp import SCALERS, SCENARIOS, build, scales_after_an_overflow, step
 from helpers_models import codes
 
 
@@ -49,6 +49,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         except Exception as exc:  # noqa: BLE001 - the outcome is the oracle's answer
             results[scenario] = {"raised": type(exc).__name__, "message": str(exc).splitlines()[0], "reduce": sorted(set(spy.dtypes))}
         dist.barrier()
+    results["scales"] = {case: scales_after_an_overflow(case, mesh) for case in SCALERS}
     if rank == 0:
         with open(out, "w") as fh:
             json.dump(results, fh)
@@ -132,3 +133,11 @@ def test_the_norm_as_its_own_fp32_unit_keeps_fp32(gloo, doctor):
     real = gloo["keep-fp32-own-unit"]
     assert real["raised"] is None and real["norms"] == ["float32"]
     assert not {"DD606", "DD601"} & codes(doctor["keep-fp32-own-unit"])
+
+
+def test_a_plain_grad_scaler_lets_fsdp1_ranks_disagree_fsdp2_does_not(gloo):
+    """The oracle for DD607 (tests/test_rules_dd607.py traces the same loops): an overflow in rank 1's shard only."""
+    scales = gloo["scales"]
+    assert scales["fsdp1-GradScaler"] == [65536.0, 32768.0]  # rank 0 stepped, rank 1 skipped and backed off
+    assert scales["fsdp1-ShardedGradScaler"] == [32768.0, 32768.0]  # found_inf all-reduced: both skip
+    assert scales["fsdp2-GradScaler"] == [32768.0, 32768.0]  # DTensor gradients: found_inf reduced by DTensor's dispatch

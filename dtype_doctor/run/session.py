@@ -340,7 +340,8 @@ class RunSession:
         values = self._session.recorder.values
         if values is not None and self.grads.handles:
             trace = dataclasses.replace(trace, grads=self.grads.stats(values), grad_scaler=bool(self.watch.scaler_calls))
-        trace = dataclasses.replace(trace, coverage=self.watch.coverage(trace, self.forwards, getattr(self, "_stopped", None)))
+        trace = dataclasses.replace(trace, coverage=self.watch.coverage(trace, self.forwards, getattr(self, "_stopped", None)),
+                                    scaler=self.watch.scaler_class())
         if self.launch is not None:
             trace = self._launched(trace)
         request = TraceRequest(select=self.select, ignore=self.ignore, subject=Subject(model=self.label))
