@@ -643,7 +643,7 @@ class LaunchConfig:
     config files it names. `refused` holds what accelerate or DeepSpeed raise for this configuration
     at launch, as (who, their message)."""
 
-    launcher: str  # accelerate | torchrun
+    launcher: str  # accelerate | torchrun | python (a plain script whose TrainingArguments were read)
     processes: int
     mixed_precision: str | None = None  # accelerate's: no | fp16 | bf16 | fp8
     distributed: str | None = None  # deepspeed | fsdp | multi_gpu
@@ -654,6 +654,7 @@ class LaunchConfig:
     zero_stage: int | None = None
     offload: tuple[str, ...] = ()  # "optimizer:cpu", "param:nvme"
     refused: tuple[tuple[str, str], ...] = ()
+    trainer_args: bool = False  # the precision and DeepSpeed config come from the script's TrainingArguments
 
 
 @dataclass(frozen=True, slots=True)
