@@ -45,3 +45,15 @@ def test_its_own_unit_keeps_fp32_and_a_trainable_fp32_norm_is_dd601s():
         model, x = build("keep-fp32-trainable", mesh)
         report = dtype_doctor.diagnose(model, {"input": x}, train=True)
     assert "DD601" in codes(report) and "DD606" not in codes(report)
+
+
+def test_trainable_fp32_adapters_on_a_frozen_bf16_base_are_mixed_precision_not_dd606():
+    """fp32 master weights computing in param_dtype is what a MixedPrecisionPolicy is for."""
+    import torch.nn as nn
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    with dtype_doctor.fake_world(2) as mesh:
+        model = nn.Sequential(nn.Linear(16, 16).to(torch.bfloat16).requires_grad_(False), nn.Linear(16, 4))  # adapter-like fp32 head
+        fully_shard(model, mesh=mesh, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))
+        report = dtype_doctor.diagnose(model, {"input": torch.randn(4, 16)}, train=True)
+    assert "DD606" not in codes(report) and "DD601" not in codes(report)

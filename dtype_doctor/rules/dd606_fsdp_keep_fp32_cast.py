@@ -33,9 +33,11 @@ def check(trace: Trace) -> Iterator[Finding]:
         unit = owner(p.name, shards)
         if unit is None or unit.param_dtype not in HALF or p.dtype != "float32" or len(unit.trainable_dtypes) > 1:
             continue  # a unit with trainable weights of two dtypes does not run at all: DD601
-        # The intention to keep it in float32 is visible: the model declares it, or the unit's other weights are half.
+        # The intention to keep it in float32 is visible: the model declares it, or it is a frozen weight left in
+        # float32 beside half ones. (A trainable fp32 weight is mixed precision's master copy: fp32 LoRA adapters
+        # on a bf16 base compute in param_dtype as they should.)
         mates = {q.dtype for q in params if q is not p and owner(q.name, shards) is unit}
-        if (keep is not None and keep.search(p.name)) or mates & HALF:
+        if (keep is not None and keep.search(p.name)) or (not p.requires_grad and mates & HALF):
             kept.setdefault(unit.module, []).append(p)
     for module, found in kept.items():
         unit = next(g for g in shards if g.module == module)
@@ -58,7 +60,7 @@ RULE = Rule(
     code="DD606",
     name="fsdp-keep-fp32-cast",
     severity="warning",
-    summary="A module kept in float32 (_keep_in_fp32_modules, or fp32 beside half weights) inside a fully_shard unit whose param_dtype is half.",
+    summary="A module kept in float32 (_keep_in_fp32_modules, or frozen fp32 beside half weights) inside a fully_shard unit whose param_dtype is half.",
     why=(
         "FSDP2 all-gathers every parameter of a unit in the unit's param_dtype (only integer and already-matching "
         "dtypes are left alone): a LayerNorm kept in float32 inside a bf16 unit computes in bf16, silently. Kept "
