@@ -62,3 +62,12 @@ def test_bf16_on_a_t4_runs_and_is_dd612_fp16_is_clean(tmp_path, monkeypatch):
     assert result.outcome.error is None  # transformers asks torch.cuda.is_bf16_supported(), True on a T4 (emulated)
     assert [f.severity for f in launch_codes(result.report).values()] == ["warning"] and "DD612" in launch_codes(result.report)
     assert not launch_codes(traced(tmp_path, monkeypatch, "fp16", "t4").report)
+
+
+def test_a_deepspeed_file_that_is_not_there_is_the_scripts_own_failure(tmp_path, monkeypatch):
+    from dtype_doctor.errors import InputError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(SCRIPT.replace('deepspeed="ds.json"', 'deepspeed="missing.json"'))
+    with pytest.raises(InputError, match="before calling a model"):  # transformers' error ends the script, not the doctor's
+        run_script(["python", "train.py", "ds-file"], options=RunOptions(simulate=True, gpu="a100"))

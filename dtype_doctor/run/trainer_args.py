@@ -68,9 +68,13 @@ class TrainerArgsWatch:
     def observe(self, args: Any, original: Callable[[Any], None]) -> None:
         """Read `args` as given, then let transformers validate them (without a DeepSpeed it cannot import here)."""
         ds = args.deepspeed
-        fsdp = bool(args.fsdp)
-        self.launch = trainer_launch(self.base, bool(args.fp16), bool(args.bf16), fsdp, ds)
-        if ds and importlib.util.find_spec("deepspeed") is None:
+        try:
+            self.launch = trainer_launch(self.base, bool(args.fp16), bool(args.bf16), bool(args.fsdp), ds)
+            read = True
+        except Exception:  # noqa: BLE001 - a JSON the doctor cannot read is transformers' to refuse, in the script's own words
+            self.launch = trainer_launch(self.base, bool(args.fp16), bool(args.bf16), bool(args.fsdp), None)
+            read = False
+        if ds and read and importlib.util.find_spec("deepspeed") is None:
             args.deepspeed = None  # transformers would require the package; the JSON is judged above
         try:
             original(args)
@@ -91,10 +95,15 @@ def trainer_launch(base: LaunchConfig | None, fp16: bool, bf16: bool, fsdp: bool
     launch = dataclasses.replace(
         launch, mixed_precision=mixed or launch.mixed_precision,
         distributed="deepspeed" if deepspeed else "fsdp" if fsdp else launch.distributed,
-        deepspeed_config=(deepspeed if isinstance(deepspeed, str) else "TrainingArguments(deepspeed={...})") if deepspeed else launch.deepspeed_config,
+        deepspeed_config=(deepspeed if isinstance(deepspeed, str) and not deepspeed.lstrip().startswith("{")
+                          else "TrainingArguments(deepspeed={...})") if deepspeed else launch.deepspeed_config,
         trainer_args=True,
     )
     if deepspeed:
+        if isinstance(deepspeed, str) and deepspeed.lstrip().startswith("{"):  # a JSON string, as transformers takes it
+            import json
+
+            deepspeed = json.loads(deepspeed)
         launch = with_deepspeed(launch, dict(deepspeed) if isinstance(deepspeed, dict) else read_deepspeed(deepspeed, None))
     return launch
 
