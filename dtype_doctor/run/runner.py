@@ -104,6 +104,15 @@ def run_script(
     with user_code(command.display, options.timeout), session:
         outcome = launch(command, sources)
         session.close(outcome.ended_by)
+    refused = session.trainer_args.refused if session.report is None else None
+    if refused is not None and outcome.error is not None:
+        # The script stopped at TrainingArguments(...): a report of its launch configuration alone.
+        from dtype_doctor.run.trainer_args import refused_report
+
+        report = refused_report(session.trainer_args.launch, command.display, f"TrainingArguments(...){user_frame(outcome.error)}",  # type: ignore[arg-type]
+                                options.select, options.ignore, options.simulate)
+        reported(report)
+        return RunResult(command, report, outcome, 0)
     if session.report is None:
         # No model call means no report.
         error = outcome.error
