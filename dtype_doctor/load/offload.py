@@ -130,3 +130,37 @@ def planned_refusal(model_dir: Any, cls: Any, config: Any, bnb_config: Any, stra
         info = info_of(bnb_config, method, device_map, layers)
         return LoadRefusal(info, str(exc).strip().splitlines()[0], type(model).__name__)
     return None
+
+
+def scan_refusal(spec: str, quantize: Any, placement: Any) -> LoadRefusal | None:
+    """`scan --simulate` of a bitsandbytes model with a device map (--device-map/--gpus/--max-memory):
+    the refusal `from_pretrained` would raise on those simulated GPUs, or None (then the usual
+    loading goes on, which refuses to simulate a quantized model). `quantize` is the --load-in-*
+    request, else the checkpoint's own bitsandbytes quantization_config is read."""
+    if not placement.simulated or placement.device_map is None:
+        return None
+    import json
+
+    import transformers
+
+    from dtype_doctor.load.model import resolve_model_dir
+    from dtype_doctor.trace.gpus import gpu_profile
+
+    model_dir = resolve_model_dir(spec)
+    try:
+        raw = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # the loader names what is wrong with it
+    if quantize is not None:
+        bnb_config = quantize.config()
+    elif isinstance(raw.get("quantization_config"), dict) and raw["quantization_config"].get("quant_method") == "bitsandbytes":
+        bnb_config = transformers.BitsAndBytesConfig.from_dict(raw["quantization_config"])
+    else:
+        return None
+    arch = (raw.get("architectures") or [""])[0]
+    cls = getattr(transformers, arch, None) if str(arch).isidentifier() else None
+    if not isinstance(cls, type) or not issubclass(cls, transformers.PreTrainedModel):
+        return None  # remote code: the loader refuses or loads it, never this check
+    config = transformers.AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+    return planned_refusal(model_dir, cls, config, bnb_config, placement.device_map, placement.gpus,
+                           gpu_profile(placement.gpu), placement.max_memory)

@@ -33,7 +33,7 @@ def check(trace: Trace) -> Iterator[Finding]:
     beside = f" beside {listed(gpus)}" if gpus else ""
     error = trace.failure.message if trace.failure is not None and trace.failure.phase == "load" else None
     yield RULE.finding(
-        f"the device map puts {len(modules)} module(s) of this {bits} model on {where}{beside} ({listed(modules)}), and "
+        f"the device map puts {len(modules)} module(s) of this {bits} model on {where}{beside} ({listed(modules, most=5)}), and "
         "llm_int8_enable_fp32_cpu_offload is off: transformers refuses to load it (\"Some modules are dispatched on the "
         "CPU or the disk\"), before any step; with the flag on, the offloaded modules are kept float32 and not quantized",
         module=modules[0],
