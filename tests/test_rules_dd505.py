@@ -84,6 +84,12 @@ def test_scan_simulated_plans_the_map_with_the_quantized_sizes() -> None:
     (f,) = [f for f in report.findings if f.code == "DD505"]
     assert "model.layers" in f.message and report.target.quantization.method == "bitsandbytes-8bit"
     assert report.trace is not None and report.trace.failure.phase == "load"
+    # the script's own from_pretrained(device_map="auto", max_memory=...) under run --simulate: the same map
+    from dtype_doctor.run.runner import RunOptions, run_script
+
+    script = run_script(["python", str(SCRIPTS / "int8_auto_offload.py"), str(LLAMA)], options=RunOptions(simulate=True, gpu="t4"))
+    assert dict(script.report.target.quantization.device_map) == dict(report.target.quantization.device_map)
+    assert [f.code for f in script.report.findings] == ["DD505"]
     fits = ScanOptions(load_in_8bit=True, simulate=True, gpu="t4", device_map="auto", max_memory="0=1GB")
     with pytest.raises(UsageError, match="traced with real weights"):
         scan(str(LLAMA), str(DATA), fits)  # nothing offloaded: the quantized model is not simulated
