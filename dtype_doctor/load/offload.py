@@ -91,9 +91,9 @@ def refused_trace(refusal: LoadRefusal, *, device: str = "cpu", simulated: bool 
                  gpu=str(gpu) if gpu is not None else None, gpu_capability=getattr(gpu, "capability", None))
 
 
-def planned_refusal(model_dir: Any, cls: Any, config: Any, bnb_config: Any, strategy: str | Mapping[str, Any],
+def planned_refusal(cls: Any, config: Any, bnb_config: Any, strategy: str | Mapping[str, Any],
                     gpus: int, gpu: Any, max_memory: Any = ()) -> LoadRefusal | None:
-    """What `from_pretrained(model_dir, quantization_config=bnb_config, device_map=strategy,
+    """What `cls.from_pretrained(..., quantization_config=bnb_config, device_map=strategy,
     max_memory=...)` decides on `gpus` simulated GPUs of profile `gpu`: the model built on meta,
     converted by the quantizer as transformers converts it, placed by transformers' own
     placement with the quantizer's sizes, then the quantizer's own check. None when it loads."""
@@ -162,5 +162,5 @@ def scan_refusal(spec: str, quantize: Any, placement: Any) -> LoadRefusal | None
     if not isinstance(cls, type) or not issubclass(cls, transformers.PreTrainedModel):
         return None  # remote code: the loader refuses or loads it, never this check
     config = transformers.AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
-    return planned_refusal(model_dir, cls, config, bnb_config, placement.device_map, placement.gpus,
+    return planned_refusal(cls, config, bnb_config, placement.device_map, placement.gpus,
                            gpu_profile(placement.gpu), placement.max_memory)
