@@ -115,3 +115,14 @@ def test_run_names_the_scripts_map_and_fix_run_writes_the_flag(capsys, tmp_path,
     fix = json.loads(out)["fix"]
     assert code == 0 and fix["verified"] is True, fix
     assert "+config = BitsAndBytesConfig(load_in_8bit=True, llm_int8_enable_fp32_cpu_offload=True)\n" in (tmp_path / "fix.patch").read_text()
+
+
+def test_fix_model_data_of_a_refused_load_points_to_fix_run() -> None:
+    from dtype_doctor.pipeline import ScanOptions, fix
+
+    options = ScanOptions(load_in_8bit=True, simulate=True, gpu="h100", device_map="auto", max_memory="0=185KB")
+    report = fix(str(LLAMA), str(DATA), options)
+    assert "DD505" in {f.code for f in report.findings}
+    assert report.fix is not None and report.fix.verified is False
+    assert [(s.strategy, s.status) for s in report.fix.steps] == [("bnb-fp32-cpu-offload", "skipped")]
+    assert "fix --run" in report.fix.detail
