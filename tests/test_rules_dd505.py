@@ -50,14 +50,15 @@ def test_transformers_refuses_an_offloading_map_and_the_rule_names_its_modules(b
     assert [(r.strategy, r.to) for r in f.remedies] == [("bnb-fp32-cpu-offload", "True")]
 
 
-def test_with_the_flag_the_same_kind_of_map_loads_and_keeps_the_offloaded_modules_float32() -> None:
+@pytest.mark.parametrize("bits", ["load_in_8bit", "load_in_4bit"])
+def test_with_the_flag_the_same_kind_of_map_loads_and_keeps_the_offloaded_modules_float32(bits: str) -> None:
     with pytest.raises(ValueError):
-        load(CPU_AND_DISK, load_in_8bit=True)  # cpu beside disk: refused as cpu beside a GPU is
-    model = load(CPU_AND_DISK, load_in_8bit=True, llm_int8_enable_fp32_cpu_offload=True)
+        load(CPU_AND_DISK, **{bits: True})  # cpu beside disk: refused as cpu beside a GPU is
+    model = load(CPU_AND_DISK, **{bits: True}, llm_int8_enable_fp32_cpu_offload=True)
     q_proj = model.model.layers[0].self_attn.q_proj
     assert type(q_proj) is torch.nn.Linear and q_proj.weight.dtype == torch.float32
-    all_cpu = load({"": "cpu"}, load_in_8bit=True)  # an all-cpu map is not offloading: quantized, accepted
-    assert type(all_cpu.model.layers[0].self_attn.q_proj).__name__ == "Linear8bitLt"
+    all_cpu = load({"": "cpu"}, **{bits: True})  # an all-cpu map is not offloading: quantized, accepted
+    assert type(all_cpu.model.layers[0].self_attn.q_proj).__name__ in ("Linear8bitLt", "Linear4bit")
 
 
 def test_the_rule_agrees_with_transformers_condition() -> None:
