@@ -278,7 +278,8 @@ class QuantizationInfo:
         """One header line: "bitsandbytes 4-bit nf4: 14 layers, uint8 storage, compute float16; adapters lora_A float32 ×14"."""
         bits = self.method.removeprefix("bitsandbytes-").replace("bit", "-bit")
         kind = f"{bits} {self.quant_type}" if self.quant_type and self.quant_type != "int8" else bits
-        line = (f"bitsandbytes {kind}: {self.layers} quantized layers, {self.storage_dtype} storage, "
+        layers = f"{self.layers} quantized layers" if self.layers else "not loaded"
+        line = (f"bitsandbytes {kind}: {layers}, {self.storage_dtype} storage, "
                 f"compute {self.compute_dtype or 'the input dtype'}")
         if self.adapters:
             line += "; adapters " + ", ".join(f"{a.kind} {a.dtype} ×{a.count}" for a in self.adapters)
