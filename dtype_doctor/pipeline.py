@@ -87,7 +87,7 @@ class ScanOptions:
         from dtype_doctor.load.quantize import Quantize
 
         return Quantize.from_options(self.load_in_4bit, self.load_in_8bit, self.bnb_compute_dtype, self.bnb_quant_type,
-                                     simulate=self.simulate)
+                                     simulate=self.simulate, mapped=self.device_map is not None or self.gpus > 1)
 
     def placement(self) -> Placement:
         """Where the step runs: decided here, once, for every stage of scan and fix."""
@@ -182,11 +182,41 @@ def scan(
     """Load, build the batch, trace it and return the Report."""
     from dtype_doctor.diagnosis import diagnose
 
+    refused = refused_load(model, dataset, options or ScanOptions())
+    if refused is not None:
+        return refused
     with memory_named(options or ScanOptions()):
         p = prepare(model, dataset, options, progress=progress)
         if progress:
             progress("tracing")
         return with_loading(diagnose(p.loaded.model, p.batch.inputs, p.request()), p)
+
+
+def refused_load(model: str, dataset: str, options: ScanOptions) -> Report | None:
+    """The report of a load transformers refuses before any step: a bitsandbytes model whose
+    simulated device map offloads without llm_int8_enable_fp32_cpu_offload (DD505); else None."""
+    import dataclasses
+
+    options.validate()
+    quantize = options.quantize()
+    if quantize is None and not options.simulate:
+        return None
+    from dtype_doctor.diagnosis import environment
+    from dtype_doctor.load.offload import refused_trace, scan_refusal
+    from dtype_doctor.records import Target
+    from dtype_doctor.rules import run_rules
+    from dtype_doctor.trace.gpus import gpu_profile
+
+    placement = options.placement()
+    refusal = scan_refusal(model, quantize, placement)
+    if refusal is None:
+        return None
+    gpu = gpu_profile(options.gpu)
+    trace = refused_trace(refusal, device=placement.device or "cuda:0", simulated=True, gpu=gpu)
+    findings = run_rules(trace, select=options.select, ignore=options.ignore)
+    target = Target(model, dataset, options.split, trace.device, True, None, None, options.train, gpu=trace.gpu,
+                    quantization=refusal.quantization)
+    return Report(findings=findings, target=dataclasses.replace(target), environment=environment(), trace=trace)
 
 
 def with_loading(report: Report, p: Prepared) -> Report:
@@ -242,6 +272,9 @@ def fix(
     script_path = Path(script).resolve() if script else None
     if script_path is not None and not script_path.is_file():
         raise InputError(f"--script {script}: no such file")
+    refused = refused_load(model, dataset, options or ScanOptions())
+    if refused is not None:
+        return _unfixable_load(refused, strategy)
     with memory_named(options or ScanOptions()):
         p = prepare(model, dataset, options, progress=progress)
         if progress:
@@ -330,3 +363,18 @@ def _scan_words(p: Prepared, fail_on: str) -> tuple[str, ...]:
         if on:
             words.append(flag)
     return tuple(words)
+
+
+def _unfixable_load(report: Report, strategy: str) -> Report:
+    """`fix MODEL DATA` of a load transformers refuses: nothing loaded to fix in memory; the fixes
+    the findings name are a keyword of the user's own config, which `fix --run` writes and verifies."""
+    import dataclasses
+
+    from dtype_doctor.fix.outcome import FixOutcome, Step
+
+    names = dict.fromkeys(r.strategy for f in report.findings for r in f.remedies)
+    why = ("transformers refuses to load the model, so there is no model to fix in memory; the fix is a keyword of "
+           "your script's BitsAndBytesConfig(...): dtype-doctor fix --run -- python SCRIPT.py writes and verifies it")
+    steps = tuple(Step(n, "skipped", why) for n in names)
+    outcome = FixOutcome(strategy, steps, False, report.findings, report.summary, True, 0, why)
+    return dataclasses.replace(report, fix=outcome)

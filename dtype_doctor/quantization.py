@@ -19,6 +19,23 @@ LINEAR_8BIT = frozenset({"Linear8bitLt"})
 ADAPTER_KINDS = ("lora_A", "lora_B", "lora_embedding_A", "lora_embedding_B", "lora_magnitude_vector")
 
 
+# Where a device map offloads a module (transformers' bitsandbytes quantizers check these names)
+OFFLOADED = ("cpu", "disk")
+
+
+def offloaded(device_map: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    """The modules a device map puts on cpu or disk."""
+    return tuple(m for m, d in device_map if d in OFFLOADED)
+
+
+def offload_refused(device_map: tuple[tuple[str, str], ...]) -> bool:
+    """transformers' own condition for refusing a bitsandbytes model's device map without
+    llm_int8_enable_fp32_cpu_offload (quantizer_bnb_8bit/4bit `validate_environment`): some
+    module on cpu or disk, and the map is not all-cpu."""
+    values = {d for _, d in device_map}
+    return values != {"cpu"} and bool(values & set(OFFLOADED))
+
+
 def is_quantized_linear(module_type: str) -> bool:
     return module_type in LINEAR_4BIT or module_type in LINEAR_8BIT
 

@@ -278,7 +278,8 @@ class QuantizationInfo:
         """One header line: "bitsandbytes 4-bit nf4: 14 layers, uint8 storage, compute float16; adapters lora_A float32 ×14"."""
         bits = self.method.removeprefix("bitsandbytes-").replace("bit", "-bit")
         kind = f"{bits} {self.quant_type}" if self.quant_type and self.quant_type != "int8" else bits
-        line = (f"bitsandbytes {kind}: {self.layers} quantized layers, {self.storage_dtype} storage, "
+        layers = f"{self.layers} quantized layers" if self.layers else "not loaded"
+        line = (f"bitsandbytes {kind}: {layers}, {self.storage_dtype} storage, "
                 f"compute {self.compute_dtype or 'the input dtype'}")
         if self.adapters:
             line += "; adapters " + ", ".join(f"{a.kind} {a.dtype} ×{a.count}" for a in self.adapters)
@@ -446,6 +447,7 @@ class Trace:
     world: World | None = None  # the process group a distributed step was traced in (rank 0 of N)
     shards: tuple[ShardGroup, ...] = ()  # the FSDP units of a sharded model
     launch: LaunchConfig | None = None  # the launcher command line and config files a run was given
+    scaler: str | None = None  # the class of the GradScaler whose scale() the run's step called ("module.QualName")
     # Values a simulated step read from tensors without data, and what it took instead.
     stand_ins: tuple[StandIn, ...] = ()
     # What the trace reached of the step (None: worked out from the ops, see coverage_of).
@@ -642,7 +644,7 @@ class LaunchConfig:
     config files it names. `refused` holds what accelerate or DeepSpeed raise for this configuration
     at launch, as (who, their message)."""
 
-    launcher: str  # accelerate | torchrun
+    launcher: str  # accelerate | torchrun | python (a plain script whose TrainingArguments were read)
     processes: int
     mixed_precision: str | None = None  # accelerate's: no | fp16 | bf16 | fp8
     distributed: str | None = None  # deepspeed | fsdp | multi_gpu
@@ -653,6 +655,7 @@ class LaunchConfig:
     zero_stage: int | None = None
     offload: tuple[str, ...] = ()  # "optimizer:cpu", "param:nvme"
     refused: tuple[tuple[str, str], ...] = ()
+    trainer_args: bool = False  # the precision and DeepSpeed config come from the script's TrainingArguments
 
 
 @dataclass(frozen=True, slots=True)

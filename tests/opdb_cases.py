@@ -328,7 +328,7 @@ def expected_on_cuda(case: Case, real: BaseException | None) -> str | None:
         return f"{case.aten}: op_db lists {_n(first.dtype)} for CPU, not CUDA"
     if op == "native_dropout_backward" and len(tensors) > 1 and tensors[1][1].dtype != torch.bool:
         return "CUDA native_dropout_backward: Mask should be Bool"
-    if op in ("layer_norm", "native_layer_norm", "group_norm") and first is not None:
+    if op in ("layer_norm", "native_layer_norm", "group_norm", "native_group_norm") and first is not None:
         params = [t for t in _module_params(case) or [t for _, t in tensors[1:]] if t.is_floating_point()]
         if any(t.dtype != first.dtype for t in params):
             return f"CUDA {op}: weight and bias must have the input's dtype"

@@ -26,7 +26,7 @@ class Quantize:
 
     @classmethod
     def from_options(cls, in_4bit: bool, in_8bit: bool, compute_dtype: str | None, quant_type: str,
-                     *, simulate: bool = False) -> "Quantize | None":
+                     *, simulate: bool = False, mapped: bool = False) -> "Quantize | None":
         if in_4bit and in_8bit:
             raise UsageError("--load-in-4bit and --load-in-8bit exclude each other; pass one")
         if compute_dtype is not None and compute_dtype not in COMPUTE_DTYPES:
@@ -37,7 +37,7 @@ class Quantize:
             if compute_dtype is not None:
                 raise UsageError("--bnb-compute-dtype sets the compute dtype of --load-in-4bit; add --load-in-4bit")
             return None
-        if simulate:
+        if simulate and not mapped:  # with a device map, scan judges the load (DD505) before refusing to simulate it
             raise UsageError("--load-in-4bit/--load-in-8bit quantize real weights; drop --simulate (bitsandbytes runs on the CPU)")
         require_bitsandbytes("--load-in-4bit" if in_4bit else "--load-in-8bit")
         return cls(4 if in_4bit else 8, compute_dtype, quant_type)

@@ -74,5 +74,9 @@ def run_rules(
     for rule in all_rules():
         if selected(rule, sel, ign):
             findings.extend(rule.check(trace))
+    if selected(get_rule("DD001"), sel, ign):
+        from dtype_doctor.rules.dd001_trace_failed import unreported
+
+        findings.extend(unreported(trace, findings))
     # Errors first; within a severity, rule order then pipeline order.
     return tuple(sorted(findings, key=lambda f: -SEVERITY_RANK[f.severity]))

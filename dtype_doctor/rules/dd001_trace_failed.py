@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from dtype_doctor.records import Finding, Trace
 from dtype_doctor.rules.base import Rule
@@ -25,6 +25,27 @@ def check(trace: Trace) -> Iterator[Finding]:
         f"the {failure.phase} pass {what}: {failure.message}",
         # A step fake tensors cannot take is a limit of --simulate, not a fault in the pipeline.
         severity="warning" if failure.kind == "simulation" else None,
+        module=failure.module,
+        module_type=failure.module_type,
+        op=failure.op,
+        stage="model-code",
+        pytorch_error=failure.message,
+    )
+
+
+def unreported(trace: Trace, findings: Iterable[Finding]) -> Iterator[Finding]:
+    """The net under every rule: a trace that stopped on an error gets at least one error finding.
+
+    A refusal is left to the rule that explains it (above); when no rule produced an error
+    for it after all (a refusal of a shape no rule reads, such as a factory op's `dtype=`),
+    it is reported here with PyTorch's message. A clean report for a forward that raised is
+    the one answer the doctor must never give.
+    """
+    failure = trace.failure
+    if failure is None or failure.kind == "simulation" or any(f.severity == "error" for f in findings):
+        return
+    yield RULE.finding(
+        f"the {failure.phase} pass failed and no rule explains it: {failure.message}",
         module=failure.module,
         module_type=failure.module_type,
         op=failure.op,

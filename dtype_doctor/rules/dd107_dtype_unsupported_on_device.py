@@ -24,7 +24,7 @@ def check(trace: Trace) -> Iterator[Finding]:
         dtype = refused_dtype(op)
         if dtype is None or reraised(trace, op):
             continue
-        if not any(t.dtype == dtype for t in op.operands if t.role != "target"):
+        if any(t.dtype == dtype for t in op.operands) and not any(t.dtype == dtype for t in op.operands if t.role != "target"):
             continue  # a loss target's dtype is DD104's (CUDA words int32 targets "not implemented for 'Int'")
         key = (op.module, base_op(op.op), dtype)
         if key in seen:

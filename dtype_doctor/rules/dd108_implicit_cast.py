@@ -32,7 +32,8 @@ def check(trace: Trace) -> Iterator[Finding]:
             stage=stage_of(trace, src),
             tensors=(src, out),
             source=source_of(trace, src),
-            remedies=cast_remedies(trace, (src,), out.dtype),
+            # an fp8 layer quantizes its input by design: no pipeline should make float8 inputs
+            remedies=() if out.dtype.startswith("float8") else cast_remedies(trace, (src,), out.dtype),
         )
 
 

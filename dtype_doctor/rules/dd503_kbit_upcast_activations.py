@@ -67,5 +67,9 @@ RULE = Rule(
     fix_safety="display-only: the float32 norms are the recipe's choice for stability.",
     check=check,
     references=("https://huggingface.co/docs/peft/developer_guides/quantization",),
-    device_note="The same on CPU and CUDA.",
+    device_note=(
+        "The same on CPU and CUDA. 4-bit only: an 8-bit model has no compute dtype to contradict — "
+        "prepare_model_for_kbit_training casts every non-int8 parameter to float32, which is what a float32 8-bit load "
+        "has anyway, and Linear8bitLt quantizes its input via float16 whatever it is (tests/test_rules_8bit.py)."
+    ),
 )

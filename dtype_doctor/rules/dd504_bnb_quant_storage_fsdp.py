@@ -1,4 +1,4 @@
-"""DD504: 4-bit weights stored as integers beside floating parameters: FSDP cannot flatten them together."""
+"""DD504: 4-bit weights stored as integers beside floating parameters, or 8-bit (int8) weights: FSDP cannot flatten them."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ from dtype_doctor.rules.base import Rule
 
 def check(trace: Trace) -> Iterator[Finding]:
     q = trace.model.quantization
+    if q is not None and q.method == "bitsandbytes-8bit":
+        yield from _int8(trace)
+        return
     if q is None or q.method != "bitsandbytes-4bit" or q.storage_dtype in FLOATING:
         return
     params = trace.model.parameters
@@ -31,15 +34,37 @@ def check(trace: Trace) -> Iterator[Finding]:
     )
 
 
+def _int8(trace: Trace) -> Iterator[Finding]:
+    """8-bit weights are int8 with no storage option: FSDP refuses them beside floating parameters
+    ("Must flatten tensors with uniform dtype") and alone ("Cannot flatten integer dtype tensors")."""
+    packed = [p for p in trace.model.parameters if p.dtype == "int8"]
+    if not packed:
+        return
+    first = packed[0]
+    module = first.name.rsplit(".", 1)[0]
+    yield RULE.finding(
+        f"{len(packed)} 8-bit weights are stored as int8: FSDP cannot flatten integer tensors (\"Cannot flatten integer "
+        "dtype tensors\", or \"Must flatten tensors with uniform dtype\" beside floating ones), and 8-bit has no "
+        "storage option (bnb_4bit_quant_storage is 4-bit's); a model sharded by FSDP needs the 4-bit quantization",
+        module=module,
+        module_type=trace.model.module_type(module),
+        stage="model-loading",
+        tensors=(TensorMeta(first.dtype, first.device, first.shape, "weight", first.name, f"param:{first.name}"),),
+        hints=("or load in 4 bits with bnb_4bit_quant_storage set to the model's dtype (BitsAndBytesConfig(load_in_4bit=True, "
+               "bnb_4bit_quant_storage=torch.bfloat16)), which FSDP flattens",),
+    )
+
+
 RULE = Rule(
     code="DD504",
     name="bnb-quant-storage-fsdp",
     severity="info",
-    summary="4-bit weights stored as uint8 (bnb_4bit_quant_storage's default) beside floating parameters: FSDP cannot shard the model.",
+    summary="4-bit weights stored as uint8 (bnb_4bit_quant_storage's default) beside floating parameters, or 8-bit weights (int8, no storage option): FSDP cannot shard the model.",
     why=(
         "FSDP (FullyShardedDataParallel) flattens every unit's parameters into one FlatParameter of one dtype. "
         "bitsandbytes packs 4-bit weights into uint8 by default, so a QLoRA model wrapped in FSDP fails at wrapping. "
         "bnb_4bit_quant_storage=torch.bfloat16 packs the same bits into bfloat16 storage FSDP can flatten. "
+        "8-bit weights are int8 and have no such option: FSDP refuses them even alone (\"Cannot flatten integer dtype tensors\"). "
         "An info, because a single-process trace cannot see whether FSDP will wrap the model."
     ),
     example=(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import Finding, OpCall, Trace
+from dtype_doctor.records import Finding, OpCall, Remedy, Trace
 from dtype_doctor.rules.base import Rule
 
 SCALED_MM = ("aten._scaled_mm",)
@@ -51,6 +51,17 @@ def _advice(message: str) -> str:
     return text
 
 
+def _exclusion(trace: Trace, op: OpCall, message: str) -> tuple[Remedy, ...]:
+    """A dimension CUDA refuses: the layer left out of fp8 conversion, computing in its weight's
+    dtype (the `fp8-exclude` strategy); nothing for a layout or dtype pair, which the layer's
+    own code decides."""
+    if "divisible by 16" not in message or not op.module:
+        return ()
+    weight = next((p.dtype for p in trace.model.parameters if p.name == f"{op.module}.weight"), None)
+    out = weight or (op.outputs[0].dtype if op.outputs else "bfloat16")
+    return (Remedy("fp8-exclude", op.module, out, "model-code"),)
+
+
 def check(trace: Trace) -> Iterator[Finding]:
     cuda = trace.device.startswith("cuda")
     seen: set[tuple[str, str]] = set()
@@ -71,9 +82,19 @@ def check(trace: Trace) -> Iterator[Finding]:
             module_type=op.module_type,
             op=op.op,
             tensors=op.operands[:2],
-            hints=(_advice(message),),
+            remedies=_exclusion(trace, op, message),
+            hints=() if _exclusion(trace, op, message) else (_advice(message),),
             pytorch_error=op.error,
         )
+
+
+def _explains(trace: Trace) -> bool:
+    """A simulated CUDA step stops where the fake kernel refuses (torch's meta checks for CUDA
+    tensors): that failure is this rule's finding, not DD001's."""
+    failure = trace.failure
+    return failure is not None and any(
+        is_scaled_mm(op) and op.module == failure.module and cuda_refusal(op) is not None for op in trace.ops
+    )
 
 
 RULE = Rule(
@@ -98,8 +119,12 @@ RULE = Rule(
         "convert_to_float8_training(module_filter_fn=...)) or pad them; pass the weight transposed (column-major); "
         "keep forward operands float8_e4m3fn."
     ),
-    fix_safety="display-only: which layers to convert is the training recipe's choice.",
+    fix_safety=(
+        "fp8-exclude (safe) for a dimension not a multiple of 16: the layer left out of conversion computes in its high "
+        "precision (more accurate, not fp8-fast), written as the script's module_filter_fn; the layout and e5m2 advice is display-only."
+    ),
     check=check,
     references=("https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/native/cuda/Blas.cpp",),
     device_note="CUDA refuses, the CPU accepts: a CPU trace reports a warning, a CUDA or simulated CUDA trace an error.",
+    explains=_explains,
 )

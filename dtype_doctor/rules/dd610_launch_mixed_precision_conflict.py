@@ -16,8 +16,9 @@ def check(trace: Trace) -> Iterator[Finding]:
         if who != "accelerate":
             continue
         other = "bf16" if launch.mixed_precision == "fp16" else "fp16"
+        asker = f"TrainingArguments({launch.mixed_precision}=True)" if launch.trainer_args else launch.config_file or "the launch"
         yield RULE.finding(
-            f"{launch.config_file or 'the launch'} asks for mixed_precision={launch.mixed_precision} while "
+            f"{asker} asks for mixed_precision={launch.mixed_precision} while "
             f"{launch.deepspeed_config} enables {other}: accelerate refuses the job before the first step",
             stage="launch",
             pytorch_error=f"ValueError: {message}",

@@ -46,8 +46,11 @@ def fix_script(
         raise UsageError(f"patch file {write_patch} already exists; pass --force to overwrite it")
     options = dataclasses.replace(options, keep_running=False)
     before = run_script(command, options=options)
-    steps, result = _fix_in_memory(before, options, strategy=strategy, fail_on=fail_on, unsafe_fixes=unsafe_fixes,
-                                   force=force, max_rounds=max_rounds)
+    if before.capture is None:  # the load was refused (DD505): the fix is in how the model loads
+        steps, result = _fix_load(before.report, strategy=strategy, fail_on=fail_on, unsafe_fixes=unsafe_fixes), None
+    else:
+        steps, result = _fix_in_memory(before, options, strategy=strategy, fail_on=fail_on, unsafe_fixes=unsafe_fixes,
+                                       force=force, max_rounds=max_rounds)
     applied = [s for s in steps if s.status == "applied"]
     if not before.report.at_or_above(fail_on) and not applied:
         return _report(before, strategy, steps, result, True, before.report, None, None, "nothing to fix")
@@ -114,6 +117,30 @@ def _fix_in_memory(before: RunResult, options: RunOptions, **kw: Any) -> tuple[l
     return steps, result
 
 
+def _fix_load(report: Report, *, strategy: str, fail_on: str, unsafe_fixes: bool) -> list[Step]:
+    """A model transformers refused to load has no step to fix in memory: each strategy a finding
+    names as a remedy plans its change from the report, and the re-run of the script verifies it."""
+    from dtype_doctor.fix.strategies import STRATEGIES, Context, Skip
+
+    ctx = Context(fail_on=fail_on, unsafe=unsafe_fixes or strategy != "auto", requested=None if strategy == "auto" else strategy)
+    steps: list[Step] = []
+    for s in STRATEGIES.values():
+        if (strategy != "auto" and s.name != strategy) or not s.remedies(report, ctx):
+            continue
+        try:
+            changes = s.plan(None, report, ctx)  # type: ignore[arg-type]  # no model was loaded
+        except Skip as why:
+            steps.append(Step(s.name, "skipped", str(why)))
+            continue
+        except Exception as exc:  # noqa: BLE001 - a strategy that needs the model cannot fix a refused load
+            steps.append(Step(s.name, "skipped", f"needs the loaded model ({type(exc).__name__})"))
+            continue
+        from dtype_doctor.fix.strategies import describe
+
+        steps.append(Step(s.name, "applied", "; ".join(describe(c) for c in changes), changes))
+    return steps
+
+
 def _is_model_input(finding: Any, inputs: Mapping[str, Any]) -> bool:
     """A finding the engine can reproduce on the model and batch alone (not a loss target's)."""
     targets = [r.target for r in finding.remedies if r.strategy in ("cast-inputs", "to-device")]
@@ -147,6 +174,9 @@ def plan_edits(applied: list[Step], before: RunResult, options: RunOptions, comm
     from dtype_doctor.fix.strategies.base import resolve
 
     capture: Any = before.capture
+    if capture is None:  # a refused load: the script is where its config is
+        site = Site(script=Path(command.target) if command.kind == "file" else None, run=True)
+        return [(c, step.strategy, STRATEGIES[c.kind].edits(c, site)) for step in applied for c in step.changes]
     call = resolve(capture.call_site)
     conversion = _last_conversion(capture)
     site = Site(

@@ -91,7 +91,7 @@ def _accelerate(words: list[str], gpus: int) -> tuple[list[str], LaunchConfig]:
                       if (dev := ds_settings.get(f"offload_{what}_device")) not in (None, "none")),
     )
     if use_deepspeed and ds_file:
-        launch = with_deepspeed(launch, _read_json(ds_file, args.config_file))
+        launch = with_deepspeed(launch, read_deepspeed(ds_file, args.config_file))
     return _script(args.module, args.training_script, list(args.training_script_args)), launch
 
 
@@ -99,7 +99,8 @@ def _value(config: Any, name: str) -> Any:
     return getattr(config, name, None) if config is not None else None
 
 
-def _read_json(path: str, relative_to: str | None) -> dict[str, Any]:
+def read_deepspeed(path: str, relative_to: str | None) -> dict[str, Any]:
+    """A DeepSpeed JSON, found as given or beside the accelerate config `relative_to` names."""
     file = Path(path)
     if not file.is_file() and relative_to:
         file = Path(relative_to).parent / path

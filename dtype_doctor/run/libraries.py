@@ -36,10 +36,16 @@ def patch_bitsandbytes(on_cuda: Callable[[torch.Tensor], bool], set_attr: Callab
 
         set_attr(cls, "to", to)
 
-    if _MODULE in sys.modules:
-        patch(sys.modules[_MODULE])
+    return after_import(_MODULE, patch)
+
+
+def after_import(name: str, then: Callable[[Any], None]) -> Any:
+    """Run `then(module)` on module `name` now if it is imported, else right after it is: returns the
+    import hook to remove from sys.meta_path (or None)."""
+    if name in sys.modules:
+        then(sys.modules[name])
         return None
-    hook = _AfterImport(_MODULE, patch)
+    hook = _AfterImport(name, then)
     sys.meta_path.insert(0, hook)
     return hook
 

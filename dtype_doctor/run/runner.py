@@ -104,11 +104,24 @@ def run_script(
     with user_code(command.display, options.timeout), session:
         outcome = launch(command, sources)
         session.close(outcome.ended_by)
+    refused = session.trainer_args.refused if session.report is None else None
+    if refused is not None and outcome.error is not None:
+        # The script stopped at TrainingArguments(...): a report of its launch configuration alone.
+        from dtype_doctor.run.trainer_args import refused_report
+
+        report = refused_report(session.trainer_args.launch, command.display, f"TrainingArguments(...){user_frame(outcome.error)}",  # type: ignore[arg-type]
+                                options.select, options.ignore, options.simulate)
+        reported(report)
+        return RunResult(command, report, outcome, 0)
     if session.report is None:
         # No model call means no report.
         error = outcome.error
         stop = outcome.stop
         if error is not None:
+            refused = refused_load(error, command, options)
+            if refused is not None:  # transformers refused the script's quantized model for its device map (DD505)
+                reported(refused)
+                return RunResult(command, refused, outcome, 0)
             where = user_frame(error)
             raise InputError(
                 f"{command.display} raised {type(error).__name__} before calling a model{where}: {first_line(error)}"
@@ -128,6 +141,31 @@ def run_script(
             "(a torch.nn.Module with parameters)"
         )
     return RunResult(command, session.report, outcome, min(session.steps, options.steps), session.capture, session.note)
+
+
+def refused_load(error: BaseException, command: ScriptCommand, options: RunOptions) -> Report | None:
+    """The report of a load transformers refused before any step (a bitsandbytes model whose device
+    map offloads without llm_int8_enable_fp32_cpu_offload), or None for any other error."""
+    import dataclasses
+
+    from dtype_doctor.diagnosis import environment
+    from dtype_doctor.load.offload import refusal_of, refused_trace
+    from dtype_doctor.records import SourceLoc, Target
+    from dtype_doctor.rules import run_rules
+    from dtype_doctor.trace.gpus import gpu_profile
+
+    refusal = refusal_of(error)
+    if refusal is None:
+        return None
+    gpu = gpu_profile(options.gpu) if options.simulate else None
+    trace = refused_trace(refusal, device="cuda:0" if options.simulate else "cpu", simulated=options.simulate, gpu=gpu)
+    where = user_frame(error).removeprefix(" at ")
+    source = SourceLoc(where.rpartition(":")[0], int(where.rpartition(":")[2])) if where else None
+    findings = tuple(dataclasses.replace(f, source=f.source or source) for f in run_rules(trace, select=options.select, ignore=options.ignore))
+    target = Target(command.display, None, None, trace.device, trace.simulated, None, None, False, gpu=trace.gpu,
+                    quantization=refusal.quantization)
+    environment_ = environment()
+    return Report(findings=findings, target=target, environment=environment_, trace=trace)
 
 
 def user_frame(error: BaseException) -> str:

@@ -95,6 +95,9 @@ class RunSession:
         self.hide_cuda = hide_cuda
         self.gpus = gpus  # simulated GPUs: with several, cuda:k lives on meta:k
         self.launch = launch  # a LaunchConfig: the script is rank 0 of its world, on the fake process group
+        from dtype_doctor.run.trainer_args import TrainerArgsWatch
+
+        self.trainer_args = TrainerArgsWatch(launch)  # the script's TrainingArguments, read as its launch configuration
         self.alias = {device_name(STAND_IN): device_name(self.target)} if self.target is not None else {}
         if simulate and gpus > 1:
             from dtype_doctor.trace.device_map import aliases
@@ -130,6 +133,7 @@ class RunSession:
 
             self._arms.enter_context(fake_launch(self.launch.processes, self.launch.launcher, launch_env(self.launch)))
         self._arms.enter_context(self.watch)
+        self._arms.enter_context(self.trainer_args)
         if self.simulate:
             from dtype_doctor.trace.gpus import gpu_profile
 
@@ -340,9 +344,12 @@ class RunSession:
         values = self._session.recorder.values
         if values is not None and self.grads.handles:
             trace = dataclasses.replace(trace, grads=self.grads.stats(values), grad_scaler=bool(self.watch.scaler_calls))
-        trace = dataclasses.replace(trace, coverage=self.watch.coverage(trace, self.forwards, getattr(self, "_stopped", None)))
+        trace = dataclasses.replace(trace, coverage=self.watch.coverage(trace, self.forwards, getattr(self, "_stopped", None)),
+                                    scaler=self.watch.scaler_class())
         if self.launch is not None:
             trace = self._launched(trace)
+        if self.trainer_args.launch is not None:  # the script's TrainingArguments: their precision and DeepSpeed config
+            trace = dataclasses.replace(trace, launch=self.trainer_args.launch)
         request = TraceRequest(select=self.select, ignore=self.ignore, subject=Subject(model=self.label))
         report = report_from_trace(trace, self.model, request)
         findings = tuple(self._with_parameter_source(f) for f in report.findings)

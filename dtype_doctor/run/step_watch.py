@@ -53,7 +53,7 @@ class StepWatch:
         self._handles = [register_optimizer_step_pre_hook(stepping), register_optimizer_step_post_hook(stepped)]
         self._wrap(torch.optim.Optimizer, "__init__", lambda o, *a, **k: setattr(watch, "optimizers", watch.optimizers + 1))
         self._wrap(torch.optim.Optimizer, "zero_grad", lambda o, *a, **k: watch._zero_grad())
-        self._wrap(GradScaler, "__init__", lambda s, *a, **k: setattr(watch, "scalers", watch.scalers + bool(s.is_enabled())))
+        self._wrap(GradScaler, "__init__", lambda s, *a, **k: watch._scaler_made(s))
         for name in _SCALER_METHODS:
             self._wrap(GradScaler, name, lambda s, *a, _name=name, **k: watch._scaler(s, _name))
         return self
@@ -81,6 +81,17 @@ class StepWatch:
         self._saved.append((owner, name, original))
         setattr(owner, name, wrapped)
 
+    def _scaler_made(self, scaler: Any) -> None:
+        """A GradScaler was made: counted when enabled; the methods a subclass overrides (ShardedGradScaler's
+        scale, unscale_, update) are watched too, from then on."""
+        self.scalers += bool(scaler.is_enabled())
+        for cls in type(scaler).__mro__:
+            if cls.__module__.startswith("torch.amp"):
+                break
+            for name in _SCALER_METHODS:
+                if name in cls.__dict__ and not any(o is cls and n == name for o, n, _ in self._saved):
+                    self._wrap(cls, name, lambda s, *a, _name=name, **k: self._scaler(s, _name))
+
     def _zero_grad(self) -> None:
         if self.is_tracing():
             self.zero_grad = True
@@ -96,6 +107,13 @@ class StepWatch:
         if self.scaler is None or not self.scaler.is_enabled():
             return None
         return float(self.scaler.get_scale())
+
+    def scaler_class(self) -> str | None:
+        """The class of the GradScaler the step scaled its loss with, as "module.QualName"."""
+        if self.scaler is None:
+            return None
+        cls = type(self.scaler)
+        return f"{cls.__module__}.{cls.__qualname__}"
 
     # ----------------------------------------------------------------- results
 

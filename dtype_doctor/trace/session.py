@@ -198,7 +198,7 @@ class TraceSession:
         from dtype_doctor.trace.world import shard_groups, world_of
 
         shards = shard_groups(rec.model)
-        seen.update(shards=shards, world=world_of(shards))
+        seen.update(shards=shards, world=world_of(shards, rec.model))
         if self.predict is not None and self.predict.gpu is not None:
             seen.update(gpu=str(self.predict.gpu), gpu_capability=self.predict.gpu.capability)
         # Conditions on values fake tensors cannot decide, taken as torch's own checks' valid branch.

@@ -46,14 +46,22 @@ def fake_world(size: int, *, rank: int = 0, launcher: str | None = None) -> Iter
 _LAUNCHER: list[str | None] = [None]
 
 
-def world_of(shards: tuple[ShardGroup, ...] = ()) -> World | None:
-    """The process group this process is in (None outside one), as the report names it."""
+def world_of(shards: tuple[ShardGroup, ...] = (), model: torch.nn.Module | None = None) -> World | None:
+    """The process group this process is in (None outside one), as the report names it; its
+    strategy is FSDP2's when `shards` has units, FSDP1's when `model` holds a FullyShardedDataParallel."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
         return None
-    strategy = shards[0].strategy if shards else None
+    strategy = shards[0].strategy if shards else ("fsdp" if model is not None and fsdp1_wrapped(model) else None)
     return World(dist.get_world_size(), dist.get_rank(), dist.get_backend(), _LAUNCHER[0], strategy)
+
+
+def fsdp1_wrapped(model: torch.nn.Module) -> bool:
+    """Whether `model` is, or holds, an FSDP1 FullyShardedDataParallel wrapper."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    return any(isinstance(m, FullyShardedDataParallel) for m in model.modules())
 
 
 def shard_groups(model: torch.nn.Module) -> tuple[ShardGroup, ...]:

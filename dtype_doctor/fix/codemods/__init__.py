@@ -14,6 +14,7 @@ The modules are split by what they edit:
     forward     a script's forward call site: WrapForwardInAutocast, MoveBatchToDevice,
                 CastBatch, LabelsToLong
     quant       a script's BitsAndBytesConfig(...): SetConfigKeyword
+    fp8         a script's fp8 conversion call: ExcludeFromConversion (its module_filter_fn)
     fix_module  no user code to patch: NewFixModule (a new ``dtype_doctor_fix.py``)
     base, context  the contract (EditResult, Codemod, run_codemods) and the LibCST editing context,
                 built on dtype_doctor.source_analysis, the one analysis the lineage reads too
@@ -24,6 +25,7 @@ No torch import here: the codemods read source text only.
 from dtype_doctor.fix.codemods.base import AllOf, Codemod, EditResult, normalize_dtype, run_codemods
 from dtype_doctor.fix.codemods.casts import CastLabelsToLong, CastReturnedValue, RetargetCast
 from dtype_doctor.fix.codemods.fix_module import NewFixModule
+from dtype_doctor.fix.codemods.fp8 import ExcludeFromConversion
 from dtype_doctor.fix.codemods.forward import CastBatch, LabelsToLong, MoveBatchToDevice, WrapForwardInAutocast
 from dtype_doctor.fix.codemods.model import RemoveModelConversion, ReplaceModelConversion, SetLoadDtype
 from dtype_doctor.fix.codemods.quant import SetConfigKeyword
@@ -37,6 +39,7 @@ __all__ = [
     "AllOf",
     "SetLoadDtype",
     "SetConfigKeyword",
+    "ExcludeFromConversion",
     "RemoveModelConversion",
     "ReplaceModelConversion",
     "WrapForwardInAutocast",

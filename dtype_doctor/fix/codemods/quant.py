@@ -31,7 +31,7 @@ def _imports_torch(module: cst.Module) -> bool:
 class SetConfigKeyword(Codemod):
     """`BitsAndBytesConfig(load_in_4bit=True)` → `BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)`."""
 
-    DESCRIPTION: ClassVar[str] = "set one keyword of the script's BitsAndBytesConfig(...) call to a dtype"
+    DESCRIPTION: ClassVar[str] = "set one keyword of the script's BitsAndBytesConfig(...) call to a dtype (or a flag to True/False)"
 
     def __init__(self, keyword: str, dtype: str, callee: str = "BitsAndBytesConfig") -> None:
         self.keyword, self.dtype, self.callee = keyword, dtype, callee
@@ -52,7 +52,10 @@ class SetConfigKeyword(Codemod):
             raise _Skip(f"{len(calls)} {self.callee}(...) calls in {filename}; which one loads the model is not known")
         target = calls[0]
         # torch.bfloat16 where the file imports torch; the name as a string (which BitsAndBytesConfig also takes) where not
-        value = cst.parse_expression(f"torch.{self.dtype}" if _imports_torch(module) else repr(self.dtype))
+        if self.dtype in ("True", "False"):  # a flag (llm_int8_enable_fp32_cpu_offload), not a dtype
+            value: cst.BaseExpression = cst.Name(self.dtype)
+        else:
+            value = cst.parse_expression(f"torch.{self.dtype}" if _imports_torch(module) else repr(self.dtype))
         keyword, dtype = self.keyword, self.dtype
 
         class Edit(cst.CSTTransformer):

@@ -29,7 +29,7 @@ def _config_files(site: Site) -> list[Path]:
     return out
 
 
-def _edits(keyword: str, c: Change, site: Site) -> list["Attempt"]:
+def config_edits(keyword: str, c: Change, site: Site) -> list["Attempt"]:
     from dtype_doctor.fix import codemods as cm
 
     return [a for f in _config_files(site) for a in one_attempt(f, [cm.SetConfigKeyword(keyword, c.to)])]
@@ -67,7 +67,7 @@ class BnbComputeDtype(
         return pipeline.with_(model=model)
 
     def edits(self, c: Change, site: Site) -> list["Attempt"]:
-        return _edits("bnb_4bit_compute_dtype", c, site)
+        return config_edits("bnb_4bit_compute_dtype", c, site)
 
 
 class BnbQuantStorage(
@@ -112,4 +112,4 @@ class BnbQuantStorage(
         return pipeline.with_(model=model)
 
     def edits(self, c: Change, site: Site) -> list["Attempt"]:
-        return _edits("bnb_4bit_quant_storage", c, site)
+        return config_edits("bnb_4bit_quant_storage", c, site)
