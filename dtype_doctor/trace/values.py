@@ -16,6 +16,7 @@ base, whose values bound it.
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import torch
@@ -81,7 +82,7 @@ class ValueProbe:
             whole = t if flat is None else flat
             if whole.element_size() == 1:  # float8: no aminmax kernel; its values are exact in float32
                 whole = whole.float()
-            self._extremes.append(list(bounded_by) if bounded_by else torch.aminmax(whole))
+            self._extremes.append(list(bounded_by) if bounded_by else _EXTREMES.of(whole, flat is not None))
             if flat is None:
                 flat = t.reshape(-1)  # an overlapping or gapped layout: the one copy
             # Every step-th element: a strided view, copied as at most SAMPLE values. float32 holds
@@ -135,6 +136,49 @@ class ValueProbe:
 
     def merged(self, handles: list[int | None]) -> ValueStats | None:
         return merge_stats([s for h in handles if (s := self.get(h)) is not None])
+
+
+class _Extremes:
+    """A tensor's exact (min, max), by torch.aminmax or by NumPy's min and max, whichever has cost
+    less per element lately; the answer is the same either way (both are exact, both give NaN when
+    a NaN is there), only the time differs.
+
+    torch's pass runs on all of torch's threads, a parallel region whose threads must all be
+    scheduled: on an idle machine it is the faster, while other processes share the cores each
+    region can wait a time slice for its second thread (measured on the shared 2-core machine: a
+    6 MB activation took 0.4 ms at best and 16 ms at the median). NumPy's two passes run on the
+    calling thread alone. Only large float32/float64 CPU tensors are timed; every PROBE-th one
+    tries the other way, so the choice follows the machine.
+    """
+
+    PROBE = 16
+    LARGE = 1 << 18  # elements; below, either takes microseconds
+
+    def __init__(self) -> None:
+        self.cost: dict[str, float] = {}  # seconds per element, smoothed, per way
+        self.calls = 0
+
+    def of(self, whole: torch.Tensor, flat: bool) -> tuple[Any, Any]:
+        n = whole.numel()
+        if not (flat and n >= self.LARGE and whole.device.type == "cpu" and whole.dtype in _NUMPY_EXACT
+                and torch.get_num_threads() > 1):
+            return torch.aminmax(whole)
+        self.calls += 1
+        best = min(("torch", "numpy"), key=lambda way: self.cost.get(way, 0.0))
+        way = best if self.calls % self.PROBE else ("numpy" if best == "torch" else "torch")
+        t0 = time.perf_counter()
+        if way == "numpy":
+            a = whole.detach().numpy()
+            found = (a.min(), a.max())  # NumPy scalars: .item() as a tensor's
+        else:
+            found = torch.aminmax(whole)
+        took = (time.perf_counter() - t0) / n
+        self.cost[way] = took if way not in self.cost else 0.7 * self.cost[way] + 0.3 * took
+        return found
+
+
+_NUMPY_EXACT = (torch.float32, torch.float64)
+_EXTREMES = _Extremes()
 
 
 def _batch(extremes: list[tuple[torch.Tensor, torch.Tensor]], samples: list[torch.Tensor]) -> list[list[float]]:
