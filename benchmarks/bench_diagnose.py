@@ -4,7 +4,8 @@
     A' = dtype_doctor.diagnose(model, batch, stats=False) (the same without value statistics)
     B  = with torch.no_grad(): model(**batch)
 
-Targets: median of the per-triple ratios A/B ≤ 1.15 and A'/B ≤ 1.05. All sides run in this one
+Targets: median of the per-triple ratios A/B ≤ 1.15 and A'/B ≤ 1.05 (wall time). The ratios of
+process CPU time (all threads) are printed beside them: steadier where other processes share the cores. All sides run in this one
 process on the same model object and the same batch, with torch.set_num_threads fixed, after
 warm-up, in turns whose order rotates (A A' B, A' B A, B A A', ...), so drift on a shared
 machine and cache effects of the side before hit every side alike.
@@ -75,15 +76,19 @@ def main(argv: list[str] | None = None) -> int:
         ],
     )
 
+    cpu: dict[str, float] = {}  # the last call's process CPU time (all threads), per side
+
     def plain() -> float:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         with torch.no_grad():
             model(**batch)
+        cpu["b"] = time.process_time() - c0
         return time.perf_counter() - t0
 
     def diag(stats: bool = True) -> float:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         dtype_doctor.diagnose(model, batch, stats=stats)
+        cpu["a" if stats else "a_off"] = time.process_time() - c0
         return time.perf_counter() - t0
 
     for _ in range(args.warmup):
@@ -95,19 +100,26 @@ def main(argv: list[str] | None = None) -> int:
     b_times: list[float] = []
     ratios: list[float] = []
     ratios_off: list[float] = []
+    cpu_ratios: list[float] = []
+    cpu_ratios_off: list[float] = []
     for i in range(args.pairs):
         # The order turns each time (A A' B, A' B A, B A A'): no side always runs first or last.
         runs = {"a": lambda: diag(), "a_off": lambda: diag(False), "b": plain}
         order = ["a", "a_off", "b"][i % 3 :] + ["a", "a_off", "b"][: i % 3]
-        took = {name: runs[name]() for name in order}
+        took = {}
+        for name in order:
+            took[name] = runs[name]()
+            took["cpu_" + name] = cpu[name]
         a, a_off, b = took["a"], took["a_off"], took["b"]
         a_times.append(a)
         b_times.append(b)
         ratios.append(a / b)
         ratios_off.append(a_off / b)
+        cpu_ratios.append(took["cpu_a"] / took["cpu_b"])
+        cpu_ratios_off.append(took["cpu_a_off"] / took["cpu_b"])
         print(
             f"  triple {i + 1:2d}: diagnose {a * 1000:7.1f} ms   stats=False {a_off * 1000:7.1f} ms   "
-            f"plain {b * 1000:7.1f} ms   ratios {a / b:5.3f} {a_off / b:5.3f}",
+            f"plain {b * 1000:7.1f} ms   ratios {a / b:5.3f} {a_off / b:5.3f}   cpu {cpu_ratios[-1]:5.3f} {cpu_ratios_off[-1]:5.3f}",
             flush=True,
         )
 
@@ -129,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  diagnose   {fmt_spread(spread([t * 1000 for t in a_times]), ' ms', 1)}")
     print(f"  plain      {fmt_spread(spread([t * 1000 for t in b_times]), ' ms', 1)}")
     print(f"  ratio A/B  {fmt_spread(r)}   A'/B {fmt_spread(r_off)}")
+    print(f"  cpu time (process, all threads) A/B {fmt_spread(spread(cpu_ratios))}   A'/B {fmt_spread(spread(cpu_ratios_off))}")
     print(
         f"  inside diagnose (median of 3): traced forward {statistics.median(trace_s) * 1000:.1f} ms, "
         f"rules + report {statistics.median(rules_s) * 1000:.1f} ms; {len(trace.ops)} ops and "

@@ -153,3 +153,53 @@ def test_a_deep_or_enormous_config_json_is_bad_input_naming_it(tmp_path: Path, k
     code, _, err = run_cli(capsys, ["scan", str(d), str(TEXT)])
     assert code == 2
     assert_one_error_line(err, str(d / "config.json"))
+
+
+PAIRWISE = '''import sys
+
+import torch
+
+
+class Pairwise(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        h = self.proj(x)
+        return (h @ h.T).softmax(-1)  # batch x batch scores: memory grows with the square of the batch
+
+
+model = Pairwise()
+x = torch.randn(int(sys.argv[1]), 16)
+print(model(x).sum().item())
+'''
+
+
+def test_run_names_an_out_of_memory_in_the_step_under_rlimit_as(tmp_path: Path) -> None:
+    # A real allocation failure: 60,000 rows make 14.4 GB of scores, over a 4 GiB address-space cap.
+    script = tmp_path / "pairwise.py"
+    script.write_text(PAIRWISE)
+    before = tree_hash(tmp_path)
+    limit = 4 * 2**30
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    plain = subprocess.run([sys.executable, str(script), "60000"], capture_output=True, text=True, env=env,
+                           preexec_fn=cap, timeout=120)
+    assert plain.returncode == 1 and "can't allocate memory" in plain.stderr  # the oracle: the script alone fails
+    proc = subprocess.run([sys.executable, "-m", "dtype_doctor", "run", "--", "python", str(script), "60000"],
+                          capture_output=True, text=True, env=env, preexec_fn=cap, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert_one_error_line(proc.stderr, "ran out of memory", f"{script.name}:13", "lower the batch size")
+    assert proc.stdout == "" and tree_hash(tmp_path) == before
+
+
+def test_fix_run_names_an_out_of_memory_in_the_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "greedy.py"
+    script.write_text(PAIRWISE.replace("(h @ h.T).softmax(-1)", "h + torch.zeros(2**60, dtype=torch.uint8).sum()"))
+    code, out, err = run_cli(capsys, ["fix", "--run", "--", "python", str(script), "4"])
+    assert code == 2 and out == ""
+    assert_one_error_line(err, "ran out of memory", f"{script.name}:13", "lower the batch size")

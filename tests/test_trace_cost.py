@@ -59,3 +59,30 @@ def test_numpy_statistics_table_equals_torchs_on_edge_values() -> None:
             assert (math.isnan(x) and math.isnan(y)) or x == y
     first = by_numpy[0]  # min non-zero, non-finite, below, below scaled, non-zero, largest
     assert first[1] == 2 and first[2] == 2 and first[3] == 1 and first[4] == 6 and math.isnan(first[5])
+
+
+def test_both_ways_to_the_extremes_give_torchs_answer() -> None:
+    # values._Extremes picks torch.aminmax or NumPy's min/max by their recent cost; the exact
+    # extremes (and so every statistic) must not depend on which one ran.
+    from dtype_doctor.trace import values
+
+    big = values._Extremes.LARGE
+    cases = [torch.randn(big), torch.randn(big, dtype=torch.float64) * 1e300]
+    for special in (float("nan"), float("inf"), float("-inf"), -0.0, 3e38):
+        t = torch.randn(big)
+        t[big // 3] = special
+        cases.append(t)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the choice is only made where torch's pass is a parallel region
+    try:
+        for way in ("torch", "numpy"):
+            probe = values._Extremes()
+            probe.cost = {"torch": 0.0 if way == "torch" else 1.0, "numpy": 0.0 if way == "numpy" else 1.0}
+            for t in cases:
+                lo, hi = probe.of(t, True)
+                want_lo, want_hi = torch.aminmax(t)
+                for got, want in ((lo.item(), want_lo.item()), (hi.item(), want_hi.item())):
+                    assert (math.isnan(got) and math.isnan(want)) or got == want, (way, got, want)
+            assert probe.cost[way] < 1.0 and probe.cost[{"torch": "numpy", "numpy": "torch"}[way]] == 1.0  # it ran, timed
+    finally:
+        torch.set_num_threads(threads)

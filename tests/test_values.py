@@ -149,3 +149,69 @@ def test_a_non_finite_operand_does_not_make_a_bounded_result_non_finite():
     assert torch.isfinite(torch.relu(x)).all()
     relu = next(op for op in dtype_doctor.diagnose(Clear(), {"x": x}).trace.ops if op.op == "aten.relu.default")
     assert relu.stats.finite and relu.stats.absmax == 2.0  # from its own sample, as the bound says nothing
+
+
+class Overwrites(nn.Module):
+    """Values past float16's range, below its normals and NaN, written in place (through a
+    view, by `t[i] = v`, into a buffer, and into an `out=` tensor) after they were measured."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.register_buffer("acc", torch.full((4, 8), 7.0))
+
+    def forward(self, x):
+        h = self.lin(x) * 3000.0  # |h| beyond 65504 once doubled below
+        tiny = x * 1e-6  # below float16's smallest normal
+        h.add_(1.0)
+        h[:, :2].mul_(-40.0)
+        h[0, 0] = float("nan")
+        self.acc.add_(x)
+        out = torch.empty_like(tiny)
+        torch.mul(tiny, 1e-3, out=out)
+        return torch.relu(h) + out + self.acc
+
+
+def _plain(t: torch.Tensor) -> tuple[float, float, float]:
+    """absmax, min non-zero magnitude and the share of non-zero values below float16's normals, by plain torch."""
+    a = t.detach().double().abs()
+    nonzero = a[(a > 0) & ~a.isnan()]
+    absmax = math.nan if a.isnan().any() else a.max().item()
+    return absmax, nonzero.min().item(), ((nonzero < FP16_TINY).sum() / nonzero.numel()).item()
+
+
+def _same(stats, expected: tuple[float, float, float]) -> bool:
+    got = (stats.absmax, stats.min_nonzero, stats.below_fp16_normal)
+    return all((math.isnan(g) and math.isnan(e)) or math.isclose(g, e, rel_tol=1e-6) for g, e in zip(got, expected))
+
+
+def test_statistics_equal_plain_torch_when_tensors_are_written_in_place():
+    # An in-place op's version counter moves on only after the recorder has seen the op, so its
+    # result is measured anew (not taken for the operand it was), the operands it overwrites are
+    # measured before it runs, and an `out=` tensor's old contents count nowhere.
+    torch.manual_seed(0)
+    model, x = Overwrites(), torch.randn(4, 8)
+    x[1, 1] = 0.0
+    with torch.no_grad():  # the same steps in plain PyTorch, each state kept
+        h0 = model.lin(x) * 3000.0
+        h1 = h0 + 1.0
+        h2 = h1.clone()
+        h2[:, :2] *= -40.0
+        h3 = h2.clone()
+        h3[0, 0] = float("nan")
+        tiny = x * 1e-6
+        acc1 = model.acc + x
+    assert h2.abs().max() > torch.finfo(torch.float16).max and h3.isnan().any()
+    ops = dtype_doctor.diagnose(model, {"x": x}).trace.ops
+    assert torch.equal(model.acc, torch.full((4, 8), 7.0))  # diagnose() put the buffer back
+    by = lambda name, k=0: [op for op in ops if op.op == name][k]  # noqa: E731
+    assert _same(by("aten.mul.Tensor").stats, _plain(h0))
+    assert _same(by("aten.add_.Tensor").stats, _plain(h1)) and _same(by("aten.add_.Tensor").operand_stats, _plain(h0))
+    assert _same(by("aten.mul_.Tensor").stats, _plain(h2)) and _same(by("aten.mul_.Tensor").operand_stats, _plain(h1))
+    assert _same(by("aten.copy_.default").stats, _plain(h3)) and not by("aten.copy_.default").stats.finite
+    buffer_add = by("aten.add_.Tensor", 1)
+    assert _same(buffer_add.stats, _plain(acc1))
+    assert _same(buffer_add.operand_stats, _plain(torch.cat([torch.full((4, 8), 7.0), x]))) # the buffer before, and x
+    out = by("aten.mul.out")
+    assert _same(out.stats, _plain(tiny * 1e-3)) and out.stats.below_fp16_normal == 1.0
+    assert _same(out.operand_stats, _plain(tiny))  # not what empty_like's memory held

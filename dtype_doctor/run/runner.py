@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
-from dtype_doctor.errors import InputError, UsageError, first_line
+from dtype_doctor.errors import InputError, UsageError, first_line, is_out_of_memory
 from dtype_doctor.records import Report
 from dtype_doctor.records import LaunchConfig
 from dtype_doctor.run.command import ScriptCommand, parse_command
@@ -103,7 +103,12 @@ def run_script(
                          ignore=options.ignore, on_report=reported, label=command.display, **options.session_options())
     with user_code(command.display, options.timeout), session:
         outcome = launch(command, sources)
+        oom = outcome.error is not None and is_out_of_memory(outcome.error) and session.report is None
+        if oom:
+            session.on_report = None  # the machine's limit, not the model's: no report, the batch named instead
         session.close(outcome.ended_by)
+    if oom:
+        raise out_of_memory(command.display, outcome.error)  # type: ignore[arg-type]
     refused = session.trainer_args.refused if session.report is None else None
     if refused is not None and outcome.error is not None:
         # The script stopped at TrainingArguments(...): a report of its launch configuration alone.
@@ -166,6 +171,13 @@ def refused_load(error: BaseException, command: ScriptCommand, options: RunOptio
                     quantization=refusal.quantization)
     environment_ = environment()
     return Report(findings=findings, target=target, environment=environment_, trace=trace)
+
+
+def out_of_memory(display: str, error: BaseException) -> InputError:
+    """The script's step ran out of memory: bad input naming where (exit 2), as `scan` names its
+    --batch-size (pipeline.memory_named), not a finding about the model."""
+    return InputError(f"{display} ran out of memory{user_frame(error)} ({first_line(error, 120)}); "
+                      "lower the batch size of its step, or pass --simulate to trace without allocating")
 
 
 def user_frame(error: BaseException) -> str:

@@ -80,6 +80,30 @@ def _base_name(func: Any) -> str:
     return name if name == "where.self" else name.split(".")[0]  # where with a Python number is not bounded
 
 
+def _stats_kind(func: Any) -> "_StatsKind":
+    """What the value statistics do for an op, decided once per op (see _StatsKind)."""
+    kind = _STATS_KIND.get(func)
+    if kind is None:
+        name = _base_name(func)
+        schema = getattr(func, "_schema", None)
+        outs = tuple(a.name for a in getattr(schema, "arguments", ()) if getattr(a, "is_out", False))
+        kind = _STATS_KIND[func] = _StatsKind(
+            not (getattr(func, "is_view", False) or name in _UNINITIALISED), name in _BOUNDED, _mutates(func), outs
+        )
+    return kind
+
+
+@dataclass(frozen=True, slots=True)
+class _StatsKind:
+    measured: bool  # its result is measured: not a view (its operand's values), nor empty (whatever memory held)
+    bounded: bool  # its result is bounded by its operands (_BOUNDED)
+    mutates: bool  # it writes into an operand (add_, copy_, `out=`)
+    out_args: tuple[str, ...]  # its write-only `out=` arguments, whose old values it never reads
+
+
+_STATS_KIND: dict[Any, _StatsKind] = {}
+
+
 def _mutates(func: Any) -> bool:
     """An op that writes into one of its operands (add_, fill_, index_put_, `t[...] = v`)."""
     schema = getattr(func, "_schema", None)
@@ -263,6 +287,9 @@ class Recorder:
             else None
         )
         out = _FAILED
+        if self.values is not None:
+            with _NoTorchFunction():
+                self._observe_written(func, operand_tensors, kwargs)
         if predicted is not None:
             # Fake kernels would run this op; a real device would not. Repair as after a real error.
             error = predicted
@@ -320,23 +347,48 @@ class Recorder:
             ]
 
     def _observe_op(self, func: Any, out: Any, operands: list[tuple[torch.Tensor, str | None]]) -> None:
-        if self.values is None:
+        values = self.values
+        if values is None:
             return
         if self._keep and any(t in self._fp32_kept for t, _ in operands):
             self._kept_ops.add(len(self.ops))
             for o in tensors_in(out):
                 self._fp32_kept[o] = True
-        # A view holds its operand's values, an empty tensor whatever memory held: nothing to measure.
-        skip = getattr(func, "is_view", False) or _base_name(func) in _UNINITIALISED
-        first = None if skip else next((o for o in tensors_in(out) if o.is_floating_point()), None)
-        # Operands as they were last seen (an in-place op has since changed them), the output as it is now.
-        # Parameters are left out: "made here" compares a result with the activations it came from,
-        # and measuring every weight (an embedding table is most of a small model) costs a pass each.
-        activations = (t for t, _ in operands if (self.prov.get(t) or _NOPROV).kind != "param")
-        before = self.observe(activations, as_last_seen=_mutates(func))
-        bound = [h for h in before if h is not None] if _base_name(func) in _BOUNDED else None
-        handles = [*self.observe([first], bounded_by=bound or None), *before]
-        self._op_values[len(self.ops)] = (handles[0], handles[1:])
+        kind = _stats_kind(func)
+        outs = list(tensors_in(out))
+        first = next((o for o in outs if o.is_floating_point()), None) if kind.measured else None
+        # Operands as they were last seen (an in-place op has since changed them; _observe_written
+        # measured them before it ran), the output as it is now. Parameters are left out: "made
+        # here" compares a result with the activations it came from, and measuring every weight
+        # (an embedding table is most of a small model) costs a pass each. An `out=` argument is
+        # not an operand: the op never reads what it held.
+        prov = self.prov
+        activations = [
+            t for t, _ in operands
+            if (prov.get(t) or _NOPROV).kind != "param" and not (kind.out_args and any(t is o for o in outs))
+        ]
+        # The result of an op that wrote into its operand: measured anew, as its version counter moves
+        # on only when this dispatch returns (ADInplaceOrView bumps it after the kernel).
+        written = kind.mutates and first is not None and any(t is first for t, _ in operands)
+        # The statistics' own kernels are not the model's ops: they run outside every mode (see observe()).
+        plain = all(type(t) in _PLAIN for t in activations) and (first is None or type(first) in _PLAIN)
+        with (torch._C._DisableTorchDispatch() if plain else _no_modes()), torch._C.DisableTorchFunction():
+            before = [values.observe(t, as_last_seen=kind.mutates) for t in activations]
+            bound = [h for h in before if h is not None] if kind.bounded else None
+            self._op_values[len(self.ops)] = (values.observe(first, bounded_by=bound or None, written=written), before)
+
+    def _observe_written(self, func: Any, operands: list[tuple[torch.Tensor, str | None]], kwargs: dict) -> None:
+        """Before an op that writes into its operands runs: their values as they are now, which
+        the op's statistics report as its operands' (an `out=` argument's old values are no one's)."""
+        kind = _stats_kind(func)
+        if not kind.mutates:
+            return
+        skip = [kwargs[n] for n in kind.out_args if isinstance(kwargs.get(n), torch.Tensor)]
+        prov = self.prov
+        self.observe(
+            (t for t, _ in operands if (prov.get(t) or _NOPROV).kind != "param" and not any(t is o for o in skip)),
+            as_last_seen=True,
+        )
 
     def finished_ops(self) -> tuple[OpCall, ...]:
         """The recorded ops, with their value statistics once the trace is done."""

@@ -16,6 +16,7 @@ base, whose values bound it.
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import torch
@@ -24,6 +25,7 @@ from dtype_doctor.records import FP16_TINY, GRAD_SCALE, ValueStats, merge_stats
 from dtype_doctor.trace.weakid import WeakIdMap
 
 SAMPLE = 4096
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # no subclass: no fake tensor, no meta wrapper
 
 
 class ValueProbe:
@@ -41,7 +43,9 @@ class ValueProbe:
         self._seen: WeakIdMap[tuple[int, int]] = WeakIdMap()
         self._resolved: list[ValueStats] | None = None
 
-    def observe(self, t: object, *, as_last_seen: bool = False, bounded_by: list[int] | None = None) -> int | None:
+    def observe(
+        self, t: object, *, as_last_seen: bool = False, bounded_by: list[int] | None = None, written: bool = False
+    ) -> int | None:
         """A handle for `t`'s statistics; None for what holds no floating values.
 
         A tensor written in place since it was measured (its version counter, which views
@@ -49,46 +53,47 @@ class ValueProbe:
         operands, whose values before the op are the ones that matter. `bounded_by`: the
         handles of the operands of an op that only selects or shrinks them (relu, gelu, where,
         max pooling: |y| ≤ max |x|, finite in, finite out), whose extremes bound this tensor's;
-        only its sample is taken, saving the full pass.
+        only its sample is taken, saving the full pass. `written`: the result of an op that just
+        wrote into `t`, whose version counter moves on by one only when the op's dispatch returns:
+        measured anew, and known by that next version.
+
+        Called for every operand and result of every op: the checks come cheapest first, and a
+        tensor measured before costs one lookup.
         """
-        t = self._measured_as(t)
-        if t is None:
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
             return None
-        handle = self.known(t, as_last_seen=as_last_seen)
-        if handle is not None:
-            return handle
+        if type(t) not in _PLAIN and _holds_no_data(t):
+            return None
+        base = t._base
+        if base is not None and base.dtype == t.dtype:
+            # A view (a transpose, a reshape, a slice) holds some of its base's values: the base's
+            # statistics bound it, and measuring every view would cost more than the forward.
+            t = base
+        seen = None if written else self._seen.get(t)
+        if seen is not None and (as_last_seen or seen[1] == t._version):
+            return seen[0]
+        if t.is_meta:
+            return None
+        n = t.numel()
         with torch.no_grad():
-            x = t.detach()
-            n = x.numel()
             # The elements in memory order, without a copy: contiguous, or dense in another order.
-            flat = x.view(-1) if x.is_contiguous() else (x.as_strided((n,), (1,)) if _dense(x) else None)
+            flat = t.view(-1) if t.is_contiguous() else (t.as_strided((n,), (1,)) if _dense(t) else None)
             # No stack here: the model's autocast would "promote" it.
-            whole = x if flat is None else flat
+            whole = t if flat is None else flat
             if whole.element_size() == 1:  # float8: no aminmax kernel; its values are exact in float32
                 whole = whole.float()
-            self._extremes.append(list(bounded_by) if bounded_by else torch.aminmax(whole))
+            self._extremes.append(list(bounded_by) if bounded_by else _EXTREMES.of(whole, flat is not None))
             if flat is None:
-                flat = x.reshape(-1)  # an overlapping or gapped layout: the one copy
+                flat = t.reshape(-1)  # an overlapping or gapped layout: the one copy
             # Every step-th element: a strided view, copied as at most SAMPLE values. float32 holds
             # every float16, bfloat16 and float32 value exactly, at half float64's cost.
             sample = flat[:: -(-n // SAMPLE)] if n > SAMPLE else flat
-            self._samples.append(sample.to(torch.float64 if x.dtype == torch.float64 else torch.float32, copy=True))
+            self._samples.append(sample.to(torch.float64 if t.dtype == torch.float64 else torch.float32, copy=True))
         self._numel.append(n)
         handle = len(self._numel) - 1
-        self._seen[t] = (handle, t._version)
+        self._seen[t] = (handle, t._version + written)
         self._resolved = None
         return handle
-
-    @staticmethod
-    def _measured_as(t: object) -> torch.Tensor | None:
-        """The tensor whose values stand for `t`'s, or None when `t` holds no floating values."""
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0 or _holds_no_data(t):
-            return None
-        if t._base is not None and t._base.dtype == t.dtype:
-            # A view (a transpose, a reshape, a slice) holds some of its base's values: the base's
-            # statistics bound it, and measuring every view would cost more than the forward.
-            return t._base
-        return t
 
     def known(self, t: object, *, as_last_seen: bool = False) -> int | None:
         """The handle `t` already has (its values unchanged since, or `as_last_seen`), else None."""
@@ -131,6 +136,49 @@ class ValueProbe:
 
     def merged(self, handles: list[int | None]) -> ValueStats | None:
         return merge_stats([s for h in handles if (s := self.get(h)) is not None])
+
+
+class _Extremes:
+    """A tensor's exact (min, max), by torch.aminmax or by NumPy's min and max, whichever has cost
+    less per element lately; the answer is the same either way (both are exact, both give NaN when
+    a NaN is there), only the time differs.
+
+    torch's pass runs on all of torch's threads, a parallel region whose threads must all be
+    scheduled: on an idle machine it is the faster, while other processes share the cores each
+    region can wait a time slice for its second thread (measured on the shared 2-core machine: a
+    6 MB activation took 0.4 ms at best and 16 ms at the median). NumPy's two passes run on the
+    calling thread alone. Only large float32/float64 CPU tensors are timed; every PROBE-th one
+    tries the other way, so the choice follows the machine.
+    """
+
+    PROBE = 16
+    LARGE = 1 << 18  # elements; below, either takes microseconds
+
+    def __init__(self) -> None:
+        self.cost: dict[str, float] = {}  # seconds per element, smoothed, per way
+        self.calls = 0
+
+    def of(self, whole: torch.Tensor, flat: bool) -> tuple[Any, Any]:
+        n = whole.numel()
+        if not (flat and n >= self.LARGE and whole.device.type == "cpu" and whole.dtype in _NUMPY_EXACT
+                and torch.get_num_threads() > 1):
+            return torch.aminmax(whole)
+        self.calls += 1
+        best = min(("torch", "numpy"), key=lambda way: self.cost.get(way, 0.0))
+        way = best if self.calls % self.PROBE else ("numpy" if best == "torch" else "torch")
+        t0 = time.perf_counter()
+        if way == "numpy":
+            a = whole.detach().numpy()
+            found = (a.min(), a.max())  # NumPy scalars: .item() as a tensor's
+        else:
+            found = torch.aminmax(whole)
+        took = (time.perf_counter() - t0) / n
+        self.cost[way] = took if way not in self.cost else 0.7 * self.cost[way] + 0.3 * took
+        return found
+
+
+_NUMPY_EXACT = (torch.float32, torch.float64)
+_EXTREMES = _Extremes()
 
 
 def _batch(extremes: list[tuple[torch.Tensor, torch.Tensor]], samples: list[torch.Tensor]) -> list[list[float]]:
@@ -204,8 +252,7 @@ def _dense(x: torch.Tensor) -> bool:
 
 
 def _holds_no_data(t: torch.Tensor) -> bool:
-    if t.device.type == "meta":
-        return True
+    """A fake tensor (a simulated trace) or a meta one: shapes without values."""
     from torch._subclasses.fake_tensor import FakeTensor
 
-    return isinstance(t, FakeTensor)
+    return t.is_meta or isinstance(t, FakeTensor)
