@@ -21,6 +21,17 @@ SCRIPT = textwrap.dedent(f"""
 """)
 
 
+
+@pytest.fixture(autouse=True)
+def _no_deepspeed_config_left():
+    """TrainingArguments(deepspeed=...) and DeepSpeedPlugin register transformers' process-wide
+    DeepSpeed config (a weak reference that a kept traceback holds alive); a later
+    from_pretrained in this test process would ask it for ZeRO-3. Each test leaves none behind."""
+    yield
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+    unset_hf_deepspeed_config()
+
 def traced(tmp_path, monkeypatch, case: str, gpu: str):
     import json
 
