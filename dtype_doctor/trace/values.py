@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from dtype_doctor.records import FP16_TINY, GRAD_SCALE, ValueStats, merge_stats
+from dtype_doctor.trace.subclass import library_wrapper
 from dtype_doctor.trace.weakid import WeakIdMap
 
 SAMPLE = 4096
@@ -83,6 +84,8 @@ class ValueProbe:
     def _measured_as(t: object) -> torch.Tensor | None:
         """The tensor whose values stand for `t`'s, or None when `t` holds no floating values."""
         if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0 or _holds_no_data(t):
+            return None
+        if library_wrapper(type(t)):  # torchao's float8 tensors: the plain tensors inside are measured
             return None
         if t._base is not None and t._base.dtype == t.dtype:
             # A view (a transpose, a reshape, a slice) holds some of its base's values: the base's
