@@ -21,5 +21,15 @@ def library_wrapper(cls: type) -> bool:
 
 
 def wrapper_type(types: Any) -> type | None:
-    """The first of an op's operand types (a dispatch handler's `types`) that is a library wrapper."""
-    return next((t for t in types if library_wrapper(t)), None)
+    """The first of an op's operand types (a dispatch handler's `types`: empty for plain tensors)
+    that is a library wrapper. Every recorded op asks: the answer per type is kept."""
+    for t in types:
+        known = _WRAPPERS.get(t)
+        if known is None:
+            known = _WRAPPERS[t] = library_wrapper(t)
+        if known:
+            return t
+    return None
+
+
+_WRAPPERS: dict[type, bool] = {}
