@@ -85,8 +85,6 @@ class ValueProbe:
         """The tensor whose values stand for `t`'s, or None when `t` holds no floating values."""
         if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0 or _holds_no_data(t):
             return None
-        if library_wrapper(type(t)):  # torchao's float8 tensors: the plain tensors inside are measured
-            return None
         if t._base is not None and t._base.dtype == t.dtype:
             # A view (a transpose, a reshape, a slice) holds some of its base's values: the base's
             # statistics bound it, and measuring every view would cost more than the forward.
@@ -207,7 +205,9 @@ def _dense(x: torch.Tensor) -> bool:
 
 
 def _holds_no_data(t: torch.Tensor) -> bool:
-    if t.device.type == "meta":
+    if t.device.type == "meta" or library_wrapper(type(t)):
+        # A library's wrapper subclass (torchao's float8 tensors) has no storage of its own: the
+        # plain tensors inside are measured as the ops its handler runs on them are recorded.
         return True
     from torch._subclasses.fake_tensor import FakeTensor
 
