@@ -97,7 +97,7 @@ def test_fix_run_writes_the_filter_into_the_script_and_the_rerun_is_clean(capsys
     assert '+swap_to_float8(model, module_filter_fn=lambda mod, fqn: fqn not in {"2", "4"} and (lambda mod, fqn: mod.in_features >= 16)(mod, fqn))' in patch
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao is not installed (not in the quant extra: see README)")
+@pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao is not installed (pip install 'dtype-doctor[quant]')")
 def test_the_edit_leaves_the_layers_out_of_torchaos_conversion(tmp_path: Path) -> None:
     """In a subprocess (torchao prints to stderr on a CPU build): the edited convert_to_float8_training call."""
     source = (
@@ -111,3 +111,26 @@ def test_the_edit_leaves_the_layers_out_of_torchaos_conversion(tmp_path: Path) -
     done = subprocess.run([sys.executable, str(tmp_path / "t.py")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "['Float8Linear', 'ReLU', 'Linear', 'ReLU', 'Linear']"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao is not installed (pip install 'dtype-doctor[quant]')")
+def test_a_torchao_script_is_fixed_and_the_patched_script_reruns_clean(capsys, tmp_path, monkeypatch) -> None:
+    """convert_to_float8_training on the 32→48→40→16 MLP, trained: torchao's own _scaled_mm calls
+    are judged, its Float8Linear swapped back in memory (a train step re-traced clean) and the
+    conversion call given a module_filter_fn, re-run under the same simulation."""
+    from dtype_doctor.cli.main import run
+
+    script = SCRIPTS / "fp8_torchao_train.py"
+    shutil.copy(script, tmp_path / script.name)
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        run(["fix", "--run", "--simulate", "--gpu", "h100", "--write-patch", "fp8.patch", "-f", "json", "--", "python", script.name])
+    out = capsys.readouterr()
+    report, fix = json.loads(out.out), json.loads(out.out)["fix"]
+    assert exc.value.code == 0 and fix["verified"] is True, fix
+    assert {r["target"] for f in report["findings"] if f["code"] == "DD506" for r in f["remedies"]} == {"2"}  # the step stops there
+    assert "DD506" not in {f["code"] for f in fix["after"]["findings"]}
+    assert out.err == ""  # torchao's import-time log lines held back
+    patch = (tmp_path / "fp8.patch").read_text()
+    assert '+convert_to_float8_training(model, module_filter_fn=lambda mod, fqn: fqn not in {"2", "4"})' in patch

@@ -118,3 +118,53 @@ def test_the_backward_transposes_a_dimension_the_forward_never_checked() -> None
     report = dtype_doctor.diagnose(model, {"x": x}, train=True)
     [f] = [f for f in report.findings if f.code == "DD506"]
     assert "divisible by 16" in f.message and "(48x8)" in f.message
+
+
+# --- torchao's Float8Linear: the torch._scaled_mm inside its float8 tensor subclass ---------------
+
+needs_torchao = pytest.mark.skipif(
+    __import__("importlib").util.find_spec("torchao") is None, reason="torchao is not installed (pip install 'dtype-doctor[quant]')"
+)
+
+
+def _torchao_mlp(hidden: int) -> nn.Module:
+    from dtype_doctor.cli.output import import_quietly
+
+    import_quietly("torchao")  # a CPU build of torch: torchao logs its CUDA extensions as it imports
+    from torchao.float8 import convert_to_float8_training
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 48), nn.ReLU(), nn.Linear(48, hidden), nn.ReLU(), nn.Linear(hidden, 16))
+    return convert_to_float8_training(model)
+
+
+@needs_torchao
+def test_torchao_layers_are_judged_by_their_scaled_mm() -> None:
+    """torchao's Float8Linear multiplies through aten.mm on its Float8TrainingTensor, whose handler
+    calls torch._scaled_mm on the float8 data: the trace records that call, once per matmul."""
+    model, x = _torchao_mlp(40), torch.randn(16, 32)
+    assert [type(m).__name__ for m in model] == ["Float8Linear", "ReLU", "Float8Linear", "ReLU", "Float8Linear"]
+    assert model(x).dtype == torch.float32  # the CPU runs all of it
+    report = dtype_doctor.diagnose(model, {"input": x}, device="cuda", simulate=True, gpu="h100")
+    scaled = [op for op in report.trace.ops if op.op == "aten._scaled_mm.default"]
+    assert [op.module for op in scaled] == ["0", "2", "4"]  # one per layer: recorded once, not twice
+    assert [(op.operands[0].dtype, op.operands[1].shape) for op in scaled] == [
+        ("float8_e4m3fn", (32, 48)), ("float8_e4m3fn", (48, 40)), ("float8_e4m3fn", (40, 16))]
+    found = [f for f in report.findings if f.code == "DD506"]
+    assert {f.severity for f in found} == {"error"}  # N=40 and K=40: the table's refused rows
+    assert {r.target for f in found for r in f.remedies} == {"2", "4"}
+    assert "DD001" not in {f.code for f in report.findings}
+    a100 = dtype_doctor.diagnose(model, {"input": x}, device="cuda", simulate=True, gpu="a100")
+    assert any(f.code == "DD107" and "_scaled_mm" in f.message for f in a100.findings)
+    real = dtype_doctor.diagnose(model, {"input": x}, train=True)  # a real CPU trace, values measured
+    assert "DD001" not in {f.code for f in real.findings}
+    assert sum(op.op == "aten._scaled_mm.default" for op in real.trace.ops) == 9  # 3 per layer: out, grad_in, grad_w
+    assert {f.severity for f in real.findings if f.code == "DD506"} == {"warning"}
+
+
+@needs_torchao
+def test_a_clean_torchao_conversion_has_no_dd506() -> None:
+    model, x = _torchao_mlp(64), torch.randn(16, 32)
+    report = dtype_doctor.diagnose(model, {"input": x}, device="cuda", simulate=True, gpu="h100", train=True)
+    assert sum(op.op == "aten._scaled_mm.default" for op in report.trace.ops) == 9
+    assert not [f for f in report.findings if f.code in ("DD506", "DD001")]

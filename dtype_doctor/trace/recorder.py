@@ -23,6 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from dtype_doctor.errors import first_line
 from dtype_doctor.numerics import device_name, dtype_name, tensors_in
 from dtype_doctor.records import FP16_MAX, ModuleCall, OpCall, TensorMeta, in_modules
+from dtype_doctor.trace.subclass import wrapper_type
 from dtype_doctor.trace.values import ValueProbe
 from dtype_doctor.trace.verdicts import classify_error
 from dtype_doctor.trace.weakid import WeakIdMap
@@ -619,7 +620,18 @@ class _DispatchRecorder(TorchDispatchMode):
         name = _OP_NAMES.get(func)
         if name is None:
             name = _OP_NAMES[func] = str(func)
-        return self.rec.record(func, name, args, kwargs, lambda a, k: func(*a, **k), "aten")
+        wrapper = wrapper_type(types)
+        if wrapper is None:
+            return self.rec.record(func, name, args, kwargs, lambda a, k: func(*a, **k), "aten")
+
+        # A library's tensor subclass (torchao's Float8TrainingTensor) runs its own ops on the plain
+        # tensors it wraps (aten.mm becomes torch._scaled_mm): its handler runs with this mode
+        # pushed again — the dispatcher pops it for the handler — so those ops are recorded too.
+        def inside(a: tuple, k: dict) -> Any:
+            with self:
+                return wrapper.__torch_dispatch__(func, types, a, k)
+
+        return self.rec.record(func, name, args, kwargs, inside, "aten")
 
 
 class _FunctionRecorder(TorchFunctionMode):

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from dtype_doctor.records import FP16_TINY, GRAD_SCALE, ValueStats, merge_stats
+from dtype_doctor.trace.subclass import library_wrapper
 from dtype_doctor.trace.weakid import WeakIdMap
 
 SAMPLE = 4096
@@ -62,8 +63,10 @@ class ValueProbe:
         """
         if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
             return None
-        if type(t) not in _PLAIN and _holds_no_data(t):
-            return None
+        if type(t) not in _PLAIN:
+            if _holds_no_data(t):
+                return None
+            t = _local(t)
         base = t._base
         if base is not None and base.dtype == t.dtype:
             # A view (a transpose, a reshape, a slice) holds some of its base's values: the base's
@@ -97,6 +100,8 @@ class ValueProbe:
 
     def known(self, t: object, *, as_last_seen: bool = False) -> int | None:
         """The handle `t` already has (its values unchanged since, or `as_last_seen`), else None."""
+        if isinstance(t, torch.Tensor) and type(t) not in _PLAIN:
+            t = _local(t)
         if isinstance(t, torch.Tensor) and t._base is not None and t._base.dtype == t.dtype:
             t = t._base
         seen = self._seen.get(t) if isinstance(t, torch.Tensor) else None
@@ -251,8 +256,25 @@ def _dense(x: torch.Tensor) -> bool:
     return True
 
 
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's values on this rank (its local shard, the same tensor object every time), or `t`.
+
+    FSDP2's parameters and gradients are DTensors; a rank holds and computes with its shard, so
+    that is what the statistics of a real sharded step measure.
+    """
+    to_local = getattr(t, "to_local", None)
+    if to_local is None or not hasattr(t, "placements"):
+        return t
+    with torch.no_grad():  # without grad, to_local is the stored shard itself (no autograd view)
+        return to_local()
+
+
 def _holds_no_data(t: torch.Tensor) -> bool:
-    """A fake tensor (a simulated trace) or a meta one: shapes without values."""
+    """A fake tensor (a simulated trace) or a meta one: shapes without values; or a library's
+    wrapper subclass (torchao's float8 tensors), which has no storage of its own: the plain
+    tensors inside are measured as the ops its handler runs on them are recorded."""
+    if library_wrapper(type(t)):
+        return True
     from torch._subclasses.fake_tensor import FakeTensor
 
     return t.is_meta or isinstance(t, FakeTensor)
