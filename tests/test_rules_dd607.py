@@ -58,8 +58,7 @@ def test_only_fsdp1_with_a_plain_grad_scaler_is_named(tmp_path, case, named):
 
 def test_fsdp2_with_a_plain_grad_scaler_is_not_named():
     """FSDP2's gradients are DTensors: DTensor's dispatch reduces found_inf (the gloo run keeps the ranks' scales equal).
-    The step is traced through the API here: `run` of a real (unsimulated) FSDP2 step on the CPU stops in the value
-    statistics (trace/values.py pads a DTensor with plain tensors), which is not this rule's to change."""
+    Traced through the API here, and by `run` of the real torchrun line below."""
     with dtype_doctor.fake_world(2) as mesh:
         model, x = build("correct-policy", mesh)
         trace = dtype_doctor.diagnose(model, {"input": x}, train=True).trace
@@ -67,3 +66,15 @@ def test_fsdp2_with_a_plain_grad_scaler_is_not_named():
     assert "DD607" not in {f.code for f in run_rules(dataclasses.replace(trace, scaler=sorted(PLAIN)[0]))}
     fsdp1 = dataclasses.replace(trace, scaler=sorted(PLAIN)[0], world=dataclasses.replace(trace.world, strategy="fsdp"))
     assert "DD607" in {f.code for f in run_rules(fsdp1)}
+
+
+def test_a_real_fsdp2_step_under_run_is_measured_and_not_named(tmp_path):
+    """`run` of a real (unsimulated) FSDP2 step on the CPU: its DTensor parameters and gradients are
+    measured on rank 0's shard (value statistics once stopped on them), and the plain GradScaler is clean."""
+    (tmp_path / "train.py").write_text(SCRIPT)
+    script, launch = split_launcher(["torchrun", "--nproc-per-node", "2", str(tmp_path / "train.py"), "fsdp2-GradScaler"])
+    result = run_script(script, options=RunOptions(launch=launch, device="cpu"))
+    report = result.report
+    assert result.outcome.error is None and report.trace.world.strategy == "fsdp2"
+    assert report.trace.coverage.stopped is None and "DD607" not in codes(report)
+    assert any(op.stats is not None for op in report.trace.ops if op.phase == "backward")
