@@ -22,8 +22,8 @@ from typing import ClassVar, Iterable
 
 import libcst as cst
 
-from dtype_doctor.fix.codemods.base import Codemod, _Skip
-from dtype_doctor.fix.codemods.quant import _callee
+from dtype_doctor.fix.codemods.base import Codemod
+from dtype_doctor.fix.codemods.quant import _callee, the_one_call
 
 CONVERSIONS = frozenset({"convert_to_float8_training", "swap_linear_with_float8_linear"})
 KEYWORD = "module_filter_fn"
@@ -63,19 +63,13 @@ class ExcludeFromConversion(Codemod):
 
     def _apply(self, source: str, filename: str, warnings: list[str]) -> tuple[str, str]:
         module = cst.parse_module(source)
-        calls: list[cst.Call] = []
-
-        class Find(cst.CSTVisitor):
-            def visit_Call(inner, node: cst.Call) -> None:  # noqa: N805
-                if _callee(node) in CONVERSIONS or any(a.keyword is not None and a.keyword.value == KEYWORD for a in node.args):
-                    calls.append(node)
-
-        module.visit(Find())
-        if not calls:
-            raise _Skip(f"no fp8 conversion call ({', '.join(sorted(CONVERSIONS))}, or a call passing {KEYWORD}=) in {filename}")
-        if len(calls) > 1:
-            raise _Skip(f"{len(calls)} fp8 conversion calls in {filename}; which one converts the traced model is not known")
-        target, fqns = calls[0], self.fqns
+        target = the_one_call(
+            module,
+            lambda node: _callee(node) in CONVERSIONS or any(a.keyword is not None and a.keyword.value == KEYWORD for a in node.args),
+            f"no fp8 conversion call ({', '.join(sorted(CONVERSIONS))}, or a call passing {KEYWORD}=) in {filename}",
+            f"fp8 conversion calls in {filename}; which one converts the traced model is not known",
+        )
+        fqns = self.fqns
 
         def filter_for(old: cst.BaseExpression | None) -> cst.BaseExpression:
             names: list[str] = list(fqns)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import libcst as cst
 
@@ -16,6 +16,24 @@ def _callee(call: cst.Call) -> str | None:
     if isinstance(f, cst.Attribute):
         return f.attr.value
     return None
+
+
+def the_one_call(module: cst.Module, matches: Callable[[cst.Call], bool], none: str, many: str) -> cst.Call:
+    """The single call in `module` that `matches`; a skip saying `none`, or `many` (with the count
+    in front), when there is none or more than one — which of several is meant is not known."""
+    calls: list[cst.Call] = []
+
+    class Find(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            if matches(node):
+                calls.append(node)
+
+    module.visit(Find())
+    if not calls:
+        raise _Skip(none)
+    if len(calls) > 1:
+        raise _Skip(f"{len(calls)} {many}")
+    return calls[0]
 
 
 def _imports_torch(module: cst.Module) -> bool:
@@ -38,19 +56,8 @@ class SetConfigKeyword(Codemod):
 
     def _apply(self, source: str, filename: str, warnings: list[str]) -> tuple[str, str]:
         module = cst.parse_module(source)
-        calls: list[cst.Call] = []
-
-        class Find(cst.CSTVisitor):
-            def visit_Call(inner, node: cst.Call) -> None:  # noqa: N805
-                if _callee(node) == self.callee:
-                    calls.append(node)
-
-        module.visit(Find())
-        if not calls:
-            raise _Skip(f"no {self.callee}(...) call in {filename}")
-        if len(calls) > 1:
-            raise _Skip(f"{len(calls)} {self.callee}(...) calls in {filename}; which one loads the model is not known")
-        target = calls[0]
+        target = the_one_call(module, lambda node: _callee(node) == self.callee, f"no {self.callee}(...) call in {filename}",
+                              f"{self.callee}(...) calls in {filename}; which one loads the model is not known")
         # torch.bfloat16 where the file imports torch; the name as a string (which BitsAndBytesConfig also takes) where not
         if self.dtype in ("True", "False"):  # a flag (llm_int8_enable_fp32_cpu_offload), not a dtype
             value: cst.BaseExpression = cst.Name(self.dtype)
