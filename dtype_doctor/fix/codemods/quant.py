@@ -63,7 +63,7 @@ class SetConfigKeyword(Codemod):
             value: cst.BaseExpression = cst.Name(self.dtype)
         else:
             value = cst.parse_expression(f"torch.{self.dtype}" if _imports_torch(module) else repr(self.dtype))
-        keyword, dtype = self.keyword, self.dtype
+        keyword = self.keyword
 
         class Edit(cst.CSTTransformer):
             def leave_Call(inner, original: cst.Call, updated: cst.Call) -> cst.Call:  # noqa: N805
