@@ -23,7 +23,7 @@ from typing import ClassVar, Iterable
 import libcst as cst
 
 from dtype_doctor.fix.codemods.base import Codemod
-from dtype_doctor.fix.codemods.quant import _callee, the_one_call
+from dtype_doctor.fix.codemods.quant import _callee, the_one_call, with_keyword
 
 CONVERSIONS = frozenset({"convert_to_float8_training", "swap_linear_with_float8_linear"})
 KEYWORD = "module_filter_fn"
@@ -82,24 +82,5 @@ class ExcludeFromConversion(Codemod):
             text = f"lambda mod, fqn: fqn not in {_set_literal(names)}"
             return cst.parse_expression(text + (f" and {rest}" if rest else ""))
 
-        class Edit(cst.CSTTransformer):
-            def leave_Call(inner, original: cst.Call, updated: cst.Call) -> cst.Call:  # noqa: N805
-                if original is not target:
-                    return updated
-                args = list(updated.args)
-                for i, a in enumerate(args):
-                    if a.keyword is not None and a.keyword.value == KEYWORD:
-                        args[i] = a.with_changes(value=filter_for(a.value))
-                        return updated.with_changes(args=args)
-                new = cst.Arg(value=filter_for(None), keyword=cst.Name(KEYWORD),
-                              equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
-                if args:
-                    last = args[-1]
-                    if isinstance(last.comma, cst.Comma):
-                        new = new.with_changes(comma=last.comma)
-                    args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-                return updated.with_changes(args=[*args, new])
-
-        new_source = module.visit(Edit()).code
-        line = module.code[: module.code.find(cst.Module([]).code_for_node(target))].count("\n") + 1
+        new_source, line = with_keyword(module, target, KEYWORD, filter_for)
         return new_source, f"{_callee(target)}(...) at {filename}:{line}: {KEYWORD} leaves out {', '.join(fqns)}"

@@ -36,6 +36,37 @@ def the_one_call(module: cst.Module, matches: Callable[[cst.Call], bool], none: 
     return calls[0]
 
 
+def with_keyword(
+    module: cst.Module, target: cst.Call, keyword: str, value_for: Callable[[cst.BaseExpression | None], cst.BaseExpression]
+) -> tuple[str, int]:
+    """`module`'s source with `target`'s `keyword=` argument set to `value_for(its old value)` (None
+    when the call has none: it is appended, keeping the call's layout), and the call's line."""
+
+    class Edit(cst.CSTTransformer):
+        def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+            if original is not target:
+                return updated
+            args = list(updated.args)
+            for i, a in enumerate(args):
+                if a.keyword is not None and a.keyword.value == keyword:
+                    args[i] = a.with_changes(value=value_for(a.value))
+                    return updated.with_changes(args=args)
+            new = cst.Arg(value=value_for(None), keyword=cst.Name(keyword),
+                          equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+            if args:
+                last = args[-1]
+                between = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+                if isinstance(last.comma, cst.Comma):  # a trailing comma: one argument a line, kept so
+                    new = new.with_changes(comma=last.comma)
+                    if len(args) > 1 and isinstance(args[-2].comma, cst.Comma):
+                        between = args[-2].comma
+                args[-1] = last.with_changes(comma=between)
+            return updated.with_changes(args=[*args, new])
+
+    line = module.code[: module.code.find(cst.Module([]).code_for_node(target))].count("\n") + 1
+    return module.visit(Edit()).code, line
+
+
 def _imports_torch(module: cst.Module) -> bool:
     for stmt in module.body:
         for small in getattr(stmt, "body", ()):
@@ -65,27 +96,5 @@ class SetConfigKeyword(Codemod):
             value = cst.parse_expression(f"torch.{self.dtype}" if _imports_torch(module) else repr(self.dtype))
         keyword = self.keyword
 
-        class Edit(cst.CSTTransformer):
-            def leave_Call(inner, original: cst.Call, updated: cst.Call) -> cst.Call:  # noqa: N805
-                if original is not target:
-                    return updated
-                args = list(updated.args)
-                for i, a in enumerate(args):
-                    if a.keyword is not None and a.keyword.value == keyword:
-                        args[i] = a.with_changes(value=value)
-                        return updated.with_changes(args=args)
-                new = cst.Arg(value=value, keyword=cst.Name(keyword),
-                              equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
-                if args:
-                    last = args[-1]
-                    between = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-                    if isinstance(last.comma, cst.Comma):  # a trailing comma: one argument a line, kept so
-                        new = new.with_changes(comma=last.comma)
-                        if len(args) > 1 and isinstance(args[-2].comma, cst.Comma):
-                            between = args[-2].comma
-                    args[-1] = last.with_changes(comma=between)
-                return updated.with_changes(args=[*args, new])
-
-        new_source = module.visit(Edit()).code
-        line = module.code[: module.code.find(cst.Module([]).code_for_node(target))].count("\n") + 1
+        new_source, line = with_keyword(module, target, keyword, lambda old: value)
         return new_source, f"{self.callee}(...) at {filename}:{line}: {keyword}={cst.Module([]).code_for_node(value)}"
