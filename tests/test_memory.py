@@ -203,3 +203,71 @@ def test_fix_run_names_an_out_of_memory_in_the_step(tmp_path: Path, capsys: pyte
     code, out, err = run_cli(capsys, ["fix", "--run", "--", "python", str(script), "4"])
     assert code == 2 and out == ""
     assert_one_error_line(err, "ran out of memory", f"{script.name}:13", "lower the batch size")
+
+
+# A forward holding one batch x sequence x 16384 float32 tensor: llama-tiny with a wide MLP
+# (12 MB of weights, so the load estimate lets it start). 1024 rows of 128 tokens make the
+# first gate_proj output 8 GiB, over a 4 GiB address-space cap.
+WIDE_ROWS = 1024
+WIDE_CAP = 4 * 2**30
+
+PLAIN_FORWARD = '''import json, sys
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from dtype_doctor.errors import is_out_of_memory
+
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1])
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+rows = [json.loads(line)["text"] for line in open(sys.argv[2])]
+batch = tokenizer(rows, truncation=True, padding=True, return_tensors="pt")
+print(tuple(batch["input_ids"].shape))
+try:
+    with torch.no_grad():
+        model(**batch)
+except Exception as exc:
+    print(type(exc).__name__, is_out_of_memory(exc))
+else:
+    print("fits")
+'''
+
+
+def cap_address_space() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (WIDE_CAP, WIDE_CAP))
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tmp/{wide-llama,rows.jsonl}, after the oracle: a plain load + forward of these rows fails under the cap."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    root = tmp_path_factory.mktemp("oom")
+    model = root / "wide-llama"
+    config = LlamaConfig.from_pretrained(LLAMA)
+    config.intermediate_size = 16384
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(model)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(LLAMA / name, model / name)
+    rows = root / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"text": "the cat sat on the mat " * 16}) + "\n" for _ in range(WIDE_ROWS)))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    plain = subprocess.run([sys.executable, "-c", PLAIN_FORWARD, str(model), str(rows)], capture_output=True, text=True,
+                           env=env, preexec_fn=cap_address_space, timeout=300)
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.splitlines() == [f"({WIDE_ROWS}, 128)", "RuntimeError True"], plain.stdout  # the step alone fails
+    return root
+
+
+@pytest.mark.parametrize("command", ["scan", "fix"])
+def test_scan_and_fix_name_the_batch_size_of_a_real_out_of_memory_under_rlimit_as(wide: Path, command: str) -> None:
+    model, rows = wide / "wide-llama", wide / "rows.jsonl"
+    before = tree_hash(wide)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "dtype_doctor", command, str(model), str(rows), "--batch-size",
+                           str(WIDE_ROWS)], capture_output=True, text=True, env=env, preexec_fn=cap_address_space,
+                          timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert_one_error_line(proc.stderr, f"out of memory with --batch-size {WIDE_ROWS} ", "lower --batch-size", "--simulate")
+    assert proc.stdout == "" and tree_hash(wide) == before
