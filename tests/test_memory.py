@@ -10,7 +10,9 @@ import resource
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -260,14 +262,92 @@ def wide(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.mark.parametrize("command", ["scan", "fix"])
-def test_scan_and_fix_name_the_batch_size_of_a_real_out_of_memory_under_rlimit_as(wide: Path, command: str) -> None:
+def test_scan_names_the_batch_size_of_a_real_out_of_memory_under_rlimit_as(wide: Path) -> None:
     model, rows = wide / "wide-llama", wide / "rows.jsonl"
     before = tree_hash(wide)
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "dtype_doctor", command, str(model), str(rows), "--batch-size",
+    proc = subprocess.run([sys.executable, "-m", "dtype_doctor", "scan", str(model), str(rows), "--batch-size",
                            str(WIDE_ROWS)], capture_output=True, text=True, env=env, preexec_fn=cap_address_space,
                           timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert_one_error_line(proc.stderr, f"out of memory with --batch-size {WIDE_ROWS} ", "lower --batch-size", "--simulate")
     assert proc.stdout == "" and tree_hash(wide) == before
+
+
+@contextmanager
+def address_space_room(room: int) -> Iterator[None]:
+    """This process's soft RLIMIT_AS lowered to what it maps now plus `room`, then restored."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm") as fh:
+        mapped = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + room, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def test_fix_names_the_batch_size_of_a_real_out_of_memory_under_rlimit_as(wide: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    # In this process (a second interpreter would cost another torch import): 4 GiB of room, half
+    # the 8 GiB gate_proj output that the plain forward could not allocate under its own cap.
+    model, rows = wide / "wide-llama", wide / "rows.jsonl"
+    before = tree_hash(wide)
+    with address_space_room(4 * 2**30):
+        code, out, err = run_cli(capsys, ["fix", str(model), str(rows), "--batch-size", str(WIDE_ROWS)])
+    assert code == 2, err
+    assert_one_error_line(err, f"out of memory with --batch-size {WIDE_ROWS} ", "lower --batch-size", "--simulate")
+    assert out == "" and tree_hash(wide) == before
+
+
+def test_compare_names_the_batch_size_of_a_real_out_of_memory_under_rlimit_as(wide: Path,
+                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # compare's fp32 reference forward used to read "the fp32 forward fails ... `dtype-doctor scan` says why".
+    model, rows = wide / "wide-llama", wide / "rows.jsonl"
+    before = tree_hash(wide)
+    with address_space_room(4 * 2**30):
+        code, out, err = run_cli(capsys, ["compare", str(model), str(rows), "--batch-size", str(WIDE_ROWS)])
+    assert code == 2, err
+    assert_one_error_line(err, f"out of memory with --batch-size {WIDE_ROWS} ", "lower --batch-size")
+    assert out == "" and tree_hash(wide) == before
+
+
+class HalfHungry(torch.nn.Module):
+    """Fits in float32, runs out of memory in float16: a fix's trial needing more than the trace did."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.proj(x)
+        if h.dtype == torch.float16:
+            h = h + torch.zeros(2**60, dtype=torch.uint8).sum()
+        return h
+
+
+def test_an_out_of_memory_in_a_fix_trial_is_raised_not_blamed_on_a_module() -> None:
+    from dtype_doctor.fix.engine import fix_model
+    from dtype_doctor.fix.keep_fp32 import minimal_fp32_set
+
+    model, x = HalfHungry(), torch.ones(2, 4)
+    assert model(x).dtype == torch.float32
+    with pytest.raises(RuntimeError) as plain:
+        HalfHungry().half()(x.half())  # the oracle: the float16 forward alone fails to allocate
+    assert is_out_of_memory(plain.value)
+    # It used to be a "failing" mix: keep-fp32 kept `proj` float32 and called the fix verified.
+    with pytest.raises(RuntimeError) as searched:
+        minimal_fp32_set(model, {"x": x})
+    assert is_out_of_memory(searched.value)
+    with pytest.raises(RuntimeError) as fixed:
+        fix_model(model, {"x": x}, strategy="keep-fp32")
+    assert is_out_of_memory(fixed.value)
+    assert model.proj.weight.dtype == torch.float32  # the user's model untouched
+
+
+def test_an_out_of_memory_in_the_fp32_reference_is_raised_not_missing_overflow_evidence() -> None:
+    from dtype_doctor.fix.engine import activation_peaks
+
+    with pytest.raises(RuntimeError) as info:
+        activation_peaks(Greedy(), {"x": torch.ones(2, 4)})  # used to return {}: "no overflow seen"
+    assert is_out_of_memory(info.value)

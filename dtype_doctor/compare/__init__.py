@@ -71,7 +71,7 @@ def compare_pipeline(
 
     from dtype_doctor.compare.engine import REAL_ONLY, run
     from dtype_doctor.compare.records import VARIANT_NAMES, CompareRequest
-    from dtype_doctor.pipeline import ScanOptions, prepare
+    from dtype_doctor.pipeline import ScanOptions, memory_named, prepare
     from dtype_doctor.placement import decide
     from dtype_doctor.records import Subject
 
@@ -82,9 +82,10 @@ def compare_pipeline(
     request.validate()  # before the slow part
     options.validate()
     decide(options.device, real_only=REAL_ONLY)
-    p = prepare(model, dataset, options, progress=progress)
-    request = replace(request, device=p.device, subject=Subject(model, dataset, p.rows.split))
-    return run(p.loaded.model, p.batch.inputs, request, progress)
+    with memory_named(options):
+        p = prepare(model, dataset, options, progress=progress)
+        request = replace(request, device=p.device, subject=Subject(model, dataset, p.rows.split))
+        return run(p.loaded.model, p.batch.inputs, request, progress)
 
 
 class _CallablePackage(types.ModuleType):

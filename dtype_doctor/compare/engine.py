@@ -19,7 +19,7 @@ from dtype_doctor.compare.measure import Numerics, peak_method, probe, run_peak,
 from dtype_doctor.compare.records import REFERENCE, CompareRequest, Comparison, OutputError, Row, Variant
 from dtype_doctor.compare.train import error_line, grad_scaler_step, training_loss
 from dtype_doctor.compare.verdicts import recommend, verdict
-from dtype_doctor.errors import InputError
+from dtype_doctor.errors import InputError, is_out_of_memory
 from dtype_doctor.numerics import forward, fp32_inputs, fp32_reference, output_diff, weight_bytes
 from dtype_doctor.records import Subject, Target, main_dtype_of
 from dtype_doctor.placement import decide
@@ -67,6 +67,8 @@ def run(model: torch.nn.Module, inputs: Mapping[str, Any], request: CompareReque
     try:
         (name, out), numerics = probe(ref_model, lambda: forward(ref_model, ref_inputs, None))
     except Exception as exc:  # noqa: BLE001 - nothing to compare against: the pipeline's own problem
+        if is_out_of_memory(exc):
+            raise  # the machine's limit, not the pipeline's: compare() names the batch size
         raise InputError(f"the fp32 forward fails, so there is nothing to compare against ({error_line(exc)}); `dtype-doctor scan` says why") from exc
     ref = Reference(ref_model, ref_inputs, name, out.detach(), numerics, device)
     rows = []

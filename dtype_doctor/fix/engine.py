@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, TypeVar
 
 import torch
 
-from dtype_doctor.errors import UsageError
+from dtype_doctor.errors import UsageError, is_out_of_memory
 from dtype_doctor.fix.outcome import Alternative, Cost, FixOutcome, Parity, PatchOutcome, Peak, Step, Tradeoff
 from dtype_doctor.fix.strategies import AUTO_ORDER, NAMES, STRATEGIES, Context, Pipeline, convert_keeping_fp32
 from dtype_doctor.records import FP16_MAX, Report, TraceRequest
@@ -207,7 +207,9 @@ def activation_peaks(ref: torch.nn.Module, inputs: Mapping[str, Any]) -> dict[st
     with module_peaks(ref) as peaks:
         try:
             forward(ref, fp32_inputs(inputs), None)
-        except Exception:  # noqa: BLE001 - no evidence is not an error
+        except Exception as exc:  # noqa: BLE001 - no evidence is not an error
+            if is_out_of_memory(exc):
+                raise  # but no memory is: the overflow evidence the strategies rely on would be silently missing
             return {}
     return peaks
 

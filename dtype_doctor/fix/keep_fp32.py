@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from dtype_doctor.errors import is_out_of_memory
 from dtype_doctor.records import COSINE_MIN, FP16_MAX
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
@@ -253,6 +254,8 @@ class _Trials:
         except _Overflow as exc:
             return _Outcome(False, float("nan"), float("inf"), f"overflowing ({exc} turned finite inputs into inf or NaN)")
         except Exception as exc:  # noqa: BLE001 - a mix that cannot run is a failing check
+            if is_out_of_memory(exc):
+                raise  # the machine's limit, not the mix's: the search would blame the wrong modules
             # Siblings whose outputs meet in one op (q, k, v in attention) must share a dtype;
             # a set that splits them raises, and the search moves on to one that does not.
             first = str(exc).splitlines()[0] if str(exc) else ""

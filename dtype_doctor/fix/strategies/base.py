@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Sequence
 
+from dtype_doctor.errors import is_out_of_memory
 from dtype_doctor.fix.outcome import Change, Step
 from dtype_doctor.records import Finding, Remedy, Report, SourceLoc, TraceRequest
 
@@ -269,6 +270,8 @@ class Strategy(ABC):
         try:
             new = self.apply(pipeline, changes)
         except Exception as exc:  # noqa: BLE001 - a failing fix is a result, not a crash
+            if is_out_of_memory(exc):
+                raise  # the machine's limit, not the strategy's: the caller names the batch size
             return pipeline, Step(self.name, "failed", f"{type(exc).__name__}: {exc}".splitlines()[0], changes)
         from dtype_doctor.fix.strategies import describe
 
