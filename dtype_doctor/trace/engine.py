@@ -236,7 +236,9 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
     emulate_cuda_amp = where.simulate and where.label is not None and where.label.type == "cuda" and run_device.type != "cuda"
     failure: TraceFailure | None = None
     grads: list[tuple[str, str, int | None]] = []
-    with preserved(model, train=request.train, guard_writes=state is None and plan is None and not sharded), contextlib.ExitStack() as fake:
+    guard_writes = state is None and plan is None and not sharded
+    with preserved(model, train=request.train, guard_writes=guard_writes, mode=False) as writes, contextlib.ExitStack() as fake:
+        rec.writes = writes  # the recorder's own dispatch mode guards the parameters' writes
         if fake_mode is not None:
             fake.enter_context(_quiet_fake_kernels())
             fake.enter_context(fake_mode)

@@ -33,7 +33,11 @@ from dtype_doctor.numerics import config_kept
 
 
 class WriteGuard(TorchDispatchMode):
-    """Copies a watched tensor's values the first time an op is about to write into its storage."""
+    """Copies a watched tensor's values the first time an op is about to write into its storage.
+
+    On its own it is a dispatch mode (compare's timed steps). Under a trace the recorder's dispatch
+    mode calls `before()` itself (preserved(..., mode=False)): one Python mode per op, not two.
+    """
 
     def __init__(self, watched: list[torch.Tensor]) -> None:
         super().__init__()
@@ -43,6 +47,11 @@ class WriteGuard(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
+        self.before(func, args, kwargs)
+        return func(*args, **kwargs)
+
+    def before(self, func: Any, args: tuple, kwargs: dict) -> None:
+        """An op `func(*args, **kwargs)` is about to run: save what it would write of the watched tensors."""
         written = self._writes.get(func)
         if written is None:
             written = self._writes[func] = tuple(
@@ -55,7 +64,6 @@ class WriteGuard(TorchDispatchMode):
                 for t in target if isinstance(target, (list, tuple)) else (target,):
                     if isinstance(t, torch.Tensor):
                         self._before_write(t)
-        return func(*args, **kwargs)
 
     def _before_write(self, t: torch.Tensor) -> None:
         try:
@@ -75,10 +83,12 @@ class WriteGuard(TorchDispatchMode):
 
 
 @contextlib.contextmanager
-def preserved(model: torch.nn.Module, *, train: bool, guard_writes: bool = True) -> Iterator[None]:
+def preserved(model: torch.nn.Module, *, train: bool, guard_writes: bool = True, mode: bool = True) -> Iterator[WriteGuard | None]:
     """The block runs a step on `model`; on the way out the model is as it was (see the module doc).
 
     `guard_writes`: watch the parameters for in-place writes (off where the step runs on copies).
+    `mode`: the write guard is a dispatch mode over the block; False: it is only yielded, for a
+    dispatch mode of the caller's to call its `before()` (the recorder's, trace/engine.py).
     """
     modules = list(model.modules())
     flags = [(m, m.training) for m in modules]
@@ -92,9 +102,10 @@ def preserved(model: torch.nn.Module, *, train: bool, guard_writes: bool = True)
         if train:
             for p in params:
                 p.grad = None
-        model.train(train)
-        with config_kept(model), (guard if guard is not None else contextlib.nullcontext()):
-            yield
+        if any(m.training != train for m in modules):
+            model.train(train)
+        with config_kept(model), (guard if guard is not None and mode else contextlib.nullcontext()):
+            yield guard
     finally:
         for m, saved, parameters, own_buffers, children, non_persistent in attrs:
             _refill(m._parameters, parameters)
@@ -106,7 +117,8 @@ def preserved(model: torch.nn.Module, *, train: bool, guard_writes: bool = True)
                 del m.__dict__[key]
             m.__dict__.update(saved)
         for m, flag in flags:
-            m.training = flag
+            if m.training != flag:  # Module.__setattr__ is slow: a step seldom changes a flag
+                m.training = flag
         if guard is not None:
             guard.restore()
         with torch.no_grad():

@@ -168,6 +168,9 @@ class Recorder:
         self._metas: dict[tuple, TensorMeta] = {}
         self._device_names: dict[torch.device, str] = {}
         self._in_root = 0
+        # The write guard of a trace on the model's own parameters (trace/guard.py), called before
+        # every op by the dispatch mode: one Python mode per op instead of a second one.
+        self.writes: Any = None
         self._suspended = 0  # > 0 while the recorder makes its own repair casts
         params = dict(model.named_parameters(remove_duplicate=False))
         buffers = dict(model.named_buffers(remove_duplicate=False))
@@ -615,7 +618,10 @@ class _DispatchRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
-        if self.rec._suspended:
+        rec = self.rec
+        if rec.writes is not None:
+            rec.writes.before(func, args, kwargs)
+        if rec._suspended:
             return func(*args, **kwargs)
         name = _OP_NAMES.get(func)
         if name is None:
