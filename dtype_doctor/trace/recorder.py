@@ -162,7 +162,7 @@ class Recorder:
         self.prov: WeakIdMap[Provenance] = WeakIdMap()
         self.boundary_inputs: list[TensorMeta] = []
         self._handles: list[Any] = []
-        self._roles_cache: dict[Any, tuple[str | None, ...]] = {}
+        self._roles_cache: dict[Any, tuple[tuple[str | None, ...], frozenset[str] | None]] = {}
         self._module_names: dict[int, str] = {}
         # The same few metadata recur op after op: each TensorMeta (frozen) is built once.
         self._metas: dict[tuple, TensorMeta] = {}
@@ -226,35 +226,33 @@ class Recorder:
         self.prov[t] = Provenance("input", name, f"input:{name}")
         return self.meta(t, "input", name)
 
-    def _arg_roles(self, func: Any) -> tuple[str | None, ...]:
-        roles = self._roles_cache.get(func)
-        if roles is None:
+    def _arg_roles(self, func: Any) -> tuple[tuple[str | None, ...], frozenset[str] | None]:
+        """The role of each positional argument of `func`, and its schema's argument names (None: no
+        schema, every keyword has the role its name says); once per op."""
+        found = self._roles_cache.get(func)
+        if found is None:
             schema = getattr(func, "_schema", None)
             names = [a.name for a in schema.arguments] if schema is not None else []
             is_loss = any(k in str(func) for k in _LOSS_OPS)
-            roles = tuple(
-                None if (is_loss and n == "weight") else _ARG_ROLES.get(n) for n in names
-            )
-            self._roles_cache[func] = roles
-        return roles
+            roles = tuple(None if (is_loss and n == "weight") else _ARG_ROLES.get(n) for n in names)
+            found = self._roles_cache[func] = (roles, frozenset(names) if schema is not None else None)
+        return found
 
-    def _operands(self, func: Any, args: tuple, kwargs: dict) -> Iterator[tuple[torch.Tensor, str | None]]:
-        roles = self._arg_roles(func)
-        schema = getattr(func, "_schema", None)
+    def _operands(self, func: Any, args: tuple, kwargs: dict) -> list[tuple[torch.Tensor, str | None]]:
+        roles, names = self._arg_roles(func)
+        found: list[tuple[torch.Tensor, str | None]] = []
+        n = len(roles)
         for i, a in enumerate(args):
-            role = roles[i] if i < len(roles) else None
             if isinstance(a, torch.Tensor):
-                yield a, role
+                found.append((a, roles[i] if i < n else None))
             elif isinstance(a, (list, tuple)):
-                for x in a:
-                    if isinstance(x, torch.Tensor):
-                        yield x, role
+                role = roles[i] if i < n else None
+                found.extend((x, role) for x in a if isinstance(x, torch.Tensor))
         if kwargs:
-            names = [a.name for a in schema.arguments] if schema is not None else []
             for k, v in kwargs.items():
-                role = _ARG_ROLES.get(k) if k in names or schema is None else None
                 if isinstance(v, torch.Tensor):
-                    yield v, role
+                    found.append((v, _ARG_ROLES.get(k) if names is None or k in names else None))
+        return found
 
     # ------------------------------------------------------------------ record
 
@@ -274,8 +272,9 @@ class Recorder:
         # The doctor's own reads of tensor metadata (.dtype, .shape) are not the model's calls: with
         # torch functions off they skip every function mode (each read would be one).
         with _NoTorchFunction():
-            operand_tensors = list(self._operands(func, args, kwargs))
-            operands = tuple(self.meta(t, role) for t, role in operand_tensors)
+            operand_tensors = self._operands(func, args, kwargs)
+            meta = self.meta
+            operands = tuple([meta(t, role) for t, role in operand_tensors])
         module, module_type = self.stack[-1]
         phase = "backward" if torch._C._current_autograd_node() is not None else "forward"
         if phase == "backward":
@@ -310,7 +309,7 @@ class Recorder:
                     # probe just ran: not a refusal. Go on as the repair would, recording nothing.
                     out = self._run_repaired(op_name, operand_tensors, args, kwargs, kind, run)
                     if out is not _FAILED:
-                        outputs = tuple(self._tag_outputs(func, op_name, out, operand_tensors, module))
+                        outputs = self._tag_outputs(func, op_name, out, operand_tensors, module)
                         self._observe_op(func, out, operand_tensors)
                         self.ops.append(OpCall(len(self.ops), op_name, module, module_type, operands, outputs, phase, autocast, None, False, level, self._attrs(op_name, args, kwargs)))
                         return out
@@ -323,7 +322,7 @@ class Recorder:
                     raise
                 recovered = True
         with _NoTorchFunction():
-            outputs = tuple(self._tag_outputs(func, op_name, out, operand_tensors, module))
+            outputs = self._tag_outputs(func, op_name, out, operand_tensors, module)
             self._observe_op(func, out, operand_tensors)
         self.ops.append(
             OpCall(len(self.ops), op_name, module, module_type, operands, outputs, phase, autocast, error, recovered, level, self._attrs(op_name, args, kwargs))
@@ -450,33 +449,49 @@ class Recorder:
             # fp8 matmul: CUDA takes mat1 row-major and mat2 column-major only (DD506)
             attrs.append(("layouts", tuple(_layout(t) for t in args[:2])))
         # Python numbers beyond float16's range (-1e10 fills, 2**30 writes): DD301 reads them.
-        big = tuple(v for v in (*args, *kwargs.values()) if _big_number(v))
+        big = [v for v in args if isinstance(v, (int, float)) and _big_number(v)]
+        if kwargs:
+            big += [v for v in kwargs.values() if isinstance(v, (int, float)) and _big_number(v)]
         if big:
-            attrs.append(("constants", big))
-        return tuple(attrs)
+            attrs.append(("constants", tuple(big)))
+        return tuple(attrs) if attrs else ()
 
     def _tag_outputs(
         self, func: Any, op_name: str, out: Any, operands: list[tuple[torch.Tensor, str | None]], module: str
-    ) -> Iterator[TensorMeta]:
+    ) -> tuple[TensorMeta, ...]:
         outs = out if isinstance(out, (tuple, list)) else (out,)
         is_view = getattr(func, "is_view", False)
+        prov_of = self.prov.get
+        metas = []
         for o in outs:
             if not isinstance(o, torch.Tensor):
                 continue
-            prov = None
-            if is_view and operands:
-                prov = self.prov.get(operands[0][0])
+            prov = prov_of(operands[0][0]) if is_view and operands else None
             if prov is None:
-                # The output's dtype was decided by the first operand that has it,
-                # activations before parameters; otherwise by this op.
-                same = [t for t, _ in operands if t.dtype == o.dtype]
-                same.sort(key=lambda t: (self.prov.get(t) or _NOPROV).kind in ("param", "buffer"))
-                src = self.prov.get(same[0]) if same else None
-                origin = src.origin if src is not None else f"created:{op_name}@{module}"
-                prov = Provenance("activation", None, origin)
+                prov = Provenance("activation", None, self._origin(o.dtype, op_name, operands, module))
             if o not in self.prov:  # in-place ops return an operand: keep what it was
                 self.prov[o] = prov
-            yield self.meta(o, "output")
+            metas.append(self.meta(o, "output"))
+        return tuple(metas)
+
+    def _origin(self, dtype: torch.dtype, op_name: str, operands: list[tuple[torch.Tensor, str | None]], module: str) -> str | None:
+        """Where an output of `dtype` got its dtype: from the first operand that has it, activations
+        before parameters and buffers; else this op made it."""
+        prov_of = self.prov.get
+        state: Provenance | None = None
+        for t, _ in operands:
+            if t.dtype == dtype:
+                p = prov_of(t)
+                if p is None or p.kind not in ("param", "buffer"):
+                    if p is not None:
+                        return p.origin
+                    break  # the first activation of the dtype is one the recorder does not know
+                if state is None:
+                    state = p
+        else:
+            if state is not None:
+                return state.origin
+        return f"created:{op_name}@{module}"
 
     # ------------------------------------------------------------ suspension
 
