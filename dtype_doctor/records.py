@@ -170,6 +170,12 @@ class OpCall:
     def by_role(self, *roles: str) -> tuple[TensorMeta, ...]:
         return tuple(t for t in self.operands if t.role in roles)
 
+    def measured(self, stats: ValueStats | None, operand_stats: ValueStats | None, attrs: tuple[tuple[str, Any], ...]) -> "OpCall":
+        """This op with its value statistics, once the trace is done (built directly: for every op of
+        every trace, dataclasses.replace costs several times as much)."""
+        return OpCall(self.index, self.op, self.module, self.module_type, self.operands, self.outputs, self.phase,
+                      self.autocast, self.error, self.recovered, self.level, attrs, stats, operand_stats)
+
 
 @dataclass(frozen=True, slots=True)
 class ModuleCall:
@@ -181,6 +187,10 @@ class ModuleCall:
     # Values of the floating outputs and of the floating inputs, merged (real traces).
     stats: ValueStats | None = None
     input_stats: ValueStats | None = None
+
+    def measured(self, stats: ValueStats | None, input_stats: ValueStats | None) -> "ModuleCall":
+        """This call with its value statistics (as OpCall.measured)."""
+        return ModuleCall(self.name, self.module_type, self.inputs, self.outputs, self.phase, stats, input_stats)
 
 
 @dataclass(frozen=True, slots=True)

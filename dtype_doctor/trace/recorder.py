@@ -397,26 +397,24 @@ class Recorder:
         """The recorded ops, with their value statistics once the trace is done."""
         if self.values is None or not self._op_values:
             return tuple(self.ops)
-        from dataclasses import replace
-
+        values, handles, kept = self.values, self._op_values, self._kept_ops
         out = []
         for op in self.ops:
-            h = self._op_values.get(op.index)
+            h = handles.get(op.index)
             if h is not None:
-                attrs = (*op.attrs, ("fp32_kept", True)) if op.index in self._kept_ops else op.attrs
-                op = replace(op, stats=self.values.get(h[0]), operand_stats=self.values.merged(h[1]), attrs=attrs)
+                attrs = (*op.attrs, ("fp32_kept", True)) if op.index in kept else op.attrs
+                op = op.measured(values.get(h[0]), values.merged(h[1]), attrs)
             out.append(op)
         return tuple(out)
 
     def finished_modules(self) -> tuple[ModuleCall, ...]:
         if self.values is None or not self._module_values:
             return tuple(self.modules)
-        from dataclasses import replace
-
+        values = self.values
         out = []
         for i, m in enumerate(self.modules):
             h = self._module_values.get(i)
-            out.append(m if h is None else replace(m, stats=self.values.merged(h[0]), input_stats=self.values.merged(h[1])))
+            out.append(m if h is None else m.measured(values.merged(h[0]), values.merged(h[1])))
         return tuple(out)
 
     def _run_repaired(
