@@ -7,6 +7,7 @@ the API, `dtype-doctor run` and compare, and names the environment the report wa
 
 from __future__ import annotations
 
+import functools
 import platform
 from pathlib import Path
 from typing import Any, Mapping
@@ -19,11 +20,18 @@ from dtype_doctor.trace.session import TraceSession
 
 
 def environment() -> dict[str, Any]:
+    """The versions and the CUDA availability a report was made with (a fresh dict each call)."""
+    return dict(_environment())
+
+
+@functools.cache
+def _environment() -> tuple[tuple[str, Any], ...]:
+    # Read once per process: looking installed versions up costs more than a small model's rules.
     env: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__}
     for lib in ("transformers", "datasets"):
         env[lib] = _version(lib)
     env["cuda_available"] = torch.cuda.is_available()
-    return env
+    return tuple(env.items())
 
 
 def _version(lib: str) -> str | None:
