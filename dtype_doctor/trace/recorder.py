@@ -661,6 +661,9 @@ class _FunctionRecorder(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
+        rec = self.rec
+        if rec.amp is None and rec.predict is None and func not in _FUNCTIONS_TO_WATCH and func is not _SETITEM:
+            return func(*args, **kwargs)  # a real trace without emulated autocast: most functions pass straight on
         amp = self.rec.amp if not self.rec._suspended else None
         if amp is not None:
             self.rec.amp_state = amp.current()
@@ -747,6 +750,7 @@ class _FunctionRecorder(TorchFunctionMode):
         return self.rec.record(_FunctionSchema(arg_names), name, args, kwargs, run, "function", refusal=refusal)
 
 
+_SETITEM = torch.Tensor.__setitem__
 _HAS_TORCH_FUNCTION = ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic")
 _TRANSPARENT: dict[Any, Any] = {}
 
