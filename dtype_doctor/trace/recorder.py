@@ -358,23 +358,33 @@ class Recorder:
             for o in tensors_in(out):
                 self._fp32_kept[o] = True
         kind = _stats_kind(func)
-        outs = list(tensors_in(out))
-        first = next((o for o in outs if o.is_floating_point()), None) if kind.measured else None
+        outs = (out,) if isinstance(out, torch.Tensor) else tuple(tensors_in(out))
+        first = None
+        if kind.measured:
+            for o in outs:
+                if o.is_floating_point():
+                    first = o
+                    break
         # Operands as they were last seen (an in-place op has since changed them; _observe_written
         # measured them before it ran), the output as it is now. Parameters are left out: "made
         # here" compares a result with the activations it came from, and measuring every weight
         # (an embedding table is most of a small model) costs a pass each. An `out=` argument is
         # not an operand: the op never reads what it held.
-        prov = self.prov
-        activations = [
-            t for t, _ in operands
-            if (prov.get(t) or _NOPROV).kind != "param" and not (kind.out_args and any(t is o for o in outs))
-        ]
+        # The statistics' own kernels are not the model's ops: they run outside every mode (see
+        # observe()); `plain` says no tensor subclass is among them.
+        prov_of, out_args = self.prov.get, kind.out_args
+        plain = first is None or type(first) in _PLAIN
+        activations = []
+        for t, _ in operands:
+            p = prov_of(t)
+            if (p is not None and p.kind == "param") or (out_args and any(t is o for o in outs)):
+                continue
+            activations.append(t)
+            if type(t) not in _PLAIN:
+                plain = False
         # The result of an op that wrote into its operand: measured anew, as its version counter moves
         # on only when this dispatch returns (ADInplaceOrView bumps it after the kernel).
         written = kind.mutates and first is not None and any(t is first for t, _ in operands)
-        # The statistics' own kernels are not the model's ops: they run outside every mode (see observe()).
-        plain = all(type(t) in _PLAIN for t in activations) and (first is None or type(first) in _PLAIN)
         with (torch._C._DisableTorchDispatch() if plain else _no_modes()), torch._C.DisableTorchFunction():
             before = [values.observe(t, as_last_seen=kind.mutates) for t in activations]
             bound = [h for h in before if h is not None] if kind.bounded else None

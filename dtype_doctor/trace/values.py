@@ -61,6 +61,10 @@ class ValueProbe:
         Called for every operand and result of every op: the checks come cheapest first, and a
         tensor measured before costs one lookup.
         """
+        if not written:  # most calls: a result measured when its op ran, met again as an operand
+            seen = self._seen.get(t)
+            if seen is not None and (as_last_seen or seen[1] == t._version):  # type: ignore[union-attr]
+                return seen[0]
         if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
             return None
         if type(t) not in _PLAIN:
