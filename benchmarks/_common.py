@@ -150,6 +150,19 @@ def spread(values: Sequence[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
+def median_ci(values: Sequence[float], level: float = 0.95, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """A percentile-bootstrap confidence interval for the median of `values` (seeded: the same
+    values give the same interval). On a shared machine it says whether a median's distance from
+    a limit is more than the run's own noise."""
+    import random
+
+    rng = random.Random(seed)
+    n = len(values)
+    medians = sorted(statistics.median(rng.choices(values, k=n)) for _ in range(resamples))
+    tail = (1 - level) / 2
+    return medians[int(tail * resamples)], medians[min(resamples - 1, int((1 - tail) * resamples))]
+
+
 def fmt_spread(s: dict[str, float], unit: str = "", digits: int = 3) -> str:
     return f"median {s['median']:.{digits}f}{unit}  (min {s['min']:.{digits}f}{unit}, max {s['max']:.{digits}f}{unit}, n={s['n']})"
 

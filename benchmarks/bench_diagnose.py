@@ -14,7 +14,7 @@ It also measures, for scale, the floor of the statistics (F): a forward under a 
 mode that only runs the one exact pass the statistics cannot skip (`torch.aminmax` over each new
 floating result that is not a view, nor bounded by its operands as relu/gelu/where are), F/B in pairs, after the triples.
 
-    python benchmarks/bench_diagnose.py [--pairs 9] [--floor-pairs 5] [--threads 2] [--model DIR]
+    python benchmarks/bench_diagnose.py [--pairs 21] [--floor-pairs 5] [--threads 2] [--model DIR]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import fmt_spread, header, minilm_dir, spread, verdict  # noqa: E402
+from _common import fmt_spread, header, median_ci, minilm_dir, spread, verdict  # noqa: E402
 
 LIMIT = 1.15  # with value statistics (the reliability issue's limit; 1.2 before)
 LIMIT_NO_STATS = 1.05  # without (1.15 before)
@@ -34,7 +34,7 @@ LIMIT_NO_STATS = 1.05  # without (1.15 before)
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pairs", type=int, default=9, help="counted A/B pairs (at least 7; default 9)")
+    ap.add_argument("--pairs", type=int, default=21, help="counted triples (at least 7; default 21)")
     ap.add_argument("--warmup", type=int, default=2, help="uncounted A/B pairs first (default 2)")
     ap.add_argument("--floor-pairs", type=int, default=5, help="F/B pairs for the statistics' floor (0: skip; default 5)")
     ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads for both sides (default 2)")
@@ -141,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  diagnose   {fmt_spread(spread([t * 1000 for t in a_times]), ' ms', 1)}")
     print(f"  plain      {fmt_spread(spread([t * 1000 for t in b_times]), ' ms', 1)}")
     print(f"  ratio A/B  {fmt_spread(r)}   A'/B {fmt_spread(r_off)}")
+    ci, ci_off = median_ci(ratios), median_ci(ratios_off)
+    print(f"  95% bootstrap interval of the median ratio: A/B {ci[0]:.3f}–{ci[1]:.3f}   A'/B {ci_off[0]:.3f}–{ci_off[1]:.3f}"
+          "   (a limit inside its interval is closer than this run's noise can tell)")
     print(f"  cpu time (process, all threads) A/B {fmt_spread(spread(cpu_ratios))}   A'/B {fmt_spread(spread(cpu_ratios_off))}")
     print(
         f"  inside diagnose (median of 3): traced forward {statistics.median(trace_s) * 1000:.1f} ms, "
@@ -149,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if floor:
         print(f"  floor of the statistics (aminmax of every new result under a bare dispatch mode) F/B {fmt_spread(spread(floor))}")
-    ok = verdict("diagnose with value statistics vs plain forward (MiniLM 32x128)", r["median"], LIMIT, ratio_min=r["min"], ratio_max=r["max"], n=r["n"])
-    ok_off = verdict("diagnose, stats=False, vs plain forward (MiniLM 32x128)", r_off["median"], LIMIT_NO_STATS, ratio_min=r_off["min"], ratio_max=r_off["max"], n=r_off["n"])
+    ok = verdict("diagnose with value statistics vs plain forward (MiniLM 32x128)", r["median"], LIMIT, ratio_min=r["min"], ratio_max=r["max"], n=r["n"], ci95=list(ci))
+    ok_off = verdict("diagnose, stats=False, vs plain forward (MiniLM 32x128)", r_off["median"], LIMIT_NO_STATS, ratio_min=r_off["min"], ratio_max=r_off["max"], n=r_off["n"], ci95=list(ci_off))
     ok = ok and ok_off
     return 0 if ok else 1
 
