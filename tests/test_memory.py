@@ -287,28 +287,18 @@ def address_space_room(room: int) -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
-def test_fix_names_the_batch_size_of_a_real_out_of_memory_under_rlimit_as(wide: Path,
-                                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    # In this process (a second interpreter would cost another torch import): 4 GiB of room, half
-    # the 8 GiB gate_proj output that the plain forward could not allocate under its own cap.
+# In this process (a second interpreter would cost another torch import): 4 GiB of room, half the
+# 8 GiB gate_proj output that the plain forward could not allocate under its own cap. compare's
+# fp32 reference forward used to read "the fp32 forward fails ... `dtype-doctor scan` says why".
+@pytest.mark.parametrize(("command", "words"), [("fix", ("lower --batch-size", "--simulate")), ("compare", ("lower --batch-size",))])
+def test_fix_and_compare_name_the_batch_size_of_a_real_out_of_memory_under_rlimit_as(
+        wide: Path, command: str, words: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
     model, rows = wide / "wide-llama", wide / "rows.jsonl"
     before = tree_hash(wide)
     with address_space_room(4 * 2**30):
-        code, out, err = run_cli(capsys, ["fix", str(model), str(rows), "--batch-size", str(WIDE_ROWS)])
+        code, out, err = run_cli(capsys, [command, str(model), str(rows), "--batch-size", str(WIDE_ROWS)])
     assert code == 2, err
-    assert_one_error_line(err, f"out of memory with --batch-size {WIDE_ROWS} ", "lower --batch-size", "--simulate")
-    assert out == "" and tree_hash(wide) == before
-
-
-def test_compare_names_the_batch_size_of_a_real_out_of_memory_under_rlimit_as(wide: Path,
-                                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    # compare's fp32 reference forward used to read "the fp32 forward fails ... `dtype-doctor scan` says why".
-    model, rows = wide / "wide-llama", wide / "rows.jsonl"
-    before = tree_hash(wide)
-    with address_space_room(4 * 2**30):
-        code, out, err = run_cli(capsys, ["compare", str(model), str(rows), "--batch-size", str(WIDE_ROWS)])
-    assert code == 2, err
-    assert_one_error_line(err, f"out of memory with --batch-size {WIDE_ROWS} ", "lower --batch-size")
+    assert_one_error_line(err, f"out of memory with --batch-size {WIDE_ROWS} ", *words)
     assert out == "" and tree_hash(wide) == before
 
 
