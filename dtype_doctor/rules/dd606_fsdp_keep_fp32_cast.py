@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from typing import Iterator
 
 from dtype_doctor.records import HALF, Finding, ShardGroup, TensorMeta, Trace
+from dtype_doctor.rules._common import keep_fp32
 from dtype_doctor.rules.base import Rule
 
 
@@ -15,32 +15,22 @@ def owner(name: str, shards: tuple[ShardGroup, ...]) -> ShardGroup | None:
     return max(units, key=lambda g: len(g.module), default=None)
 
 
-def declared(names: tuple[str, ...]) -> re.Pattern[str] | None:
-    """transformers' match of _keep_in_fp32_modules on a parameter name (a whole dotted component)."""
-    if not names:
-        return None
-    return re.compile("|".join(rf"((^|\.){re.escape(n)}($|\.))" for n in names))
-
-
 def check(trace: Trace) -> Iterator[Finding]:
     shards = tuple(g for g in trace.shards if g.strategy == "fsdp2")
     if not shards:
         return
-    keep = declared(trace.model.keep_in_fp32_modules)
-    params = trace.model.parameters
-    kept: dict[str, list] = {}
-    for p in params:
+    kept: dict[ShardGroup, list] = {}
+    for p in trace.model.parameters:
         unit = owner(p.name, shards)
         if unit is None or unit.param_dtype not in HALF or p.dtype != "float32" or len(unit.trainable_dtypes) > 1:
             continue  # a unit with trainable weights of two dtypes does not run at all: DD601
         # The intention to keep it in float32 is visible: the model declares it, or it is a frozen weight left in
         # float32 beside half ones. (A trainable fp32 weight is mixed precision's master copy: fp32 LoRA adapters
         # on a bf16 base compute in param_dtype as they should.)
-        mates = {q.dtype for q in params if q is not p and owner(q.name, shards) is unit}
-        if (keep is not None and keep.search(p.name)) or (not p.requires_grad and mates & HALF):
-            kept.setdefault(unit.module, []).append(p)
-    for module, found in kept.items():
-        unit = next(g for g in shards if g.module == module)
+        if keep_fp32(trace, p.name) or (not p.requires_grad and HALF & {*unit.trainable_dtypes, *unit.frozen_dtypes}):
+            kept.setdefault(unit, []).append(p)
+    for unit, found in kept.items():
+        module = unit.module
         where = f"fully_shard({module or 'the model'})"
         names = ", ".join(sorted({p.name.rsplit(".", 1)[0] for p in found}))
         yield RULE.finding(
