@@ -35,17 +35,17 @@ def check(trace: Trace) -> Iterator[Finding]:
 
 
 def _int8(trace: Trace) -> Iterator[Finding]:
-    """8-bit weights are int8 with no storage option: FSDP refuses them beside floating parameters
+    """8-bit weights are int8 with no storage option: FSDP1 refuses them beside floating parameters
     ("Must flatten tensors with uniform dtype") and alone ("Cannot flatten integer dtype tensors")."""
     packed = [p for p in trace.model.parameters if p.dtype == "int8"]
-    if not packed:
-        return
+    if not packed or (trace.world is not None and trace.world.strategy == "fsdp2"):
+        return  # fully_shard (FSDP2) shards each parameter as it is: int8 beside bf16 goes through
     first = packed[0]
     module = first.name.rsplit(".", 1)[0]
     yield RULE.finding(
-        f"{len(packed)} 8-bit weights are stored as int8: FSDP cannot flatten integer tensors (\"Cannot flatten integer "
+        f"{len(packed)} 8-bit weights are stored as int8: FSDP1 (FullyShardedDataParallel) cannot flatten integer tensors (\"Cannot flatten integer "
         "dtype tensors\", or \"Must flatten tensors with uniform dtype\" beside floating ones), and 8-bit has no "
-        "storage option (bnb_4bit_quant_storage is 4-bit's); a model sharded by FSDP needs the 4-bit quantization",
+        "storage option (bnb_4bit_quant_storage is 4-bit's); a model wrapped in FullyShardedDataParallel needs the 4-bit quantization",
         module=module,
         module_type=trace.model.module_type(module),
         stage="model-loading",
