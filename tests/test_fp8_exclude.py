@@ -71,8 +71,9 @@ def test_dd506_names_the_layers_and_the_fix_swaps_them_back_verified() -> None:
     assert {r.target for f in found for r in f.remedies} == {"2", "4"}  # N=40, then K=40
     assert {(r.strategy, r.to) for f in found for r in f.remedies} == {("fp8-exclude", "float32")}
     assert "DD001" not in {f.code for f in report.findings}
-    [cast] = [f for f in report.findings if f.code == "DD108"]  # the fp8 layer quantizes its input by design
-    assert cast.tensors[1].dtype == "float8_e4m3fn" and cast.remedies == ()  # never "make the input float8"
+    # The fp8 layers' own quantizing casts of their input (float32 → float8_e4m3fn) are by design, not the pipeline's.
+    assert any(op.op == "aten._to_copy.default" and op.outputs and op.outputs[0].dtype == "float8_e4m3fn" for op in report.trace.ops)
+    assert "DD108" not in {f.code for f in report.findings}
     from dtype_doctor.records import TraceRequest
 
     result = fix_model(model, {"input": x}, TraceRequest(**request), measure=False)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import Finding, OpCall, Remedy, Trace
+from dtype_doctor.records import FLOAT8, Finding, OpCall, Remedy, Trace
 from dtype_doctor.rules.base import Rule
 
 SCALED_MM = ("aten._scaled_mm",)
-FP8 = frozenset({"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"})
+FP8 = FLOAT8  # records.FLOAT8: the float8 dtype names
 
 
 def is_scaled_mm(op: OpCall) -> bool:
@@ -82,9 +82,10 @@ def check(trace: Trace) -> Iterator[Finding]:
             module_type=op.module_type,
             op=op.op,
             tensors=op.operands[:2],
-            remedies=_exclusion(trace, op, message),
-            hints=() if _exclusion(trace, op, message) else (_advice(message),),
-            pytorch_error=op.error,
+            remedies=(excluded := _exclusion(trace, op, message)),
+            hints=() if excluded else (_advice(message),),
+            # a simulated step's error is the fake kernel's wording: the user reads CUDA's own
+            pytorch_error=message if trace.simulated else op.error,
         )
 
 

@@ -102,8 +102,7 @@ def preserved(model: torch.nn.Module, *, train: bool, guard_writes: bool = True,
         if train:
             for p in params:
                 p.grad = None
-        if any(m.training != train for m in modules):
-            model.train(train)
+        model.train(train)  # always: a model's own train() override may set more than the flags
         with config_kept(model), (guard if guard is not None and mode else contextlib.nullcontext()):
             yield guard
     finally:

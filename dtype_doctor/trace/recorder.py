@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -24,9 +24,12 @@ from dtype_doctor.errors import first_line
 from dtype_doctor.numerics import device_name, dtype_name, tensors_in
 from dtype_doctor.records import FP16_MAX, ModuleCall, OpCall, TensorMeta, in_modules
 from dtype_doctor.trace.subclass import wrapper_type
-from dtype_doctor.trace.values import ValueProbe
+from dtype_doctor.trace.values import PLAIN_TYPES, ValueProbe
 from dtype_doctor.trace.verdicts import classify_error
 from dtype_doctor.trace.weakid import WeakIdMap
+
+if TYPE_CHECKING:
+    from dtype_doctor.trace.guard import WriteGuard
 
 # Schema argument name → operand role.
 _ARG_ROLES = {
@@ -170,7 +173,7 @@ class Recorder:
         self._in_root = 0
         # The write guard of a trace on the model's own parameters (trace/guard.py), called before
         # every op by the dispatch mode: one Python mode per op instead of a second one.
-        self.writes: Any = None
+        self.writes: WriteGuard | None = None
         self._suspended = 0  # > 0 while the recorder makes its own repair casts
         params = dict(model.named_parameters(remove_duplicate=False))
         buffers = dict(model.named_buffers(remove_duplicate=False))
@@ -342,7 +345,7 @@ class Recorder:
         # The statistics' own kernels are not the model's ops: they run outside every mode. Plain
         # tensors need only the dispatcher's Python key off (a C++ guard); a tensor subclass keeps
         # its own __torch_dispatch__, with the modes popped instead.
-        plain = all(type(t) in _PLAIN for t in new)
+        plain = all(type(t) in PLAIN_TYPES for t in new)
         with (torch._C._DisableTorchDispatch() if plain else _no_modes()), torch._C.DisableTorchFunction():
             return [
                 h if h is not None else values.observe(t, as_last_seen=as_last_seen, bounded_by=bounded_by)
@@ -373,14 +376,14 @@ class Recorder:
         # The statistics' own kernels are not the model's ops: they run outside every mode (see
         # observe()); `plain` says no tensor subclass is among them.
         prov_of, out_args = self.prov.get, kind.out_args
-        plain = first is None or type(first) in _PLAIN
+        plain = first is None or type(first) in PLAIN_TYPES
         activations = []
         for t, _ in operands:
             p = prov_of(t)
             if (p is not None and p.kind == "param") or (out_args and any(t is o for o in outs)):
                 continue
             activations.append(t)
-            if type(t) not in _PLAIN:
+            if type(t) not in PLAIN_TYPES:
                 plain = False
         # The result of an op that wrote into its operand: measured anew, as its version counter moves
         # on only when this dispatch returns (ADInplaceOrView bumps it after the kernel).
@@ -622,7 +625,6 @@ class Recorder:
 
 
 _NOPROV = Provenance("none", None, None)
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
 _NoTorchFunction = torch._C.DisableTorchFunction
 _OP_NAMES: dict[Any, str] = {}  # aten op → "aten.add.Tensor" (str() of an OpOverload is Python work)
 

@@ -26,7 +26,7 @@ from dtype_doctor.trace.subclass import library_wrapper
 from dtype_doctor.trace.weakid import WeakIdMap
 
 SAMPLE = 4096
-_PLAIN = (torch.Tensor, torch.nn.Parameter)  # no subclass: no fake tensor, no meta wrapper
+PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)  # no subclass: no fake tensor, no meta wrapper
 
 
 class ValueProbe:
@@ -67,7 +67,7 @@ class ValueProbe:
                 return seen[0]
         if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
             return None
-        if type(t) not in _PLAIN:
+        if type(t) not in PLAIN_TYPES:
             if _holds_no_data(t):
                 return None
             t = _local(t)
@@ -104,7 +104,7 @@ class ValueProbe:
 
     def known(self, t: object, *, as_last_seen: bool = False) -> int | None:
         """The handle `t` already has (its values unchanged since, or `as_last_seen`), else None."""
-        if isinstance(t, torch.Tensor) and type(t) not in _PLAIN:
+        if isinstance(t, torch.Tensor) and type(t) not in PLAIN_TYPES:
             t = _local(t)
         if isinstance(t, torch.Tensor) and t._base is not None and t._base.dtype == t.dtype:
             t = t._base
