@@ -14,7 +14,8 @@ SCRIPT = textwrap.dedent(f"""
     import sys, torch
     from transformers import TrainingArguments
     kw = {{"both": dict(fp16=True, bf16=True, use_cpu=True), "ds": dict(bf16=True, deepspeed={DS_FP16!r}),
-          "ds-file": dict(bf16=True, deepspeed="ds.json"), "bf16": dict(bf16=True), "fp16": dict(fp16=True)}}[sys.argv[1]]
+          "ds-file": dict(bf16=True, deepspeed="ds.json"), "bf16": dict(bf16=True), "fp16": dict(fp16=True),
+          "ds-cpu": dict(use_cpu=True, deepspeed="ds.json")}}[sys.argv[1]]
     args = TrainingArguments(output_dir="out", report_to=[], **kw)
     model = torch.nn.Linear(4, 2).cuda()
     model(torch.randn(3, 4).cuda()).sum().backward()
@@ -82,3 +83,29 @@ def test_a_deepspeed_file_that_is_not_there_is_the_scripts_own_failure(tmp_path,
     (tmp_path / "train.py").write_text(SCRIPT.replace('deepspeed="ds.json"', 'deepspeed="missing.json"'))
     with pytest.raises(InputError, match="before calling a model"):  # transformers' error ends the script, not the doctor's
         run_script(["python", "train.py", "ds-file"], options=RunOptions(simulate=True, gpu="a100"))
+
+
+def test_a_real_run_keeps_the_scripts_deepspeed_argument_and_restores_transformers(tmp_path, monkeypatch):
+    """Only a simulated run stands in for the DeepSpeed this machine lacks: a real one fails where the
+    script alone fails, and TrainingArguments is transformers' own again afterwards."""
+    import importlib.util
+    import json
+    import subprocess
+    import sys
+
+    from transformers import TrainingArguments
+
+    from dtype_doctor.errors import InputError
+
+    if importlib.util.find_spec("deepspeed") is not None:
+        pytest.skip("DeepSpeed is installed here: the script would get past its TrainingArguments")
+    original = TrainingArguments.__post_init__
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(SCRIPT)
+    (tmp_path / "ds.json").write_text(json.dumps(DS_FP16))
+    alone = subprocess.run([sys.executable, "train.py", "ds-cpu"], capture_output=True, text=True, timeout=300)
+    assert alone.returncode != 0 and "deepspeed" in alone.stderr.lower()  # the oracle: the script alone stops there
+    with pytest.raises(InputError, match="before calling a model") as stopped:
+        run_script(["python", "train.py", "ds-cpu"], options=RunOptions())
+    assert "deepspeed" in str(stopped.value).lower() and "cuda" not in str(stopped.value).lower()  # at its TrainingArguments
+    assert TrainingArguments.__post_init__ is original

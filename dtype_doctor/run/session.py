@@ -97,7 +97,7 @@ class RunSession:
         self.launch = launch  # a LaunchConfig: the script is rank 0 of its world, on the fake process group
         from dtype_doctor.run.trainer_args import TrainerArgsWatch
 
-        self.trainer_args = TrainerArgsWatch(launch)  # the script's TrainingArguments, read as its launch configuration
+        self.trainer_args = TrainerArgsWatch(launch, simulate)  # the script's TrainingArguments, read as its launch configuration
         self.alias = {device_name(STAND_IN): device_name(self.target)} if self.target is not None else {}
         if simulate and gpus > 1:
             from dtype_doctor.trace.device_map import aliases

@@ -28,8 +28,9 @@ class TrainerArgsWatch:
     """`with TrainerArgsWatch(launch) as w:` — w.launch is the launch with the script's TrainingArguments folded in
     (None while the script made none); w.refused is what transformers raised for them, if it did."""
 
-    def __init__(self, base: LaunchConfig | None) -> None:
+    def __init__(self, base: LaunchConfig | None, simulate: bool = False) -> None:
         self.base = base
+        self.simulate = simulate  # only a simulated run stands in for a DeepSpeed this machine lacks
         self.launch: LaunchConfig | None = None
         self.refused: str | None = None
         self._hook: Any = None
@@ -52,7 +53,9 @@ class TrainerArgsWatch:
         cls = getattr(module, "TrainingArguments", None)
         if cls is None:
             return
-        original = cls.__dict__["__post_init__"]
+        original = cls.__dict__.get("__post_init__")
+        if original is None:  # another transformers' layout: leave the class as it is
+            return
         watch = self
 
         def __post_init__(args: Any) -> None:
@@ -74,8 +77,10 @@ class TrainerArgsWatch:
         except Exception:  # noqa: BLE001 - a JSON the doctor cannot read is transformers' to refuse, in the script's own words
             self.launch = trainer_launch(self.base, bool(args.fp16), bool(args.bf16), bool(args.fsdp), None)
             read = False
-        if ds and read and importlib.util.find_spec("deepspeed") is None:
-            args.deepspeed = None  # transformers would require the package; the JSON is judged above
+        if self.simulate and ds and read and importlib.util.find_spec("deepspeed") is None:
+            # Simulating the cluster: transformers would require the package; the JSON is judged above. A real
+            # run keeps the script's own arguments, and fails where the script alone fails.
+            args.deepspeed = None
         try:
             original(args)
         except ValueError as exc:
