@@ -195,8 +195,6 @@ def scan(
 def refused_load(model: str, dataset: str, options: ScanOptions) -> Report | None:
     """The report of a load transformers refuses before any step: a bitsandbytes model whose
     simulated device map offloads without llm_int8_enable_fp32_cpu_offload (DD505); else None."""
-    import dataclasses
-
     options.validate()
     quantize = options.quantize()
     if quantize is None and not options.simulate:
@@ -216,7 +214,7 @@ def refused_load(model: str, dataset: str, options: ScanOptions) -> Report | Non
     findings = run_rules(trace, select=options.select, ignore=options.ignore)
     target = Target(model, dataset, options.split, trace.device, True, None, None, options.train, gpu=trace.gpu,
                     quantization=refusal.quantization)
-    return Report(findings=findings, target=dataclasses.replace(target), environment=environment(), trace=trace)
+    return Report(findings=findings, target=target, environment=environment(), trace=trace)
 
 
 def with_loading(report: Report, p: Prepared) -> Report:

@@ -108,7 +108,7 @@ def run_script(
             session.on_report = None  # the machine's limit, not the model's: no report, the batch named instead
         session.close(outcome.ended_by)
     if oom:
-        raise out_of_memory(command.display, outcome.error)  # type: ignore[arg-type]
+        raise out_of_memory(command.display, outcome.error, simulated=options.simulate)  # type: ignore[arg-type]
     refused = session.trainer_args.refused if session.report is None else None
     if refused is not None and outcome.error is not None:
         # The script stopped at TrainingArguments(...): a report of its launch configuration alone.
@@ -173,11 +173,12 @@ def refused_load(error: BaseException, command: ScriptCommand, options: RunOptio
     return Report(findings=findings, target=target, environment=environment_, trace=trace)
 
 
-def out_of_memory(display: str, error: BaseException) -> InputError:
+def out_of_memory(display: str, error: BaseException, *, simulated: bool = False) -> InputError:
     """The script's step ran out of memory: bad input naming where (exit 2), as `scan` names its
-    --batch-size (pipeline.memory_named), not a finding about the model."""
-    return InputError(f"{display} ran out of memory{user_frame(error)} ({first_line(error, 120)}); "
-                      "lower the batch size of its step, or pass --simulate to trace without allocating")
+    --batch-size (pipeline.memory_named), not a finding about the model. Under --simulate what ran
+    out is the script's own real allocation: the hint is then only the batch size."""
+    hint = "lower the batch size of its step" + ("" if simulated else ", or pass --simulate to trace without allocating")
+    return InputError(f"{display} ran out of memory{user_frame(error)} ({first_line(error, 120)}); {hint}")
 
 
 def user_frame(error: BaseException) -> str:
