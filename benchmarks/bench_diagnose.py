@@ -35,7 +35,7 @@ LIMIT_NO_STATS = 1.05  # without (1.15 before)
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=21, help="counted triples (at least 7; default 21)")
-    ap.add_argument("--warmup", type=int, default=2, help="uncounted A/B pairs first (default 2)")
+    ap.add_argument("--warmup", type=int, default=2, help="uncounted triples first (default 2)")
     ap.add_argument("--floor-pairs", type=int, default=5, help="F/B pairs for the statistics' floor (0: skip; default 5)")
     ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads for both sides (default 2)")
     ap.add_argument("--batch", type=int, default=32)
