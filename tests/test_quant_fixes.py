@@ -27,6 +27,19 @@ def test_set_config_keyword_adds_and_replaces() -> None:
     assert no_torch.new_source == "q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_storage='bfloat16')\n"
 
 
+def test_set_config_keyword_keeps_a_multiline_call_and_names_the_calls_own_line() -> None:
+    """A call spread over lines without a trailing comma gets its new argument on a line of its own, indented as
+    the others; the detail names the call's line even where a comment above mentions the same call."""
+    src = ("# BitsAndBytesConfig(load_in_8bit=True) is the one\nimport torch\ncfg = BitsAndBytesConfig(\n"
+           "    load_in_8bit=True,\n    llm_int8_threshold=6.0\n)\n")
+    result = SetConfigKeyword("llm_int8_enable_fp32_cpu_offload", "True").apply(src, "t.py")
+    assert result.new_source.endswith("    llm_int8_threshold=6.0,\n    llm_int8_enable_fp32_cpu_offload=True\n)\n")
+    assert "t.py:3" in result.detail
+    scope: dict = {"BitsAndBytesConfig": dict}
+    exec(result.new_source, scope)  # still Python, and the flag is set
+    assert scope["cfg"]["llm_int8_enable_fp32_cpu_offload"] is True
+
+
 def test_set_config_keyword_skips_what_it_cannot_place() -> None:
     assert SetConfigKeyword("bnb_4bit_compute_dtype", "float16").apply("x = 1\n", "t.py").status == "skipped"
     two = SCRIPT + "other = BitsAndBytesConfig(load_in_8bit=True)\n"

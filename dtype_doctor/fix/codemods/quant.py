@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Callable, ClassVar
 
 import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from dtype_doctor.fix.codemods.base import Codemod, _Skip
+from dtype_doctor.fix.codemods.context import _append_arg, _kwarg
 
 
 def _callee(call: cst.Call) -> str | None:
@@ -51,20 +53,10 @@ def with_keyword(
                 if a.keyword is not None and a.keyword.value == keyword:
                     args[i] = a.with_changes(value=value_for(a.value))
                     return updated.with_changes(args=args)
-            new = cst.Arg(value=value_for(None), keyword=cst.Name(keyword),
-                          equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
-            if args:
-                last = args[-1]
-                between = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-                if isinstance(last.comma, cst.Comma):  # a trailing comma: one argument a line, kept so
-                    new = new.with_changes(comma=last.comma)
-                    if len(args) > 1 and isinstance(args[-2].comma, cst.Comma):
-                        between = args[-2].comma
-                args[-1] = last.with_changes(comma=between)
-            return updated.with_changes(args=[*args, new])
+            return _append_arg(updated, _kwarg(keyword, value_for(None)))
 
-    line = module.code[: module.code.find(cst.Module([]).code_for_node(target))].count("\n") + 1
-    return module.visit(Edit()).code, line
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)  # the same nodes: `target` is one
+    return module.visit(Edit()).code, positions[target].start.line
 
 
 def _imports_torch(module: cst.Module) -> bool:
