@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.ops import CLASS_LOSS, base_op
-from dtype_doctor.records import HALF, Finding, ShardGroup, Trace
+from dtype_doctor.records import HALF, Finding, ShardGroup, TensorMeta, Trace
 from dtype_doctor.rules.base import Rule
 
 
@@ -20,6 +20,11 @@ def out_dtype(unit: ShardGroup) -> str | None:
     return unit.output_dtype or unit.param_dtype
 
 
+def _returned(trace: Trace, module: str, t: TensorMeta) -> bool:
+    """Whether a call of `module` returned a tensor of `t`'s dtype and shape."""
+    return any(m.name == module and any(o.dtype == t.dtype and o.shape == t.shape for o in m.outputs) for m in trace.modules)
+
+
 def check(trace: Trace) -> Iterator[Finding]:
     if not trace.shards:
         return
@@ -27,7 +32,10 @@ def check(trace: Trace) -> Iterator[Finding]:
         if op.phase != "forward" or base_op(op.op) not in CLASS_LOSS or not op.operands:
             continue
         logits = op.operands[0]
-        units = [g for g in outermost(trace.shards) if g.strategy == "fsdp2" and out_dtype(g) == logits.dtype]
+        # The unit that returned these logits: a bf16 model whose layers alone are sharded makes them in its own
+        # head, outside every unit, and no unit's output_dtype would change them.
+        units = [g for g in outermost(trace.shards) if g.strategy == "fsdp2" and out_dtype(g) == logits.dtype
+                 and _returned(trace, g.module, logits)]
         if logits.dtype not in HALF or not units:
             continue
         unit = units[0]
