@@ -136,6 +136,11 @@ class Site:
     conversion: SourceLoc | None = None  # fix --run: the line of its last conversion, when known
 
     @property
+    def user_files(self) -> list[Path]:
+        """The files of the user's code that set up the model: the script, then the model call's file."""
+        return [f for f in dict.fromkeys((self.script, self.call)) if f is not None]
+
+    @property
     def conversion_file(self) -> Path | None:
         """Where the model's dtype is set: the converting line's file, else the script."""
         return resolve(self.conversion) if self.converted else self.script

@@ -9,7 +9,6 @@ the user's code both are one keyword of the script's BitsAndBytesConfig(...) cal
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from dtype_doctor.fix.outcome import Change
@@ -20,19 +19,10 @@ if TYPE_CHECKING:
     from dtype_doctor.fix.patches import Attempt
 
 
-def _config_files(site: Site) -> list[Path]:
-    """Where the user's BitsAndBytesConfig(...) can be: the script, and the file of the model call."""
-    out: list[Path] = []
-    for f in (site.script, site.call):
-        if f is not None and f not in out:
-            out.append(f)
-    return out
-
-
 def config_edits(keyword: str, c: Change, site: Site) -> list["Attempt"]:
     from dtype_doctor.fix import codemods as cm
 
-    return [a for f in _config_files(site) for a in one_attempt(f, [cm.SetConfigKeyword(keyword, c.to)])]
+    return [a for f in site.user_files for a in one_attempt(f, [cm.SetConfigKeyword(keyword, c.to)])]
 
 
 class BnbComputeDtype(

@@ -60,5 +60,4 @@ class Fp8Exclude(
     def edits(self, c: Change, site: Site) -> list["Attempt"]:
         from dtype_doctor.fix import codemods as cm
 
-        files = [f for f in dict.fromkeys((site.script, site.call)) if f is not None]
-        return [a for f in files for a in one_attempt(f, [cm.ExcludeFromConversion([c.target])])]
+        return [a for f in site.user_files for a in one_attempt(f, [cm.ExcludeFromConversion([c.target])])]
