@@ -207,6 +207,18 @@ def test_fix_run_names_an_out_of_memory_in_the_step(tmp_path: Path, capsys: pyte
     assert_one_error_line(err, "ran out of memory", f"{script.name}:13", "lower the batch size")
 
 
+def test_an_out_of_memory_before_any_model_call_does_not_blame_the_batch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "early.py"
+    script.write_text(PAIRWISE.replace("model = Pairwise()", "torch.zeros(2**60, dtype=torch.uint8)\nmodel = Pairwise()"))
+    with pytest.raises(RuntimeError) as plain:
+        torch.zeros(2**60, dtype=torch.uint8)  # the oracle: this allocation fails in plain PyTorch
+    assert is_out_of_memory(plain.value)
+    code, out, err = run_cli(capsys, ["run", "--", "python", str(script), "4"])
+    assert code == 2 and out == ""
+    line = assert_one_error_line(err, "ran out of memory before calling a model", f"{script.name}:16")
+    assert "batch size" not in line
+
+
 # A forward holding one batch x sequence x 16384 float32 tensor: llama-tiny with a wide MLP
 # (12 MB of weights, so the load estimate lets it start). 1024 rows of 128 tokens make the
 # first gate_proj output 8 GiB, over a 4 GiB address-space cap.

@@ -108,9 +108,9 @@ def run_script(
             session.on_report = None  # the machine's limit, not the model's: no report, the batch named instead
         session.close(outcome.ended_by)
     if oom:
-        raise out_of_memory(command.display, outcome.error, simulated=options.simulate)  # type: ignore[arg-type]
+        raise out_of_memory(command.display, outcome.error, simulated=options.simulate, stepped=session.forwards > 0)  # type: ignore[arg-type]
     refused = session.trainer_args.refused if session.report is None else None
-    if refused is not None and outcome.error is not None:
+    if refused is not None and outcome.error is not None and outcome.error is session.trainer_args.refused_error:
         # The script stopped at TrainingArguments(...): a report of its launch configuration alone.
         from dtype_doctor.run.trainer_args import refused_report
 
@@ -173,12 +173,17 @@ def refused_load(error: BaseException, command: ScriptCommand, options: RunOptio
     return Report(findings=findings, target=target, environment=environment_, trace=trace)
 
 
-def out_of_memory(display: str, error: BaseException, *, simulated: bool = False) -> InputError:
-    """The script's step ran out of memory: bad input naming where (exit 2), as `scan` names its
-    --batch-size (pipeline.memory_named), not a finding about the model. Under --simulate what ran
-    out is the script's own real allocation: the hint is then only the batch size."""
+def out_of_memory(display: str, error: BaseException, *, simulated: bool = False, stepped: bool = True) -> InputError:
+    """The script ran out of memory: bad input naming where (exit 2), as `scan` names its --batch-size
+    (pipeline.memory_named), not a finding about the model. Under --simulate what ran out is the
+    script's own real allocation: no --simulate hint then. Before any model call (`stepped` False),
+    the batch size is not what to lower."""
+    where = user_frame(error)
+    if not stepped:
+        return InputError(f"{display} ran out of memory before calling a model{where} ({first_line(error, 120)})"
+                          + ("" if simulated else "; pass --simulate to trace without allocating"))
     hint = "lower the batch size of its step" + ("" if simulated else ", or pass --simulate to trace without allocating")
-    return InputError(f"{display} ran out of memory{user_frame(error)} ({first_line(error, 120)}); {hint}")
+    return InputError(f"{display} ran out of memory{where} ({first_line(error, 120)}); {hint}")
 
 
 def user_frame(error: BaseException) -> str:

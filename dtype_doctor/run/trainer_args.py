@@ -33,6 +33,7 @@ class TrainerArgsWatch:
         self.simulate = simulate  # only a simulated run stands in for a DeepSpeed this machine lacks
         self.launch: LaunchConfig | None = None
         self.refused: str | None = None
+        self.refused_error: BaseException | None = None  # the ValueError itself: the script's end only if it ended on it
         self._hook: Any = None
         self._restore: Callable[[], None] = lambda: None
 
@@ -86,7 +87,7 @@ class TrainerArgsWatch:
         except ValueError as exc:
             message = str(exc).splitlines()[0]
             if BOTH in message:
-                self.refused = message
+                self.refused, self.refused_error = message, exc
                 self.launch = dataclasses.replace(self.launch, refused=(*self.launch.refused, ("transformers", message)))
             raise
 
