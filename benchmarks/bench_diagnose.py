@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import sys
 import time
@@ -77,18 +78,21 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     cpu: dict[str, float] = {}  # the last call's process CPU time (all threads), per side
+    faults: dict[str, list[int]] = {"a": [], "a_off": [], "b": []}  # minor page faults per call, per side
 
     def plain() -> float:
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, c0, f0 = time.perf_counter(), time.process_time(), _minor_faults()
         with torch.no_grad():
             model(**batch)
         cpu["b"] = time.process_time() - c0
+        faults["b"].append(_minor_faults() - f0)
         return time.perf_counter() - t0
 
     def diag(stats: bool = True) -> float:
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, c0, f0 = time.perf_counter(), time.process_time(), _minor_faults()
         dtype_doctor.diagnose(model, batch, stats=stats)
         cpu["a" if stats else "a_off"] = time.process_time() - c0
+        faults["a" if stats else "a_off"].append(_minor_faults() - f0)
         return time.perf_counter() - t0
 
     for _ in range(args.warmup):
@@ -150,12 +154,22 @@ def main(argv: list[str] | None = None) -> int:
         f"rules + report {statistics.median(rules_s) * 1000:.1f} ms; {len(trace.ops)} ops and "
         f"{len(trace.modules)} module calls recorded"
     )
+    med = {k: statistics.median(v[args.warmup :]) for k, v in faults.items()}  # the counted calls
+    print(
+        f"  minor page faults per call (median): diagnose {med['a']:.0f}, stats=False {med['a_off']:.0f}, plain {med['b']:.0f}"
+        "   (glibc hands freed activation memory back and faults it in again, each side alike and"
+        " at random; MALLOC_TRIM_THRESHOLD_ and MALLOC_MMAP_THRESHOLD_ of 1 GiB take that out of both)"
+    )
     if floor:
         print(f"  floor of the statistics (aminmax of every new result under a bare dispatch mode) F/B {fmt_spread(spread(floor))}")
     ok = verdict("diagnose with value statistics vs plain forward (MiniLM 32x128)", r["median"], LIMIT, ratio_min=r["min"], ratio_max=r["max"], n=r["n"], ci95=list(ci))
     ok_off = verdict("diagnose, stats=False, vs plain forward (MiniLM 32x128)", r_off["median"], LIMIT_NO_STATS, ratio_min=r_off["min"], ratio_max=r_off["max"], n=r_off["n"], ci95=list(ci_off))
     ok = ok and ok_off
     return 0 if ok else 1
+
+
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 # As dtype_doctor/trace/recorder.py's _BOUNDED: results that only select or shrink their operands.

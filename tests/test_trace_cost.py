@@ -86,3 +86,16 @@ def test_both_ways_to_the_extremes_give_torchs_answer() -> None:
             assert probe.cost[way] < 1.0 and probe.cost[{"torch": "numpy", "numpy": "torch"}[way]] == 1.0  # it ran, timed
     finally:
         torch.set_num_threads(threads)
+
+
+def test_constants_are_read_from_numbers_only_but_every_kind_of_number() -> None:
+    # Recorder._attrs skips operand types that are never numbers before _big_number's tests; a
+    # number of a NumPy type (a float subclass) beyond float16's range is still a constant DD301 reads.
+    import numpy
+
+    from dtype_doctor.trace.recorder import Recorder
+
+    args = (torch.zeros(2), [1, 2], None, True, numpy.float64(1e10), 70000, 2.0, float("inf"), torch.float16)
+    attrs = Recorder._attrs("aten.fill.Scalar", args, {"value": -1e9, "alpha": 3})
+    assert attrs == (("constants", (1e10, 70000, -1e9)),)
+    assert torch.full((1,), numpy.float64(1e10), dtype=torch.float16).isinf().all()  # what the rule warns of

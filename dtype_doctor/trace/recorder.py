@@ -114,6 +114,10 @@ def _mutates(func: Any) -> bool:
     return bool(getattr(schema, "is_mutable", False)) or func is torch.Tensor.__setitem__
 
 
+# Operand types that are never a Python number (a number's own subclass, numpy.float64, is not here).
+_NEVER_NUMBERS = frozenset({torch.Tensor, torch.nn.Parameter, list, tuple, type(None), bool, str, torch.dtype, torch.device, torch.Size})
+
+
 def _big_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) > FP16_MAX
 
@@ -460,9 +464,10 @@ class Recorder:
             # fp8 matmul: CUDA takes mat1 row-major and mat2 column-major only (DD506)
             attrs.append(("layouts", tuple(_layout(t) for t in args[:2])))
         # Python numbers beyond float16's range (-1e10 fills, 2**30 writes): DD301 reads them.
-        big = [v for v in args if isinstance(v, (int, float)) and _big_number(v)]
+        # Most operands are tensors and lists: one set lookup each before _big_number's tests.
+        big = [v for v in args if type(v) not in _NEVER_NUMBERS and _big_number(v)]
         if kwargs:
-            big += [v for v in kwargs.values() if isinstance(v, (int, float)) and _big_number(v)]
+            big += [v for v in kwargs.values() if type(v) not in _NEVER_NUMBERS and _big_number(v)]
         if big:
             attrs.append(("constants", tuple(big)))
         return tuple(attrs) if attrs else ()
@@ -477,10 +482,11 @@ class Recorder:
         for o in outs:
             if not isinstance(o, torch.Tensor):
                 continue
-            prov = prov_of(operands[0][0]) if is_view and operands else None
-            if prov is None:
-                prov = Provenance("activation", None, self._origin(o.dtype, op_name, operands, module))
-            if o not in self.prov:  # in-place ops return an operand: keep what it was
+            prov = prov_of(o)
+            if prov is None:  # an in-place op returns its operand, whose provenance is kept
+                prov = prov_of(operands[0][0]) if is_view and operands else None
+                if prov is None:
+                    prov = Provenance("activation", None, self._origin(o.dtype, op_name, operands, module))
                 self.prov[o] = prov
             metas.append(self.meta(o, "output"))
         return tuple(metas)
@@ -763,6 +769,7 @@ class _FunctionRecorder(TorchFunctionMode):
 
 
 _SETITEM = torch.Tensor.__setitem__
+_ANY_AUTOCAST = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 _HAS_TORCH_FUNCTION = ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic")
 _TRANSPARENT: dict[Any, Any] = {}
 
@@ -839,6 +846,8 @@ class _Arg:
 
 
 def _autocast_state() -> str | None:
+    if not _ANY_AUTOCAST():  # one C call per module, where the two device queries cost several
+        return None
     for device_type in ("cuda", "cpu"):
         if torch.is_autocast_enabled(device_type):
             return dtype_name(torch.get_autocast_dtype(device_type))

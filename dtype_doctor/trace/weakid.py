@@ -18,10 +18,11 @@ V = TypeVar("V")
 class WeakIdMap(Generic[V]):
     """A mapping from objects (by identity, weakly held) to values."""
 
-    __slots__ = ("_data", "__weakref__")
+    __slots__ = ("_data", "_me", "__weakref__")
 
     def __init__(self) -> None:
         self._data: dict[int, tuple[weakref.ref, V]] = {}
+        self._me = weakref.ref(self)  # what each entry's callback holds: the map may die first
 
     def get(self, key: Any, default: Any = None) -> Any:
         entry = self._data.get(id(key))
@@ -39,7 +40,7 @@ class WeakIdMap(Generic[V]):
         if entry is not None and entry[0]() is key:
             self._data[k] = (entry[0], value)
             return
-        self._data[k] = (weakref.ref(key, _remover(weakref.ref(self), k)), value)
+        self._data[k] = (weakref.ref(key, _remover(self._me, k)), value)
 
     def pop(self, key: Any, default: Any = None) -> Any:
         k = id(key)
