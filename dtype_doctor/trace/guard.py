@@ -110,11 +110,14 @@ def preserved(model: torch.nn.Module, *, train: bool, guard_writes: bool = True,
             _refill(m._parameters, parameters)
             _refill(m._buffers, own_buffers)
             _refill(m._modules, children)
-            m._non_persistent_buffers_set.clear()
-            m._non_persistent_buffers_set.update(non_persistent)
-            for key in [k for k in m.__dict__ if k not in saved]:
-                del m.__dict__[key]
-            m.__dict__.update(saved)
+            if m._non_persistent_buffers_set != non_persistent:
+                m._non_persistent_buffers_set.clear()
+                m._non_persistent_buffers_set.update(non_persistent)
+            now = m.__dict__
+            if now.keys() != saved.keys():
+                for key in now.keys() - saved.keys():
+                    del now[key]
+            now.update(saved)
         for m, flag in flags:
             if m.training != flag:  # Module.__setattr__ is slow: a step seldom changes a flag
                 m.training = flag
