@@ -61,18 +61,34 @@ def test_with_the_flag_the_same_kind_of_map_loads_and_keeps_the_offloaded_module
     assert type(all_cpu.model.layers[0].self_attn.q_proj).__name__ in ("Linear8bitLt", "Linear4bit")
 
 
-def test_the_rule_agrees_with_transformers_condition() -> None:
-    def findings(device_map: tuple, flag: bool = False) -> list[str]:
-        q = QuantizationInfo("bitsandbytes-8bit", "int8", "float16", "int8", 0, fp32_cpu_offload=flag, device_map=device_map)
-        from dtype_doctor.load.offload import LoadRefusal
+# Device maps as users write them (GPU indices, "cuda:k", "cpu", "disk"), each asked of
+# transformers' own bitsandbytes quantizer and of the rule.
+MAPS = [{"a": 0, "b": "cpu"}, {"a": "cpu", "b": "disk"}, {"a": "cpu", "b": "cpu"}, {"a": 0, "b": 1}, {"": "cpu"},
+        {"": "disk"}, {"a": "cuda:0", "b": "cuda:1", "c": "disk"}, {"a": 0, "b": "cuda:1"}]
 
-        return [f.code for f in run_rules(refused_trace(LoadRefusal(q, "refused")))]
 
-    assert "DD505" in findings((("a", "cuda:0"), ("b", "cpu")))
-    assert "DD505" in findings((("a", "cpu"), ("b", "disk")))
-    assert "DD505" not in findings((("a", "cuda:0"), ("b", "cpu")), flag=True)
-    assert "DD505" not in findings((("a", "cpu"), ("b", "cpu")))
-    assert "DD505" not in findings((("a", "cuda:0"), ("b", "cuda:1")))
+@pytest.mark.parametrize("bits", ["load_in_8bit", "load_in_4bit"])
+@pytest.mark.parametrize("flag", [False, True])
+def test_the_rule_agrees_with_transformers_own_check(bits: str, flag: bool) -> None:
+    # The oracle is the check from_pretrained runs (the quantizer's validate_environment), not a
+    # copy of its condition: DD505 is reported exactly where transformers refuses the map.
+    from transformers.quantizers import AutoHfQuantizer
+
+    from dtype_doctor.load.offload import LoadRefusal, info_of
+
+    config = BitsAndBytesConfig(**{bits: True}, llm_int8_enable_fp32_cpu_offload=flag)
+    method = "bitsandbytes-8bit" if bits == "load_in_8bit" else "bitsandbytes-4bit"
+    refused_maps = 0
+    for device_map in MAPS:
+        try:
+            AutoHfQuantizer.from_config(config).validate_environment(device_map=device_map)
+            refused = False
+        except ValueError:
+            refused = True
+        refused_maps += refused
+        codes = [f.code for f in run_rules(refused_trace(LoadRefusal(info_of(config, method, device_map), "refused")))]
+        assert ("DD505" in codes) == refused, (bits, flag, device_map, codes)
+    assert refused_maps == (0 if flag else 4)  # the grid holds both answers
 
 
 def test_scan_simulated_plans_the_map_with_the_quantized_sizes() -> None:
