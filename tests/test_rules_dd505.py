@@ -143,3 +143,25 @@ def test_fix_model_data_of_a_refused_load_points_to_fix_run() -> None:
     assert report.fix is not None and report.fix.verified is False
     assert [(s.strategy, s.status) for s in report.fix.steps] == [("bnb-fp32-cpu-offload", "skipped")]
     assert "fix --run" in report.fix.detail
+
+
+def test_the_refused_load_fix_asks_the_strategy_the_same_questions_as_the_in_memory_fix(monkeypatch) -> None:
+    # run's fix of a refused load plans from the report alone, through Strategy.planned as the
+    # in-memory fix does: a strategy that changes weight precision needs --unsafe-fixes there too.
+    from dtype_doctor.fix.strategies import STRATEGIES
+    from dtype_doctor.fix.strategies.base import UNSAFE
+    from dtype_doctor.run.fix import _fix_load
+    from dtype_doctor.run.command import ScriptCommand
+    from dtype_doctor.run.runner import RunOptions, refused_load
+
+    with pytest.raises(ValueError) as exc:
+        load(GPU_AND_CPU, load_in_8bit=True)
+    report = refused_load(exc.value, ScriptCommand("file", "train.py", ()), RunOptions())
+    assert report is not None and [f.code for f in report.findings] == ["DD505"]
+    (step,) = _fix_load(report, strategy="auto", fail_on="warning", unsafe_fixes=False)
+    assert (step.strategy, step.status) == ("bnb-fp32-cpu-offload", "applied")
+    monkeypatch.setattr(type(STRATEGIES["bnb-fp32-cpu-offload"]), "applicability", UNSAFE)
+    (step,) = _fix_load(report, strategy="auto", fail_on="warning", unsafe_fixes=False)
+    assert step.status == "skipped" and "--unsafe-fixes" in step.detail
+    (step,) = _fix_load(report, strategy="auto", fail_on="warning", unsafe_fixes=True)
+    assert step.status == "applied"

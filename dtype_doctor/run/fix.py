@@ -120,7 +120,7 @@ def _fix_in_memory(before: RunResult, options: RunOptions, **kw: Any) -> tuple[l
 def _fix_load(report: Report, *, strategy: str, fail_on: str, unsafe_fixes: bool) -> list[Step]:
     """A model transformers refused to load has no step to fix in memory: each strategy a finding
     names as a remedy plans its change from the report, and the re-run of the script verifies it."""
-    from dtype_doctor.fix.strategies import STRATEGIES, Context, Skip
+    from dtype_doctor.fix.strategies import STRATEGIES, Context
 
     ctx = Context(fail_on=fail_on, unsafe=unsafe_fixes or strategy != "auto", requested=None if strategy == "auto" else strategy)
     steps: list[Step] = []
@@ -128,16 +128,11 @@ def _fix_load(report: Report, *, strategy: str, fail_on: str, unsafe_fixes: bool
         if (strategy != "auto" and s.name != strategy) or not s.remedies(report, ctx):
             continue
         try:
-            changes = s.plan(None, report, ctx)  # type: ignore[arg-type]  # no model was loaded
-        except Skip as why:
-            steps.append(Step(s.name, "skipped", str(why)))
-            continue
+            changes = s.planned(None, report, ctx)  # no model was loaded
         except Exception as exc:  # noqa: BLE001 - a strategy that needs the model cannot fix a refused load
             steps.append(Step(s.name, "skipped", f"needs the loaded model ({type(exc).__name__})"))
             continue
-        from dtype_doctor.fix.strategies import describe
-
-        steps.append(Step(s.name, "applied", "; ".join(describe(c) for c in changes), changes))
+        steps.append(changes if isinstance(changes, Step) else s.applied(changes))
     return steps
 
 

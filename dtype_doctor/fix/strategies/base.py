@@ -266,21 +266,32 @@ class Strategy(ABC):
     # -- on the model and batch -----------------------------------------------------------
 
     def run(self, pipeline: Pipeline, report: Report, ctx: Context) -> tuple[Pipeline, Step]:
-        if self.applicability == UNSAFE and not ctx.unsafe:
-            return pipeline, Step(self.name, "skipped", "changes weight precision; pass --unsafe-fixes or --strategy " + self.name)
-        try:
-            changes = self.plan(pipeline, report, ctx)
-        except Skip as why:
-            return pipeline, Step(self.name, "skipped", str(why))
+        changes = self.planned(pipeline, report, ctx)
+        if isinstance(changes, Step):
+            return pipeline, changes
         try:
             new = self.apply(pipeline, changes)
         except Exception as exc:  # noqa: BLE001 - a failing fix is a result, not a crash
             if is_out_of_memory(exc):
                 raise  # the machine's limit, not the strategy's: the caller names the batch size
             return pipeline, Step(self.name, "failed", f"{type(exc).__name__}: {exc}".splitlines()[0], changes)
+        return new, self.applied(changes)
+
+    def planned(self, pipeline: Pipeline | None, report: Report, ctx: Context) -> tuple[Change, ...] | Step:
+        """The changes this strategy plans for `report`, or the skipped Step that says why it plans
+        none: an unsafe strategy the user did not allow, or its own Skip. `pipeline` is None where
+        no model was loaded (a load transformers refused: `run`'s fix plans from the report alone)."""
+        if self.applicability == UNSAFE and not ctx.unsafe:
+            return Step(self.name, "skipped", "changes weight precision; pass --unsafe-fixes or --strategy " + self.name)
+        try:
+            return self.plan(pipeline, report, ctx)  # type: ignore[arg-type]
+        except Skip as why:
+            return Step(self.name, "skipped", str(why))
+
+    def applied(self, changes: tuple[Change, ...]) -> Step:
         from dtype_doctor.fix.strategies import describe
 
-        return new, Step(self.name, "applied", "; ".join(describe(c) for c in changes), changes)
+        return Step(self.name, "applied", "; ".join(describe(c) for c in changes), changes)
 
     def relevant(self, report: Report, ctx: Context) -> list[Finding]:
         """The findings at or above --fail-on whose rule offers this strategy as a remedy."""
