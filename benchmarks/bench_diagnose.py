@@ -172,7 +172,7 @@ def _minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-# As dtype_doctor/trace/recorder.py's _BOUNDED: results that only select or shrink their operands.
+# As dtype_doctor/trace/opfacts.py's BOUNDED: results that only select or shrink their operands.
 _BOUNDED = {"relu", "relu_", "gelu", "silu", "silu_", "tanh", "abs", "neg", "max_pool2d_with_indices",
             "max_pool3d_with_indices", "max_pool1d", "max_pool2d", "adaptive_max_pool2d"}
 

@@ -30,6 +30,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from dtype_doctor.numerics import config_kept
+from dtype_doctor.trace.opfacts import facts
 
 
 class WriteGuard(TorchDispatchMode):
@@ -43,7 +44,6 @@ class WriteGuard(TorchDispatchMode):
         super().__init__()
         self._by_storage = {t.untyped_storage().data_ptr(): t for t in watched if t.numel()}
         self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # storage → (tensor, its values)
-        self._writes: dict[Any, tuple[int, ...]] = {}  # op → indices of the arguments it writes
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
@@ -52,11 +52,7 @@ class WriteGuard(TorchDispatchMode):
 
     def before(self, func: Any, args: tuple, kwargs: dict) -> None:
         """An op `func(*args, **kwargs)` is about to run: save what it would write of the watched tensors."""
-        written = self._writes.get(func)
-        if written is None:
-            written = self._writes[func] = tuple(
-                i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write
-            )
+        written = facts(func).written
         if written:
             schema = func._schema.arguments
             for i in written:

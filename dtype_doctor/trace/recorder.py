@@ -23,6 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from dtype_doctor.errors import first_line
 from dtype_doctor.numerics import device_name, dtype_name, tensors_in
 from dtype_doctor.records import FP16_MAX, ModuleCall, OpCall, TensorMeta, in_modules
+from dtype_doctor.trace.opfacts import ARG_ROLES, facts
 from dtype_doctor.trace.subclass import wrapper_type
 from dtype_doctor.trace.values import PLAIN_TYPES, ValueProbe
 from dtype_doctor.trace.verdicts import classify_error
@@ -30,21 +31,6 @@ from dtype_doctor.trace.weakid import WeakIdMap
 
 if TYPE_CHECKING:
     from dtype_doctor.trace.guard import WriteGuard
-
-# Schema argument name → operand role.
-_ARG_ROLES = {
-    "weight": "weight",
-    "bias": "bias",
-    "indices": "index",
-    "index": "index",
-    "target": "target",
-    "attn_mask": "mask",
-    "mask": "mask",
-    "running_mean": "buffer",
-    "running_var": "buffer",
-}
-# Ops whose "weight" argument is not a layer weight (class weights of a loss).
-_LOSS_OPS = ("nll_loss", "binary_cross_entropy", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div")
 
 # Functions whose dtype checks run before dispatch: conv checks input/bias types, SDPA
 # validates its mask, take_along_dim its indices and cross_entropy a probability target
@@ -69,50 +55,6 @@ _FUNCTIONS_TO_WATCH = {
 # integer kernel, the with-indices path it takes under the recorder has. A real trace also
 # runs them once outside every mode, for the error the user's own call would raise.
 _MODE_DEPENDENT = frozenset({torch.max_pool1d, torch.nn.functional.max_pool1d})
-
-_UNINITIALISED = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"})
-# Ops whose result only selects or shrinks their tensor operands: |y| ≤ max |x|, and finite
-# operands give a finite result. Their exact extremes are bounded by the operands'.
-_BOUNDED = frozenset(
-    {"relu", "relu_", "gelu", "silu", "silu_", "tanh", "abs", "neg", "where.self",
-     "max_pool2d_with_indices", "max_pool3d_with_indices", "max_pool1d", "max_pool2d", "adaptive_max_pool2d"}
-)
-
-
-def _base_name(func: Any) -> str:
-    name = getattr(func, "__name__", "")
-    return name if name == "where.self" else name.split(".")[0]  # where with a Python number is not bounded
-
-
-def _stats_kind(func: Any) -> "_StatsKind":
-    """What the value statistics do for an op, decided once per op (see _StatsKind)."""
-    kind = _STATS_KIND.get(func)
-    if kind is None:
-        name = _base_name(func)
-        schema = getattr(func, "_schema", None)
-        outs = tuple(a.name for a in getattr(schema, "arguments", ()) if getattr(a, "is_out", False))
-        kind = _STATS_KIND[func] = _StatsKind(
-            not (getattr(func, "is_view", False) or name in _UNINITIALISED), name in _BOUNDED, _mutates(func), outs
-        )
-    return kind
-
-
-@dataclass(frozen=True, slots=True)
-class _StatsKind:
-    measured: bool  # its result is measured: not a view (its operand's values), nor empty (whatever memory held)
-    bounded: bool  # its result is bounded by its operands (_BOUNDED)
-    mutates: bool  # it writes into an operand (add_, copy_, `out=`)
-    out_args: tuple[str, ...]  # its write-only `out=` arguments, whose old values it never reads
-
-
-_STATS_KIND: dict[Any, _StatsKind] = {}
-
-
-def _mutates(func: Any) -> bool:
-    """An op that writes into one of its operands (add_, fill_, index_put_, `t[...] = v`)."""
-    schema = getattr(func, "_schema", None)
-    return bool(getattr(schema, "is_mutable", False)) or func is torch.Tensor.__setitem__
-
 
 # Operand types that are never a Python number (a number's own subclass, numpy.float64, is not here).
 _NEVER_NUMBERS = frozenset({torch.Tensor, torch.nn.Parameter, list, tuple, type(None), bool, str, torch.dtype, torch.device, torch.Size})
@@ -169,7 +111,6 @@ class Recorder:
         self.prov: WeakIdMap[Provenance] = WeakIdMap()
         self.boundary_inputs: list[TensorMeta] = []
         self._handles: list[Any] = []
-        self._roles_cache: dict[Any, tuple[tuple[str | None, ...], frozenset[str] | None]] = {}
         self._module_names: dict[int, str] = {}
         # The same few metadata recur op after op: each TensorMeta (frozen) is built once.
         self._metas: dict[tuple, TensorMeta] = {}
@@ -233,20 +174,9 @@ class Recorder:
         self.prov[t] = Provenance("input", name, f"input:{name}")
         return self.meta(t, "input", name)
 
-    def _arg_roles(self, func: Any) -> tuple[tuple[str | None, ...], frozenset[str] | None]:
-        """The role of each positional argument of `func`, and its schema's argument names (None: no
-        schema, every keyword has the role its name says); once per op."""
-        found = self._roles_cache.get(func)
-        if found is None:
-            schema = getattr(func, "_schema", None)
-            names = [a.name for a in schema.arguments] if schema is not None else []
-            is_loss = any(k in str(func) for k in _LOSS_OPS)
-            roles = tuple(None if (is_loss and n == "weight") else _ARG_ROLES.get(n) for n in names)
-            found = self._roles_cache[func] = (roles, frozenset(names) if schema is not None else None)
-        return found
-
     def _operands(self, func: Any, args: tuple, kwargs: dict) -> list[tuple[torch.Tensor, str | None]]:
-        roles, names = self._arg_roles(func)
+        op = facts(func)
+        roles, names = op.roles, op.names
         found: list[tuple[torch.Tensor, str | None]] = []
         n = len(roles)
         for i, a in enumerate(args):
@@ -258,7 +188,7 @@ class Recorder:
         if kwargs:
             for k, v in kwargs.items():
                 if isinstance(v, torch.Tensor):
-                    found.append((v, _ARG_ROLES.get(k) if names is None or k in names else None))
+                    found.append((v, ARG_ROLES.get(k) if names is None or k in names else None))
         return found
 
     # ------------------------------------------------------------------ record
@@ -364,7 +294,7 @@ class Recorder:
             self._kept_ops.add(len(self.ops))
             for o in tensors_in(out):
                 self._fp32_kept[o] = True
-        kind = _stats_kind(func)
+        kind = facts(func)
         outs = (out,) if isinstance(out, torch.Tensor) else tuple(tensors_in(out))
         first = None
         if kind.measured:
@@ -400,7 +330,7 @@ class Recorder:
     def _observe_written(self, func: Any, operands: list[tuple[torch.Tensor, str | None]], kwargs: dict) -> None:
         """Before an op that writes into its operands runs: their values as they are now, which
         the op's statistics report as its operands' (an `out=` argument's old values are no one's)."""
-        kind = _stats_kind(func)
+        kind = facts(func)
         if not kind.mutates:
             return
         skip = [kwargs[n] for n in kind.out_args if isinstance(kwargs.get(n), torch.Tensor)]
@@ -476,7 +406,7 @@ class Recorder:
         self, func: Any, op_name: str, out: Any, operands: list[tuple[torch.Tensor, str | None]], module: str
     ) -> tuple[TensorMeta, ...]:
         outs = out if isinstance(out, (tuple, list)) else (out,)
-        is_view = getattr(func, "is_view", False)
+        is_view = facts(func).is_view
         prov_of = self.prov.get
         metas = []
         for o in outs:
@@ -632,7 +562,6 @@ class Recorder:
 
 _NOPROV = Provenance("none", None, None)
 _NoTorchFunction = torch._C.DisableTorchFunction
-_OP_NAMES: dict[Any, str] = {}  # aten op → "aten.add.Tensor" (str() of an OpOverload is Python work)
 
 
 def _no_modes() -> Any:
@@ -654,9 +583,7 @@ class _DispatchRecorder(TorchDispatchMode):
             rec.writes.before(func, args, kwargs)
         if rec._suspended:
             return func(*args, **kwargs)
-        name = _OP_NAMES.get(func)
-        if name is None:
-            name = _OP_NAMES[func] = str(func)
+        name = facts(func).name
         wrapper = wrapper_type(types)
         if wrapper is None:
             return self.rec.record(func, name, args, kwargs, lambda a, k: func(*a, **k), "aten")
