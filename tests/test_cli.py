@@ -562,6 +562,21 @@ def test_help_and_rules_do_not_import_torch(argv: tuple[str, ...]) -> None:
 # --------------------------------------------------------------------------- real processes
 
 
+def test_torchao_is_imported_only_when_something_needs_it(tmp_path: Path) -> None:
+    # torchao's import-time log lines are held back by its logger's level, not by importing it up
+    # front (1.0-2.5 s): a script that uses no quantized or transformers model never imports it.
+    flag = tmp_path / "imported.txt"
+    script = tmp_path / "plain.py"
+    script.write_text("import sys\nimport torch\n\nm = torch.nn.Linear(4, 4)\nm(torch.randn(2, 4))\n"
+                      f"open({str(flag)!r}, 'w').write(str('torchao' in sys.modules))\n")
+    exe = Path(sys.executable).with_name("dtype-doctor")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "dtype_doctor"]
+    proc = subprocess.run([*cmd, "run", "--", "python", str(script)], capture_output=True, text=True,
+                          env=subprocess_env(), cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert flag.read_text() == "False"
+
+
 def test_console_script_demo_json() -> None:
     script = Path(sys.executable).with_name("dtype-doctor")
     cmd = [str(script)] if script.exists() else [sys.executable, "-m", "dtype_doctor"]

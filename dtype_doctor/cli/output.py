@@ -71,42 +71,21 @@ def progress() -> Any:
     return lambda msg: console.print(f"[dim]· {msg}…[/dim]", highlight=False)
 
 
-# Optional libraries that log to stderr while they import (not when they run): torchao on a CPU
-# build of torch logs each CUDA extension it cannot load, and torch's pytree logs torchao's Enum
-# constants. Per library: the modules whose import pulls it in (transformers' quantizers import
-# torchao's submodules as any model loads), and the loggers held at ERROR meanwhile.
-_IMPORT_NOISE = {
-    "torchao": (("torchao", "transformers.quantizers.auto"), ("torchao", "torch.utils._pytree")),
-}
-
-
-def import_quietly(name: str) -> None:
-    """Import an installed optional library, and what imports it, with its import-time log lines
-    held back (its loggers at ERROR for the import only). Errors still print and raise."""
-    import importlib
-    import importlib.util
-    import logging
-
-    if name in sys.modules or importlib.util.find_spec(name) is None:
-        return
-    modules, names = _IMPORT_NOISE[name]
-    loggers = [logging.getLogger(each) for each in names]
-    levels = [each.level for each in loggers]
-    for each in loggers:
-        each.setLevel(logging.ERROR)
-    try:
-        for module in modules:
-            importlib.import_module(module)
-    finally:
-        for each, level in zip(loggers, levels):
-            each.setLevel(level)
+# Libraries that log to stderr while they import, not when they run: torchao on a CPU build of
+# torch logs each CUDA extension it cannot load, and torch's pytree logs torchao's Enum constants
+# (transformers' quantizers import torchao as a model loads). The CLI owns stderr: these loggers
+# stay at ERROR for the whole command, so the libraries are imported only when something needs
+# them (importing torchao up front, to hold its lines back, cost 1.0-2.5 s of every command).
+IMPORT_NOISE_LOGGERS = ("torchao", "torch.utils._pytree")
 
 
 def quiet_libraries() -> None:
     """The CLI owns stderr: no weight-loading bars or load reports from the libraries."""
+    import logging
     import warnings
 
-    import_quietly("torchao")
+    for name in IMPORT_NOISE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
 
     import datasets
     import transformers
