@@ -10,6 +10,17 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def memory_words(exc: BaseException, limit: int = 200) -> str:
+    """An out-of-memory error as one line that keeps the size it asked for: the CPU allocator's
+    C++ location ("[enforce fail at alloc_cpu.cpp:124] err == 0.") goes, and the line is cut at
+    `limit` (cut at 120 with it, the size was lost)."""
+    line = first_line(exc, 10_000)
+    if line.startswith("[enforce fail at "):
+        line = line.partition("] ")[2]
+        line = line.partition(". ")[2] or line  # the failed condition ("err == 0.")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
     """Python's MemoryError, torch's OutOfMemoryError (CUDA), or the CPU allocator's RuntimeError."""
     if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":

@@ -230,14 +230,14 @@ def with_loading(report: Report, p: Prepared) -> Report:
 @contextmanager
 def memory_named(options: ScanOptions) -> Iterator[None]:
     """Running out of memory is bad input naming the batch size (exit 2), not a finding or a crash."""
-    from dtype_doctor.errors import InputError, first_line, is_out_of_memory
+    from dtype_doctor.errors import InputError, is_out_of_memory, memory_words
 
     try:
         yield
     except Exception as exc:
         if not is_out_of_memory(exc):
             raise
-        raise InputError(f"out of memory with --batch-size {options.batch_size} ({first_line(exc, 120)}); "
+        raise InputError(f"out of memory with --batch-size {options.batch_size} ({memory_words(exc)}); "
                          "lower --batch-size, or pass --simulate to trace without allocating") from None
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from dtype_doctor.errors import InputError, is_out_of_memory
+from dtype_doctor.errors import InputError, is_out_of_memory, memory_words
 from dtype_doctor.load.memory import MAX_ROW_BYTES
 from tests.test_cli_bad_input import TEXT, assert_one_error_line, run_cli, tree_hash
 
@@ -197,6 +198,9 @@ def test_run_names_an_out_of_memory_in_the_step_under_rlimit_as(tmp_path: Path) 
     assert proc.returncode == 2, proc.stderr
     assert_one_error_line(proc.stderr, "ran out of memory", f"{script.name}:13", "lower the batch size")
     assert proc.stdout == "" and tree_hash(tmp_path) == before
+    # The size the allocator asked for, where its own message names one, is in the line too.
+    asked = re.search(r"allocate \d+ bytes", plain.stderr)
+    assert asked is None or re.search(r"allocate \d+ bytes", proc.stderr), proc.stderr
 
 
 def test_fix_run_names_an_out_of_memory_in_the_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -213,6 +217,8 @@ def test_an_out_of_memory_before_any_model_call_does_not_blame_the_batch(tmp_pat
     with pytest.raises(RuntimeError) as plain:
         torch.zeros(2**60, dtype=torch.uint8)  # the oracle: this allocation fails in plain PyTorch
     assert is_out_of_memory(plain.value)
+    words = memory_words(plain.value)  # the allocator's line without its C++ location, the size kept
+    assert not words.startswith("[enforce") and (str(2**60) in words) == (str(2**60) in str(plain.value))
     code, out, err = run_cli(capsys, ["run", "--", "python", str(script), "4"])
     assert code == 2 and out == ""
     line = assert_one_error_line(err, "ran out of memory before calling a model", f"{script.name}:16")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
-from dtype_doctor.errors import InputError, UsageError, first_line, is_out_of_memory
+from dtype_doctor.errors import InputError, UsageError, first_line, is_out_of_memory, memory_words
 from dtype_doctor.records import Report
 from dtype_doctor.records import LaunchConfig
 from dtype_doctor.run.command import ScriptCommand, parse_command
@@ -180,10 +180,10 @@ def out_of_memory(display: str, error: BaseException, *, simulated: bool = False
     the batch size is not what to lower."""
     where = user_frame(error)
     if not stepped:
-        return InputError(f"{display} ran out of memory before calling a model{where} ({first_line(error, 120)})"
+        return InputError(f"{display} ran out of memory before calling a model{where} ({memory_words(error)})"
                           + ("" if simulated else "; pass --simulate to trace without allocating"))
     hint = "lower the batch size of its step" + ("" if simulated else ", or pass --simulate to trace without allocating")
-    return InputError(f"{display} ran out of memory{where} ({first_line(error, 120)}); {hint}")
+    return InputError(f"{display} ran out of memory{where} ({memory_words(error)}); {hint}")
 
 
 def user_frame(error: BaseException) -> str:
