@@ -303,22 +303,11 @@ class Recorder:
                     first = o
                     break
         # Operands as they were last seen (an in-place op has since changed them; _observe_written
-        # measured them before it ran), the output as it is now. Parameters are left out: "made
-        # here" compares a result with the activations it came from, and measuring every weight
-        # (an embedding table is most of a small model) costs a pass each. An `out=` argument is
-        # not an operand: the op never reads what it held.
-        # The statistics' own kernels are not the model's ops: they run outside every mode (see
-        # observe()); `plain` says no tensor subclass is among them.
-        prov_of, out_args = self.prov.get, kind.out_args
-        plain = first is None or type(first) in PLAIN_TYPES
-        activations = []
-        for t, _ in operands:
-            p = prov_of(t)
-            if (p is not None and p.kind == "param") or (out_args and any(t is o for o in outs)):
-                continue
-            activations.append(t)
-            if type(t) not in PLAIN_TYPES:
-                plain = False
+        # measured them before it ran), the output as it is now. For an `out=` op its results are
+        # its `out=` arguments. The statistics' own kernels are not the model's ops: they run
+        # outside every mode (see observe()); `plain` says no tensor subclass is among them.
+        activations = self._read_operands(operands, outs if kind.out_args else ())
+        plain = (first is None or type(first) in PLAIN_TYPES) and all(type(t) in PLAIN_TYPES for t in activations)
         # The result of an op that wrote into its operand: measured anew, as its version counter moves
         # on only when this dispatch returns (ADInplaceOrView bumps it after the kernel).
         written = kind.mutates and first is not None and any(t is first for t, _ in operands)
@@ -333,12 +322,23 @@ class Recorder:
         kind = facts(func)
         if not kind.mutates:
             return
-        skip = [kwargs[n] for n in kind.out_args if isinstance(kwargs.get(n), torch.Tensor)]
-        prov = self.prov
-        self.observe(
-            (t for t, _ in operands if (prov.get(t) or _NOPROV).kind != "param" and not any(t is o for o in skip)),
-            as_last_seen=True,
-        )
+        write_only = [kwargs[n] for n in kind.out_args if isinstance(kwargs.get(n), torch.Tensor)]
+        self.observe(self._read_operands(operands, write_only), as_last_seen=True)
+
+    def _read_operands(self, operands: list[tuple[torch.Tensor, str | None]], write_only: Iterable[torch.Tensor]) -> list[torch.Tensor]:
+        """The operands an op's statistics report: not the parameters ("made here" compares a
+        result with the activations it came from, and measuring every weight, an embedding table
+        being most of a small model, costs a pass each), nor its write-only `out=` arguments,
+        whose old values it never reads."""
+        prov_of = self.prov.get
+        skip = tuple(write_only)
+        found = []
+        for t, _ in operands:
+            p = prov_of(t)
+            if (p is not None and p.kind == "param") or (skip and any(t is o for o in skip)):
+                continue
+            found.append(t)
+        return found
 
     def finished_ops(self) -> tuple[OpCall, ...]:
         """The recorded ops, with their value statistics once the trace is done."""
@@ -560,7 +560,6 @@ class Recorder:
         return _FunctionRecorder(self)
 
 
-_NOPROV = Provenance("none", None, None)
 _NoTorchFunction = torch._C.DisableTorchFunction
 
 
