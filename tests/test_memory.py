@@ -198,9 +198,9 @@ def test_run_names_an_out_of_memory_in_the_step_under_rlimit_as(tmp_path: Path) 
     assert proc.returncode == 2, proc.stderr
     assert_one_error_line(proc.stderr, "ran out of memory", f"{script.name}:13", "lower the batch size")
     assert proc.stdout == "" and tree_hash(tmp_path) == before
-    # The size the allocator asked for, where its own message names one, is in the line too.
+    # The size the allocator asked for, as its own message names it, is in the line too.
     asked = re.search(r"allocate \d+ bytes", plain.stderr)
-    assert asked is None or re.search(r"allocate \d+ bytes", proc.stderr), proc.stderr
+    assert asked is not None and asked.group(0) in proc.stderr, (plain.stderr, proc.stderr)
 
 
 def test_fix_run_names_an_out_of_memory_in_the_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

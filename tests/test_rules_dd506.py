@@ -128,9 +128,9 @@ needs_torchao = pytest.mark.skipif(
 
 
 def _torchao_mlp(hidden: int) -> nn.Module:
-    from dtype_doctor.cli.output import import_quietly
+    from dtype_doctor.cli.output import hold_back_import_noise
 
-    import_quietly("torchao")  # a CPU build of torch: torchao logs its CUDA extensions as it imports
+    hold_back_import_noise()  # a CPU build of torch: torchao logs its CUDA extensions as it imports
     from torchao.float8 import convert_to_float8_training
 
     torch.manual_seed(0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -72,20 +73,37 @@ def progress() -> Any:
 
 
 # Libraries that log to stderr while they import, not when they run: torchao on a CPU build of
-# torch logs each CUDA extension it cannot load, and torch's pytree logs torchao's Enum constants
-# (transformers' quantizers import torchao as a model loads). The CLI owns stderr: these loggers
-# stay at ERROR for the whole command, so the libraries are imported only when something needs
-# them (importing torchao up front, to hold its lines back, cost 1.0-2.5 s of every command).
-IMPORT_NOISE_LOGGERS = ("torchao", "torch.utils._pytree")
+# torch logs each CUDA extension it cannot load (in its __init__), and torch's pytree logs each
+# Enum a library registers (transformers' quantizers import torchao as a model loads). The CLI owns
+# stderr: a filter on each of these loggers drops the records those import-time places make, for
+# the whole command, so the libraries are imported only when something needs them (importing
+# torchao up front, to hold its lines back, cost 1.0-2.5 s of every command). Their other records,
+# a deprecation torchao logs as a script configures it, still show.
+IMPORT_NOISE = {"torchao": ("torchao/__init__.py", None), "torch.utils._pytree": ("torch/utils/_pytree.py", "_private_register_pytree_node")}
+
+
+class _ImportNoise(logging.Filter):
+    def __init__(self, path: str, function: str | None) -> None:
+        super().__init__()
+        self.path, self.function = path, function
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        here = record.pathname.replace("\\", "/").endswith(self.path)
+        return not (here and (self.function is None or record.funcName == self.function))
+
+
+def hold_back_import_noise() -> None:
+    for name, (path, function) in IMPORT_NOISE.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _ImportNoise) for f in logger.filters):
+            logger.addFilter(_ImportNoise(path, function))
 
 
 def quiet_libraries() -> None:
     """The CLI owns stderr: no weight-loading bars or load reports from the libraries."""
-    import logging
     import warnings
 
-    for name in IMPORT_NOISE_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
+    hold_back_import_noise()
 
     import datasets
     import transformers
