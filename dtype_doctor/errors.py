@@ -21,9 +21,14 @@ def memory_words(exc: BaseException, limit: int = 200) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def is_gpu_out_of_memory(exc: BaseException) -> bool:
+    """torch.OutOfMemoryError: what an accelerator's allocator raises (by name: torch not imported)."""
+    return type(exc).__name__ == "OutOfMemoryError"
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
     """Python's MemoryError, torch's OutOfMemoryError (CUDA), or the CPU allocator's RuntimeError."""
-    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+    if isinstance(exc, MemoryError) or is_gpu_out_of_memory(exc):
         return True
     text = str(exc)
     return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "not enough memory" in text)

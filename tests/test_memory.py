@@ -201,6 +201,21 @@ def test_run_names_an_out_of_memory_in_the_step_under_rlimit_as(tmp_path: Path) 
     # The size the allocator asked for, as its own message names it, is in the line too.
     asked = re.search(r"allocate \d+ bytes", plain.stderr)
     assert asked is not None and asked.group(0) in proc.stderr, (plain.stderr, proc.stderr)
+    # A CPU step stays real under --simulate (it runs out there too): the line does not offer it.
+    simulated = subprocess.run([sys.executable, "-m", "dtype_doctor", "run", "--simulate", "--", "python", str(script), "60000"],
+                               capture_output=True, text=True, env=env, preexec_fn=cap, timeout=120)
+    assert simulated.returncode == 2 and "ran out of memory" in simulated.stderr, simulated.stderr
+    assert "--simulate" not in proc.stderr
+
+
+def test_run_offers_simulate_for_a_gpu_out_of_memory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # torch.OutOfMemoryError is what CUDA's allocator raises; --simulate fakes the script's GPU tensors.
+    script = tmp_path / "gpu.py"
+    script.write_text(PAIRWISE.replace("(h @ h.T).softmax(-1)", "_oom()").replace(
+        "model = Pairwise()", "def _oom():\n    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 20.00 GiB')\n\n\nmodel = Pairwise()"))
+    code, out, err = run_cli(capsys, ["run", "--", "python", str(script), "4"])
+    assert code == 2 and out == ""
+    assert_one_error_line(err, "ran out of memory", "Tried to allocate 20.00 GiB", "lower the batch size", "--simulate")
 
 
 def test_fix_run_names_an_out_of_memory_in_the_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -219,10 +234,11 @@ def test_an_out_of_memory_before_any_model_call_does_not_blame_the_batch(tmp_pat
     assert is_out_of_memory(plain.value)
     words = memory_words(plain.value)  # the allocator's line without its C++ location, the size kept
     assert not words.startswith("[enforce") and (str(2**60) in words) == (str(2**60) in str(plain.value))
-    code, out, err = run_cli(capsys, ["run", "--", "python", str(script), "4"])
-    assert code == 2 and out == ""
-    line = assert_one_error_line(err, "ran out of memory before calling a model", f"{script.name}:16")
-    assert "batch size" not in line
+    for simulate in ([], ["--simulate"]):  # the script's own allocation is real under --simulate too
+        code, out, err = run_cli(capsys, ["run", *simulate, "--", "python", str(script), "4"])
+        assert code == 2 and out == ""
+        line = assert_one_error_line(err, "ran out of memory before calling a model", f"{script.name}:16")
+        assert "batch size" not in line and "--simulate" not in line
 
 
 # A forward holding one batch x sequence x 16384 float32 tensor: llama-tiny with a wide MLP

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
-from dtype_doctor.errors import InputError, UsageError, first_line, is_out_of_memory, memory_words
+from dtype_doctor.errors import InputError, UsageError, first_line, is_gpu_out_of_memory, is_out_of_memory, memory_words
 from dtype_doctor.records import Report
 from dtype_doctor.records import LaunchConfig
 from dtype_doctor.run.command import ScriptCommand, parse_command
@@ -175,14 +175,15 @@ def refused_load(error: BaseException, command: ScriptCommand, options: RunOptio
 
 def out_of_memory(display: str, error: BaseException, *, simulated: bool = False, stepped: bool = True) -> InputError:
     """The script ran out of memory: bad input naming where (exit 2), as `scan` names its --batch-size
-    (pipeline.memory_named), not a finding about the model. Under --simulate what ran out is the
-    script's own real allocation: no --simulate hint then. Before any model call (`stepped` False),
-    the batch size is not what to lower."""
+    (pipeline.memory_named), not a finding about the model. Before any model call (`stepped` False)
+    the batch size is not what to lower. --simulate is named only for a GPU's out-of-memory
+    (torch.OutOfMemoryError) in a real run: it fakes the script's GPU tensors, while what runs on
+    the CPU stays real under it (a CPU step that ran out of memory runs out under --simulate too)."""
     where = user_frame(error)
     if not stepped:
-        return InputError(f"{display} ran out of memory before calling a model{where} ({memory_words(error)})"
-                          + ("" if simulated else "; pass --simulate to trace without allocating"))
-    hint = "lower the batch size of its step" + ("" if simulated else ", or pass --simulate to trace without allocating")
+        return InputError(f"{display} ran out of memory before calling a model{where} ({memory_words(error)})")
+    gpu = is_gpu_out_of_memory(error) and not simulated
+    hint = "lower the batch size of its step" + (", or pass --simulate to trace without allocating" if gpu else "")
     return InputError(f"{display} ran out of memory{where} ({memory_words(error)}); {hint}")
 
 
