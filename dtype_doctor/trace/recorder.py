@@ -567,6 +567,8 @@ def _no_modes() -> Any:
     from torch.utils._python_dispatch import _disable_current_modes
 
     return _disable_current_modes()
+
+
 _FAILED = object()
 
 
