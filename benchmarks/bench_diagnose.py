@@ -157,8 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     med = {k: statistics.median(v[args.warmup :]) for k, v in faults.items()}  # the counted calls
     print(
         f"  minor page faults per call (median): diagnose {med['a']:.0f}, stats=False {med['a_off']:.0f}, plain {med['b']:.0f}"
-        "   (glibc hands freed activation memory back and faults it in again, each side alike and"
-        " at random; MALLOC_TRIM_THRESHOLD_ and MALLOC_MMAP_THRESHOLD_ of 1 GiB take that out of both)"
+        "   (glibc hands freed activation memory back and faults it in again, at random and on any"
+        " side, one side more than the others in some processes; MALLOC_TRIM_THRESHOLD_ and MALLOC_MMAP_THRESHOLD_ of 1 GiB take that out of both)"
     )
     if floor:
         print(f"  floor of the statistics (aminmax of every new result under a bare dispatch mode) F/B {fmt_spread(spread(floor))}")
@@ -172,24 +172,20 @@ def _minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-# As dtype_doctor/trace/opfacts.py's BOUNDED: results that only select or shrink their operands.
-_BOUNDED = {"relu", "relu_", "gelu", "silu", "silu_", "tanh", "abs", "neg", "max_pool2d_with_indices",
-            "max_pool3d_with_indices", "max_pool1d", "max_pool2d", "adaptive_max_pool2d"}
-
-
 def _floor_ratios(model, batch, plain, pairs: int) -> list[float]:  # noqa: ANN001
     """F/B per pair: F is the forward under a dispatch mode that does nothing but one torch.aminmax
     over each floating result that is not a view: the pass exact extremes cannot do without."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    from dtype_doctor.trace.opfacts import facts
+
     class AminmaxOnly(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
             out = func(*args, **(kwargs or {}))
             first = out[0] if isinstance(out, (tuple, list)) and out else out
-            name = func.__name__  # "gelu.default": the ops whose extremes the doctor takes from their operands
-            bounded = name == "where.self" or name.split(".")[0] in _BOUNDED
-            if isinstance(first, torch.Tensor) and first.is_floating_point() and first.numel() and not func.is_view and not bounded:
+            kind = facts(func)  # the doctor's own answer: not a view nor empty, and not bounded by its operands
+            if isinstance(first, torch.Tensor) and first.is_floating_point() and first.numel() and kind.measured and not kind.bounded:
                 torch.aminmax(first)
             return out
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 
 # Schema argument name → operand role.
 ARG_ROLES = {
@@ -43,7 +42,7 @@ class OpFacts:
     names: frozenset[str] | None  # the schema's argument names; None: no schema, a keyword's role is its name's
     measured: bool  # its result is measured: not a view (its operand's values), nor empty (whatever memory held)
     bounded: bool  # its result is bounded by its operands (BOUNDED)
-    mutates: bool  # it writes into an operand (add_, copy_, `out=`, `t[...] = v`)
+    mutates: bool  # it writes into an operand (add_, copy_, `out=`; `t[...] = v` writes through index_put_ or fill_)
     out_args: tuple[str, ...]  # its write-only `out=` arguments, whose old values it never reads
     written: tuple[int, ...]  # the indices of the arguments it writes (the write guard saves those)
     is_view: bool
@@ -73,7 +72,7 @@ def _worked_out(func: Any) -> OpFacts:
         names=frozenset(names) if schema is not None else None,
         measured=not (is_view or base in _UNINITIALISED),
         bounded=base in BOUNDED,
-        mutates=bool(getattr(schema, "is_mutable", False)) or func is torch.Tensor.__setitem__,
+        mutates=bool(getattr(schema, "is_mutable", False)),
         out_args=tuple(a.name for a in arguments if getattr(a, "is_out", False)),
         written=tuple(
             i for i, a in enumerate(arguments) if getattr(a, "alias_info", None) is not None and a.alias_info.is_write
