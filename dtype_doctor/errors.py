@@ -58,3 +58,9 @@ class RemoteCodeError(InputError):
 
 class PickleRefusedError(InputError):
     """The model's only weights are pickled (pytorch_model.bin)."""
+
+
+class StopScript(BaseException):
+    """Raised into the script to stop it once the traced steps are done.
+
+    A BaseException, so the script's own `except Exception:` does not swallow it."""

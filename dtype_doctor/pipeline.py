@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from dtype_doctor.errors import UsageError
-from dtype_doctor.placement import Placement, decide, parse_device
+from dtype_doctor.machine.placement import Placement, decide, parse_device
 from dtype_doctor.load.batch.state import DATASET_FORMATS, PREPROCESS_MODES
 from dtype_doctor.records import Report, Subject, TraceRequest
 from dtype_doctor.load.memory import MAX_BATCH_SIZE
@@ -73,7 +73,7 @@ class ScanOptions:
         if self.gpus != 1 or self.device_map or self.max_memory:
             self.placement()  # --gpus/--device-map/--max-memory: refused here, before anything loads
         if self.gpu is not None:
-            from dtype_doctor.trace.gpus import gpu_profile
+            from dtype_doctor.machine.gpus import gpu_profile
 
             gpu_profile(self.gpu)  # a bad name is a usage error before anything loads
             if not self.simulate:
@@ -203,7 +203,7 @@ def refused_load(model: str, dataset: str, options: ScanOptions) -> Report | Non
     from dtype_doctor.load.offload import refused_trace, scan_refusal
     from dtype_doctor.records import Target
     from dtype_doctor.rules import run_rules
-    from dtype_doctor.trace.gpus import gpu_profile
+    from dtype_doctor.machine.gpus import gpu_profile
 
     placement = options.placement()
     refusal = scan_refusal(model, quantize, placement)

@@ -1,4 +1,4 @@
-"""One Placement, decided once (dtype_doctor/placement.py): the decision table, the one refusal,
+"""One Placement, decided once (dtype_doctor/machine/placement.py): the decision table, the one refusal,
 and no other module asking torch whether CUDA is there in order to choose a device."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 
 import dtype_doctor
 from dtype_doctor.errors import UsageError
-from dtype_doctor.placement import Placement, decide, parse_device
+from dtype_doctor.machine.placement import Placement, decide, parse_device
 
 PACKAGE = Path(dtype_doctor.__file__).parent
 
@@ -96,4 +96,4 @@ def test_no_other_module_asks_torch_to_choose_a_device() -> None:
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "is_available":
                 if isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "cuda":
                     asking.add(str(path.relative_to(PACKAGE)))
-    assert asking - NOT_DECIDING == {"placement.py"}, asking
+    assert asking - NOT_DECIDING == {"machine/placement.py"}, asking

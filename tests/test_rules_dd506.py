@@ -11,7 +11,7 @@ import torch.nn as nn
 
 import dtype_doctor
 from dtype_doctor.rules.dd107_dtype_unsupported_on_device import fp8_supported
-from dtype_doctor.trace.gpus import CAPABILITIES
+from dtype_doctor.machine.gpus import CAPABILITIES
 
 E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
 # (name, mat1 [M, K], mat2 as [N, K] transposed (column-major) or [K, N] (row-major), dtypes, CUDA refuses)

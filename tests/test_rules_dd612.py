@@ -1,7 +1,7 @@
 """DD612 launch-precision-unsupported: bf16 before Ampere, fp8 below 8.9, for the --gpu profile."""
 
 from dtype_doctor.records import LaunchConfig
-from dtype_doctor.trace.gpus import gpu_profile
+from dtype_doctor.machine.gpus import gpu_profile
 from helpers_launch import judged
 
 

@@ -131,7 +131,7 @@ def test_a_device_mismatch_reads_in_cudas_words(workdir: Path, capsys: pytest.Ca
 
 
 def test_the_wording_names_the_device_the_stand_in_stands_for() -> None:
-    from dtype_doctor.trace.wording import as_device
+    from dtype_doctor.machine.wording import as_device
 
     assert as_device("Tensor on device cpu is not on the expected device meta!", "cuda:0") == (
         "Expected all tensors to be on the same device, but found at least two devices, cuda:0 and cpu!")

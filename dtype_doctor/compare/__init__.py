@@ -72,7 +72,7 @@ def compare_pipeline(
     from dtype_doctor.compare.engine import REAL_ONLY, run
     from dtype_doctor.compare.records import VARIANT_NAMES, CompareRequest
     from dtype_doctor.pipeline import ScanOptions, memory_named, prepare
-    from dtype_doctor.placement import decide
+    from dtype_doctor.machine.placement import decide
     from dtype_doctor.records import Subject
 
     options = options or ScanOptions()

@@ -22,7 +22,7 @@ from dtype_doctor.compare.verdicts import recommend, verdict
 from dtype_doctor.errors import InputError, is_out_of_memory
 from dtype_doctor.numerics import forward, fp32_inputs, fp32_reference, output_diff, weight_bytes
 from dtype_doctor.records import Subject, Target, main_dtype_of
-from dtype_doctor.placement import decide
+from dtype_doctor.machine.placement import decide
 from dtype_doctor.diagnosis import environment
 from dtype_doctor.trace.guard import preserved
 from dtype_doctor.numerics import device_name, dtype_name

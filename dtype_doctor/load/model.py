@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Any
 
 from dtype_doctor.errors import InputError, PickleRefusedError, RemoteCodeError, UsageError, first_line as _first_line
-from dtype_doctor.placement import decide
+from dtype_doctor.machine.placement import decide
 from dtype_doctor.load.quantize import Quantize, checkpoint_quantization
 from dtype_doctor.records import Loading
 

@@ -101,8 +101,8 @@ def planned_refusal(cls: Any, config: Any, bnb_config: Any, strategy: str | Mapp
     from transformers.integrations import accelerate as hf_accelerate
     from transformers.quantizers import AutoHfQuantizer
 
-    from dtype_doctor.trace.device_map import max_memory_of, plan, simulated_gpus
-    from dtype_doctor.placement import DEVICE_MAPS
+    from dtype_doctor.machine.device_map import max_memory_of, plan, simulated_gpus
+    from dtype_doctor.machine.placement import DEVICE_MAPS
 
     quantizer = AutoHfQuantizer.from_config(bnb_config, pre_quantized=False)
     method = _QUANTIZERS.get(type(quantizer).__name__)
@@ -144,7 +144,7 @@ def scan_refusal(spec: str, quantize: Any, placement: Any) -> LoadRefusal | None
     import transformers
 
     from dtype_doctor.load.model import resolve_model_dir
-    from dtype_doctor.trace.gpus import gpu_profile
+    from dtype_doctor.machine.gpus import gpu_profile
 
     model_dir = resolve_model_dir(spec)
     try:

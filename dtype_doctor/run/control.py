@@ -42,7 +42,7 @@ def check_timeout(timeout: float | None) -> None:
 
 def where(tb: Any = None, frame: Any = None) -> str:
     """' at prep.py:12': the innermost frame of the user's own files, from a traceback or a frame."""
-    from dtype_doctor.run.user_code import display_path, is_user_file
+    from dtype_doctor.machine.user_code import display_path, is_user_file
 
     found = None
     if tb is not None:

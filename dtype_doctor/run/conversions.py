@@ -15,7 +15,7 @@ from weakref import WeakKeyDictionary
 import torch
 
 from dtype_doctor.records import SourceLoc
-from dtype_doctor.run.user_code import user_site
+from dtype_doctor.machine.user_code import user_site
 from dtype_doctor.numerics import dtype_name
 
 _METHOD_DTYPES = {"half": torch.float16, "float": torch.float32, "double": torch.float64, "bfloat16": torch.bfloat16}

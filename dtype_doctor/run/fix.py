@@ -214,7 +214,7 @@ def apply_edits(plans: list[tuple[Change, str, list[Attempt]]]) -> tuple[FileEdi
 
 
 def _shown(file: Path) -> str:
-    from dtype_doctor.run.user_code import display_path
+    from dtype_doctor.machine.user_code import display_path
 
     return display_path(str(file))
 

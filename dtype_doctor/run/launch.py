@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 from dtype_doctor.run.command import ScriptCommand
+from dtype_doctor.errors import StopScript
 from dtype_doctor.run.control import UserCodeTimeout
 
 
@@ -34,12 +35,6 @@ class ScriptOutcome:
     def ended_by(self) -> BaseException | None:
         """What ended the script early: its own exception, or the doctor's stop."""
         return self.error if self.error is not None else self.stop
-
-
-class StopScript(BaseException):
-    """Raised into the script to stop it once the traced steps are done.
-
-    A BaseException, so the script's own `except Exception:` does not swallow it."""
 
 
 def _exit_code(exc: SystemExit) -> int:
@@ -92,7 +87,7 @@ def launch(command: ScriptCommand, sources: Mapping[str, str] | None = None) -> 
 def _forget_user_modules(before: set[str]) -> None:
     """The user's own modules the script imported are dropped, so the next run imports them afresh
     (as a new python process would, and with their patched text when a fix is verified)."""
-    from dtype_doctor.run.user_code import is_user_file
+    from dtype_doctor.machine.user_code import is_user_file
 
     for name in set(sys.modules) - before:
         module = sys.modules.get(name)

@@ -31,7 +31,7 @@ def split_launcher(words: list[str], gpus: int = 1) -> tuple[list[str], LaunchCo
         return list(words), None
     head = Path(rest[0]).name
     if head == "accelerate" and rest[1:2] == ["launch"]:
-        from dtype_doctor.trace.device_map import require_accelerate
+        from dtype_doctor.machine.device_map import require_accelerate
 
         require_accelerate("accelerate launch")
         return _accelerate(rest[2:], gpus)

@@ -20,8 +20,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from dtype_doctor.records import LineageStep, SourceLoc
-from dtype_doctor.run.modes import push_function_mode, remove_function_mode
-from dtype_doctor.run.user_code import display_path, first_outside_tool, first_user_frame, frames_above, is_user_file
+from dtype_doctor.machine.modes import push_function_mode, remove_function_mode
+from dtype_doctor.machine.user_code import display_path, first_outside_tool, first_user_frame, frames_above, is_user_file
 from dtype_doctor.numerics import device_name, dtype_name
 
 Chain = tuple[LineageStep, ...]
@@ -171,7 +171,7 @@ class LineageMode(TorchFunctionMode):
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        """Off the mode stack wherever it is: the script's own modes above it stay (run/modes.py)."""
+        """Off the mode stack wherever it is: the script's own modes above it stay (machine/modes.py)."""
         if self._from_numpy is not None:
             torch.from_numpy = self._from_numpy
             self._from_numpy = None

@@ -39,7 +39,7 @@ class RunOptions:
     timeout: float | None = DEFAULT_TIMEOUT  # seconds the script may run until its traced steps are done
 
     def validate(self) -> None:
-        from dtype_doctor.placement import parse_device
+        from dtype_doctor.machine.placement import parse_device
         from dtype_doctor.rules import parse_codes
 
         if self.steps < 1:
@@ -51,7 +51,7 @@ class RunOptions:
         if self.simulate and self.device == "cpu":
             raise UsageError("--simulate makes the script see a CUDA machine; --device cpu contradicts it (use --device cuda, or leave --simulate out)")
         if self.gpu is not None:
-            from dtype_doctor.trace.gpus import gpu_profile
+            from dtype_doctor.machine.gpus import gpu_profile
 
             gpu_profile(self.gpu)
             if not self.simulate:
@@ -61,7 +61,7 @@ class RunOptions:
         """The RunSession keywords: where the script's CUDA is simulated, hidden or real."""
         import torch
 
-        from dtype_doctor.placement import decide
+        from dtype_doctor.machine.placement import decide
 
         where = decide(self.device, simulate=self.simulate, gpu=self.gpu, gpus=self.gpus)  # no GPU here: refused, naming --simulate
         if where.simulated:
@@ -132,7 +132,7 @@ def run_script(
                 f"{command.display} raised {type(error).__name__} before calling a model{where}: {first_line(error)}"
             ) from error
         if stop is not None and getattr(stop, "limit", None):
-            from dtype_doctor.trace.wording import no_fake_impl
+            from dtype_doctor.machine.wording import no_fake_impl
 
             raise InputError(f"{command.display} calls {stop.limit} at {stop.where} before calling a model: "  # type: ignore[attr-defined]
                              f"{no_fake_impl(stop.limit)}")  # type: ignore[attr-defined]
@@ -157,7 +157,7 @@ def refused_load(error: BaseException, command: ScriptCommand, options: RunOptio
     from dtype_doctor.load.offload import refusal_of, refused_trace
     from dtype_doctor.records import SourceLoc, Target
     from dtype_doctor.rules import run_rules
-    from dtype_doctor.trace.gpus import gpu_profile
+    from dtype_doctor.machine.gpus import gpu_profile
 
     refusal = refusal_of(error)
     if refusal is None:
@@ -191,7 +191,7 @@ def user_frame(error: BaseException) -> str:
     """' at train.py:27': the last frame of the traceback in the user's own files, or ''."""
     import traceback
 
-    from dtype_doctor.run.user_code import display_path, is_user_file
+    from dtype_doctor.machine.user_code import display_path, is_user_file
 
     last = None
     for frame, line in traceback.walk_tb(error.__traceback__):

@@ -10,7 +10,7 @@ script is stopped (or, with keep_running, left to go on unwatched).
 Pipeline tensors the step uses outside the model (a loss target, a tensor the user's loss
 multiplies with) are named and given their lineage where they meet the step's own tensors,
 so their findings point at the user's lines too. With `simulate`, the script sees a CUDA
-machine (run/simulate.py) and the recorder asks real kernels for CUDA's verdicts, as
+machine (machine/simulate.py) and the recorder asks real kernels for CUDA's verdicts, as
 `diagnose(simulate=True)` does.
 """
 
@@ -27,7 +27,7 @@ import torch
 
 from dtype_doctor.records import Report, SourceLoc, Subject, Trace, TraceFailure, TraceRequest
 from dtype_doctor.run.conversions import ConversionLog
-from dtype_doctor.run.launch import StopScript
+from dtype_doctor.errors import StopScript
 from dtype_doctor.run.lineage import (
     Chain,
     LineageBook,
@@ -38,11 +38,11 @@ from dtype_doctor.run.lineage import (
     sources_of,
     step_input_lineage,
 )
-from dtype_doctor.run.simulate import STAND_IN, CudaSimulation, SimulationStop
+from dtype_doctor.machine.simulate import STAND_IN, CudaSimulation, SimulationStop
 from dtype_doctor.run.grads import StepGrads
 from dtype_doctor.run.step_inputs import StepInputs
 from dtype_doctor.run.step_watch import StepWatch, stopped_early
-from dtype_doctor.run.user_code import user_site
+from dtype_doctor.machine.user_code import user_site
 from dtype_doctor.diagnosis import live_trace, report_from_trace
 from dtype_doctor.trace.engine import model_info
 from dtype_doctor.trace.session import TraceSession
@@ -100,7 +100,7 @@ class RunSession:
         self.trainer_args = TrainerArgsWatch(launch, simulate)  # the script's TrainingArguments, read as its launch configuration
         self.alias = {device_name(STAND_IN): device_name(self.target)} if self.target is not None else {}
         if simulate and gpus > 1:
-            from dtype_doctor.trace.device_map import aliases
+            from dtype_doctor.machine.device_map import aliases
 
             self.alias = aliases(gpus)
         self._session: TraceSession | None = None
@@ -135,7 +135,7 @@ class RunSession:
         self._arms.enter_context(self.watch)
         self._arms.enter_context(self.trainer_args)
         if self.simulate:
-            from dtype_doctor.trace.gpus import gpu_profile
+            from dtype_doctor.machine.gpus import gpu_profile
 
             assert self.target is not None
             self._simulation = CudaSimulation(self.target, gpu_profile(self.gpu), on_amp=self._set_amp,
@@ -308,7 +308,7 @@ class RunSession:
         failure = self._failure
         if isinstance(error, SimulationStop):
             if error.limit is not None and failure is None:
-                from dtype_doctor.trace.wording import no_fake_impl
+                from dtype_doctor.machine.wording import no_fake_impl
 
                 # A library op with a compiled kernel and no fake implementation: a limit of the simulation, named.
                 failure = TraceFailure("simulation", f"{no_fake_impl(error.limit)} (called at {error.where})", "",
@@ -373,19 +373,19 @@ class RunSession:
 
     def _simulated(self, trace: Trace) -> Trace:
         """The trace as a CUDA machine's: the stand-in named as the target; values asked of fake tensors dropped."""
-        from dtype_doctor.run.simulate import _NO_DATA
-        from dtype_doctor.trace.gpus import gpu_profile
+        from dtype_doctor.machine.simulate import NO_DATA
+        from dtype_doctor.machine.gpus import gpu_profile
 
-        from dtype_doctor.trace.wording import as_device
+        from dtype_doctor.machine.wording import as_device
 
         label = device_name(self.target)  # type: ignore[arg-type]
-        no_data = [*_NO_DATA, *(as_device(s, label) for s in _NO_DATA)]
+        no_data = [*NO_DATA, *(as_device(s, label) for s in NO_DATA)]
         ops = tuple(op for op in trace.ops if not (op.error and any(s in op.error for s in no_data)))
         gpu = gpu_profile(self.gpu)
         device = self.alias.get(trace.device) or (device_name(self.target) if trace.device == device_name(STAND_IN) else trace.device)  # type: ignore[arg-type]
         plan = None
         if self.gpus > 1 and self.model is not None:
-            from dtype_doctor.trace.device_map import plan_of
+            from dtype_doctor.machine.device_map import plan_of
 
             plan = plan_of(self.model, self.gpus, gpu)
         stand_ins = trace.stand_ins + (tuple(self._simulation.stand_ins.taken) if self._simulation is not None else ())

@@ -38,7 +38,7 @@ class TrainerArgsWatch:
         self._restore: Callable[[], None] = lambda: None
 
     def __enter__(self) -> "TrainerArgsWatch":
-        from dtype_doctor.run.libraries import after_import
+        from dtype_doctor.machine.libraries import after_import
 
         self._hook = after_import(MODULE, self._patch)
         return self

@@ -32,7 +32,7 @@ from importlib import resources
 
 from dtype_doctor.ops import CONV_OPS, op_name
 from dtype_doctor.records import INTEGER, TensorMeta
-from dtype_doctor.trace.gpus import GpuProfile
+from dtype_doctor.machine.gpus import GpuProfile
 from dtype_doctor.trace.verdicts import scalar_type_name
 
 # Dtypes a CUDA kernel dispatches that op_db leaves out of its lists (it samples floating types).

@@ -24,7 +24,7 @@ from dtype_doctor.records import (
     TraceRequest,
 )
 from dtype_doctor.numerics import device_name, dtype_name, loss_of
-from dtype_doctor.placement import decide, parse_device
+from dtype_doctor.machine.placement import decide, parse_device
 from dtype_doctor.quantization import quantization_of
 from dtype_doctor.trace.guard import preserved
 from dtype_doctor.trace.session import TraceSession
@@ -164,7 +164,7 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
         from dtype_doctor.errors import UsageError
 
         raise UsageError(f"--autocast must be off, float16 or bfloat16, not {autocast!r}")
-    from dtype_doctor.trace import device_map
+    from dtype_doctor.machine import device_map
 
     if device_map.wanted(request) and not request.simulate:
         decide(request.device, gpus=request.gpus, device_map=request.device_map if isinstance(request.device_map, str) else "auto")
@@ -174,7 +174,7 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
 
 
 def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest, where: Where, spread: contextlib.ExitStack) -> Trace:
-    from dtype_doctor.trace import device_map
+    from dtype_doctor.machine import device_map
 
     autocast = request.autocast
     # A sharded model's parameters are DTensors, whose storage is FSDP's: writes to them are FSDP's

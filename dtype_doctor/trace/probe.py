@@ -24,7 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from dtype_doctor.errors import first_line
 from dtype_doctor.records import DTYPE_MAX, OpCall
-from dtype_doctor.trace.gpus import GpuProfile
+from dtype_doctor.machine.gpus import GpuProfile
 from dtype_doctor.trace.recorder import _MODE_DEPENDENT
 from dtype_doctor.trace.verdicts import classify_error, unsupported_dtype
 
@@ -53,7 +53,7 @@ class KernelProbe:
             # Meta kernels do not check devices here; CUDA's index_select refuses a CPU index (seen on an H100).
             gpu = next((t.device for t in op.operands if t.role != "index" and t.device != "cpu"), None)
             if gpu is not None and any(t.role == "index" and t.device == "cpu" and not t.is_scalar for t in op.operands):
-                # meta:k stands for cuda:k (several GPUs); a bare meta is named by trace/wording.py
+                # meta:k stands for cuda:k (several GPUs); a bare meta is named by machine/wording.py
                 where = f"cuda:{gpu.split(':')[1]}" if gpu.startswith("meta:") else gpu
                 return (f"Expected all tensors to be on the same device, but got index is on cpu, different from other "
                         f"tensors on {where} (when checking argument in method wrapper_CUDA__index_select)")

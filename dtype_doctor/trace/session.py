@@ -13,7 +13,7 @@
         session.stop()
     trace = session.trace(info, failure)
 
-The function modes go on and off by identity (run/modes.py), so a mode the user's code
+The function modes go on and off by identity (machine/modes.py), so a mode the user's code
 pushes while the session is on stays where it is.
 """
 
@@ -67,7 +67,7 @@ class TraceSession:
     ) -> None:
         predict = None
         if simulated:
-            from dtype_doctor.trace.gpus import gpu_profile
+            from dtype_doctor.machine.gpus import gpu_profile
             from dtype_doctor.trace.probe import KernelProbe
 
             predict = KernelProbe(cuda=probe_cuda, gpu=gpu_profile(probe_gpu) if probe_cuda else None, fallback=rules_predict)
@@ -87,7 +87,7 @@ class TraceSession:
     # ------------------------------------------------------------------ on and off
 
     def start(self) -> None:
-        from dtype_doctor.run.modes import push_function_mode
+        from dtype_doctor.machine.modes import push_function_mode
 
         rec = self.recorder
         rec.attach()  # before the call: the root's own pre-hook tags the forward's inputs
@@ -98,7 +98,7 @@ class TraceSession:
             push_function_mode(mode)
 
     def stop(self) -> None:
-        from dtype_doctor.run.modes import remove_function_mode
+        from dtype_doctor.machine.modes import remove_function_mode
 
         for mode in reversed(self._function_modes):
             remove_function_mode(mode)
@@ -209,10 +209,10 @@ class TraceSession:
         )
         ops = rec.finished_ops()
         label = self.recorder.device_alias.get("meta")
-        if label is not None:  # users read the device the stand-in stands for, in its words (trace/wording.py)
+        if label is not None:  # users read the device the stand-in stands for, in its words (machine/wording.py)
             from dataclasses import replace
 
-            from dtype_doctor.trace.wording import as_device
+            from dtype_doctor.machine.wording import as_device
 
             ops = tuple(replace(op, error=as_device(op.error, label)) if op.error and "meta" in op.error.lower() else op for op in ops)
             if failure is not None:

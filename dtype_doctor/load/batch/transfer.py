@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtype_doctor.placement import decide
+from dtype_doctor.machine.placement import decide
 from dtype_doctor.load.batch.describe import value_step
 from dtype_doctor.load.batch.state import BatchContext, BatchState
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from dtype_doctor.trace.gpus import DEFAULT_PROPERTIES, PROPERTIES, GpuProfile
+from dtype_doctor.machine.gpus import DEFAULT_PROPERTIES, PROPERTIES, GpuProfile
 
 def device_properties(gpu: GpuProfile | None) -> Any:
     """`torch.cuda.get_device_properties()` for the profile: name, major, minor, total_memory, ..."""

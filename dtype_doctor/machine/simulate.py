@@ -10,10 +10,10 @@ being turned off, and `GradScaler("cuda")` is enabled, so the step is the one a 
 
 Tensors without data cannot answer a question about their values (`loss.item()`, `if
 mask.any():`, `.cpu()`, `.tolist()`): where the script asks one it gets a stated stand-in and
-goes on (run/stand_ins.py). Where no stand-in can be given (an op without a fake
+goes on (machine/stand_ins.py). Where no stand-in can be given (an op without a fake
 implementation, a read of a kind not covered), the script is stopped there (`SimulationStop`)
 and what was traced up to that point is reported, the op named as a limit of the simulation.
-The machine answers as the `--gpu` profile's GPU (run/cuda_surface.py), and `model.to("cuda")`
+The machine answers as the `--gpu` profile's GPU (machine/cuda_surface.py), and `model.to("cuda")`
 keeps each parameter the same object, as on a GPU.
 """
 
@@ -28,10 +28,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from dtype_doctor.records import SourceLoc
-from dtype_doctor.run.launch import StopScript
-from dtype_doctor.run.stand_ins import AGREE_READS, COPY_READS, SCALAR_READS, SIZE_OPS, STAND_IN, StandIns, sized
-from dtype_doctor.run.user_code import display_path, first_outside_tool, first_user_frame, frames_above
-from dtype_doctor.trace.gpus import GpuProfile
+from dtype_doctor.errors import StopScript
+from dtype_doctor.machine.stand_ins import AGREE_READS, COPY_READS, SCALAR_READS, SIZE_OPS, STAND_IN, StandIns, sized
+from dtype_doctor.machine.user_code import display_path, first_outside_tool, first_user_frame, frames_above
+from dtype_doctor.machine.gpus import GpuProfile
 
 
 
@@ -57,7 +57,7 @@ def gpu_aliases(gpus: int) -> dict[str, str]:
 
 
 # What PyTorch says when an op needs values a meta tensor does not hold.
-_NO_DATA = (
+NO_DATA = (
     "cannot be called on meta tensors",
     "Cannot copy out of meta tensor",
     "meta device type tensor to numpy",
@@ -97,7 +97,7 @@ def _is_device_arg(a: Any) -> bool:
 
 class _CudaMode(TorchFunctionMode):
     """Every CUDA placement the script asks for lands on the stand-in device (cuda:k on meta:k with
-    several GPUs); every read of a simulated tensor's values gets a stand-in (run/stand_ins.py)."""
+    several GPUs); every read of a simulated tensor's values gets a stand-in (machine/stand_ins.py)."""
 
     def __init__(self, sim: "CudaSimulation") -> None:
         super().__init__()
@@ -139,7 +139,7 @@ class _CudaMode(TorchFunctionMode):
         try:
             out = self._call(func, args, kwargs)
         except (RuntimeError, NotImplementedError, TypeError) as exc:
-            if any(s in str(exc) for s in _NO_DATA) and _simulated_any(args, kwargs):
+            if any(s in str(exc) for s in NO_DATA) and _simulated_any(args, kwargs):
                 if func in SIZE_OPS:
                     out = sized(func, args, kwargs, values)
                     if out is not NotImplemented:
@@ -323,12 +323,12 @@ class CudaSimulation:
         index = self.label.index or 0
         self._patch_cuda(index)
         self._patch_module_moves()
-        from dtype_doctor.run.libraries import patch_bitsandbytes
+        from dtype_doctor.machine.libraries import patch_bitsandbytes
 
         self._import_hook = patch_bitsandbytes(self.on_cuda, self._set)
         self._patch_autocast()
         self._patch_transformers()
-        from dtype_doctor.run.modes import push_function_mode
+        from dtype_doctor.machine.modes import push_function_mode
 
         push_function_mode(self._mode)
         # transformers loads weights in a thread pool; a function mode holds in its own thread only,
@@ -336,14 +336,14 @@ class CudaSimulation:
         self._env = os.environ.get("HF_DEACTIVATE_ASYNC_LOAD")
         os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = "1"
         if self.indexed:
-            from dtype_doctor.trace.device_map import accelerate_on_fakes
+            from dtype_doctor.machine.device_map import accelerate_on_fakes
 
             self._accelerate = accelerate_on_fakes(self.faked)
             self._accelerate.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        from dtype_doctor.run.modes import remove_function_mode
+        from dtype_doctor.machine.modes import remove_function_mode
 
         remove_function_mode(self._mode)
         if self._import_hook is not None and self._import_hook in sys.meta_path:
@@ -367,7 +367,7 @@ class CudaSimulation:
         setattr(owner, name, value)
 
     def _patch_cuda(self, index: int) -> None:
-        from dtype_doctor.run.cuda_surface import cuda_answers, raw_stream
+        from dtype_doctor.machine.cuda_surface import cuda_answers, raw_stream
 
         for attr, fn in cuda_answers(self.gpu, index, self.gpus).items():
             self._set(torch.cuda, attr, fn)

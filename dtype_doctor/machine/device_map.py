@@ -7,7 +7,7 @@ GPU and stream cpu/disk-offloaded weights in. The model's tensors are fake; simu
 lives on meta:k, so fake tensors meeting from two GPUs raise what CUDA raises ("Expected all
 tensors to be on the same device, but found at least two devices, cuda:2 and cuda:3!"), and the
 report reads cuda:k (`aliases`). torch.cuda answers as that machine would while accelerate
-plans (run/simulate.py's CudaSimulation, which also sends `.to(k)`/`device="cuda:k"` to meta:k).
+plans (machine/simulate.py's CudaSimulation, which also sends `.to(k)`/`device="cuda:k"` to meta:k).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from dtype_doctor.errors import InputError
-from dtype_doctor.placement import DEVICE_MAPS
+from dtype_doctor.machine.placement import DEVICE_MAPS
 from dtype_doctor.records import DeviceLoad, DevicePlan
 
 OFFLOADED = ("cpu", "disk")
@@ -38,7 +38,7 @@ def require_accelerate(what: str) -> None:
 
 def simulated_gpus(gpus: int, gpu: Any) -> Any:
     """The CudaSimulation a device map is planned and run under: `gpus` GPUs of profile `gpu`, cuda:k on meta:k."""
-    from dtype_doctor.run.simulate import CudaSimulation
+    from dtype_doctor.machine.simulate import CudaSimulation
 
     return CudaSimulation(torch.device("cuda", 0), gpu, gpus=gpus, indexed=True, stops=False)
 
@@ -75,7 +75,7 @@ def max_memory_of(gpus: int, gpu: Any, given: tuple[tuple[str, str], ...] | Mapp
     (what accelerate's get_max_memory reads), overridden by --max-memory."""
     from accelerate.utils import convert_file_size_to_int
 
-    from dtype_doctor.trace.gpus import gpu_memory
+    from dtype_doctor.machine.gpus import gpu_memory
 
     memory: dict[int | str, int] = {k: gpu_memory(gpu) for k in range(gpus)}
     memory["cpu"] = _cpu_available()
@@ -156,7 +156,7 @@ def plan_of(model: torch.nn.Module, gpus: int, gpu: Any) -> DevicePlan | None:
 
 def aliases(gpus: int) -> dict[str, str]:
     """Stand-in devices → the devices the report names: meta:k is cuda:k; a plain meta tensor is an offloaded weight."""
-    from dtype_doctor.run.simulate import gpu_aliases
+    from dtype_doctor.machine.simulate import gpu_aliases
 
     return {**gpu_aliases(gpus), "meta": "cpu"}
 
@@ -254,8 +254,8 @@ def wanted(request: Any) -> bool:
 def spread(model: torch.nn.Module, request: Any, fake_mode: Any, stack: contextlib.ExitStack) -> tuple[torch.nn.Module, DevicePlan, dict[str, str]]:
     """The dispatched fake copy of `model` a TraceRequest's device map gives, its plan and the device
     aliases; `stack` holds the simulated GPUs and accelerate's fake-aware hooks open for the trace."""
-    from dtype_doctor.placement import decide
-    from dtype_doctor.trace.gpus import gpu_profile
+    from dtype_doctor.machine.placement import decide
+    from dtype_doctor.machine.gpus import gpu_profile
 
     require_accelerate("--gpus/--device-map")
     given_map = request.device_map if isinstance(request.device_map, Mapping) else None

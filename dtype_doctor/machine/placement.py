@@ -1,0 +1,119 @@
+"""Where a step runs, decided once at the boundary: the device users read, real or simulated, the GPU.
+
+The CLI's `--device/--simulate/--gpu` and the API's `device=/simulate=/gpu=` become one
+`Placement` (`decide`); the stages below take it as decided — the model loader, the transfer
+stage, the trace, compare and run. Nothing else asks torch whether CUDA is there in order to
+choose a device, and a CUDA device asked for on a machine without one is one error, worded
+once. torch is imported only inside the functions that need it (`--help` stays torch-free).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from dtype_doctor.errors import UsageError
+
+DEVICES_HELP = "auto, cpu, cuda or cuda:N"
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """`device` as users read it ("cpu", "cuda:0"; None: wherever the model already is, the API
+    without device=), whether its tensors are simulated (fake tensors, no data), and the GPU
+    profile a simulated CUDA target is given (t4, a100, "7.5"; None: the default profile)."""
+
+    device: str | None
+    simulated: bool = False
+    gpu: str | None = None
+    gpus: int = 1  # simulated GPUs (--gpus): a device map spreads the model over them, a launcher's world spans them
+    device_map: str | None = None  # auto|balanced|balanced_low_0|sequential or a FILE.json (None: no device map)
+    max_memory: tuple[tuple[str, str], ...] = ()  # --max-memory: (device, size) pairs, "0"/"cpu" → "20GiB"
+
+    @property
+    def multi_gpu(self) -> bool:
+        """The step is spread over simulated GPUs by a device map (the stand-ins are meta:k)."""
+        return self.simulated and self.device_map is not None
+
+
+def parse_device(device: str | None) -> str | None:
+    """'cuda' → 'cuda:0'; None and 'auto' stay; anything but auto|cpu|cuda|cuda:N is a UsageError."""
+    if device is None:
+        return None
+    text = str(device)
+    if not _DEVICE.fullmatch(text):
+        raise UsageError(f"unknown device {text!r}; use {DEVICES_HELP}")
+    return "cuda:0" if text == "cuda" else text
+
+
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def parse_max_memory(text: str | None) -> tuple[tuple[str, str], ...]:
+    """'0=20GiB,1=20GiB,cpu=64GiB' → (("0", "20GiB"), ...): each device an index or cpu, each size as accelerate reads it."""
+    if not text:
+        return ()
+    pairs = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        dev, eq, size = part.partition("=")
+        dev, size = dev.strip().removeprefix("cuda:"), size.strip()
+        if not eq or not (dev.isdigit() or dev == "cpu") or not re.fullmatch(r"\d+(\.\d+)?\s*([KMGT]i?B)?", size, re.I):
+            raise UsageError(f"--max-memory takes DEVICE=SIZE pairs such as 0=20GiB,cpu=64GiB, not {part!r}")
+        pairs.append((dev, size))
+    return tuple(pairs)
+
+
+def _check_device_map(device_map: str | None, gpus: int, simulate: bool) -> str | None:
+    if gpus < 1:
+        raise UsageError(f"--gpus must be at least 1, not {gpus}")
+    if device_map is None:
+        return "auto" if gpus > 1 and simulate else None
+    if not simulate:
+        raise UsageError("--device-map and --gpus place the model on simulated GPUs; add --simulate")
+    if device_map not in DEVICE_MAPS and not device_map.endswith(".json"):
+        raise UsageError(f"--device-map must be {', '.join(DEVICE_MAPS)} or a FILE.json, not {device_map!r}")
+    return device_map
+
+
+def decide(device: str | None = "auto", *, simulate: bool = False, gpu: str | None = None, real_only: str | None = None,
+           gpus: int = 1, device_map: str | None = None, max_memory: str | None = None) -> Placement:
+    """The Placement for what the user asked.
+
+    `gpus` > 1 with --simulate spreads the model with a device map (`device_map`, default auto),
+    as from_pretrained(device_map=...) does on that many GPUs of the --gpu profile.
+
+    auto: a simulated target is cuda:0; a real one is cuda:0 where torch has a GPU, else cpu.
+    A CUDA device asked for without one is refused here, once: with a `--simulate` hint, or
+    with `real_only` (why this command measures real tensors) where simulation cannot help.
+    """
+    wanted = parse_device(device)
+    if gpus > 1 and not simulate:
+        raise UsageError(f"--gpus {gpus} simulates {gpus} GPUs; add --simulate")
+    mapped = _check_device_map(device_map, gpus, simulate)
+    memory = parse_max_memory(max_memory)
+    if memory and mapped is None:
+        raise UsageError("--max-memory bounds what a device map puts on each device; add --device-map (or --gpus N)")
+    if simulate:
+        return Placement("cuda:0" if wanted in (None, "auto") else wanted, True, gpu, gpus, mapped, memory)
+    if wanted is None:
+        return Placement(None, False, gpu)
+    import torch
+
+    if wanted == "auto":
+        return Placement("cuda:0" if torch.cuda.is_available() else "cpu", False, gpu)
+    if wanted.startswith("cuda"):
+        require_cuda(wanted, real_only=real_only)
+    return Placement(wanted, False, gpu)
+
+
+def require_cuda(device: str, *, real_only: str | None = None) -> None:
+    """Refuse a CUDA `device` this machine does not have (no GPU, or fewer than its index)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        hint = real_only or "pass --simulate (simulate=True) to trace for it with fake tensors"
+        raise UsageError(f"device {device} is not available here (torch.cuda.is_available() is False); {hint}")
+    index = int(device.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        raise UsageError(f"device {device} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)")
