@@ -37,9 +37,10 @@ DATA = str(REPO / "fixtures" / "data" / "text-cls")
 FSDP_SCRIPT = """
 import sys, time, torch, dtype_doctor
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from dtype_doctor.machine.placement import Placement
 from dtype_doctor.load import load_model
 model_dir, world = sys.argv[1], int(sys.argv[2])
-loaded = load_model(model_dir, simulate=True, device="cpu", dtype="bfloat16")
+loaded = load_model(model_dir, placement=Placement("cpu", simulated=True), dtype="bfloat16")
 model, fake = loaded.model, loaded.fake_mode
 with dtype_doctor.fake_world(world) as mesh, fake:
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)

@@ -8,15 +8,18 @@ the API, `dtype-doctor run` and compare, and names the environment the report wa
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 import platform
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
-from dtype_doctor.records import Lineage, ModelInfo, Report, SourceLoc, Subject, Target, Trace, TraceFailure, TraceRequest
+from dtype_doctor.records import Lineage, ModelInfo, Report, SourceLoc, Subject, Target, Trace, TraceFailure
 from dtype_doctor.trace.engine import holds_no_data, model_info, trace_model, values_note
 from dtype_doctor.trace.session import TraceSession
+from dtype_doctor.trace.request import TraceRequest
+from dtype_doctor.machine.placement import Placement, decide
 
 
 def environment() -> dict[str, Any]:
@@ -75,11 +78,29 @@ def report_from_trace(trace: Trace, model: torch.nn.Module, request: TraceReques
     return Report(findings=findings, target=_target(trace, model, request.subject), environment=environment(), trace=trace)
 
 
+# The API's keywords that say where the step runs: decided into one Placement, here, at the entry.
+PLACEMENT_KEYWORDS = ("device", "simulate", "gpu", "gpus", "device_map", "max_memory")
+
+
 def as_request(request: TraceRequest | None, options: Mapping[str, Any]) -> TraceRequest:
-    """A TraceRequest, or one built from TraceRequest's keyword options (device=, autocast=, ...)."""
+    """A TraceRequest, or one built from its keyword options (autocast=, train=, ...) and the
+    placement keywords (device=, simulate=, gpu=, gpus=, device_map=, max_memory=)."""
     if request is not None and options:
         raise TypeError(f"pass a TraceRequest or keyword options, not both (got {', '.join(options)})")
-    return request if request is not None else TraceRequest(**options)
+    if request is not None:
+        return request
+    where = {k: options[k] for k in PLACEMENT_KEYWORDS if k in options}
+    rest = {k: v for k, v in options.items() if k not in where}
+    return TraceRequest(placement=placement_of(**where), **rest)
+
+
+def placement_of(device: str | None = None, simulate: bool = False, gpu: str | None = None, gpus: int = 1,
+                 device_map: Any = None, max_memory: Any = None) -> Placement:
+    """The API's Placement: `device` None (or "auto" on real tensors) traces where the model is, or
+    where a fake model says it is (cuda:0 for one on meta)."""
+    placement = decide(None if device == "auto" and not simulate else device, simulate=simulate, gpu=gpu, gpus=gpus,
+                       device_map=device_map, max_memory=max_memory)
+    return replace(placement, device=None) if device is None else placement
 
 
 def diagnose(model: torch.nn.Module, inputs: Mapping[str, Any], request: TraceRequest | None = None, **options: Any) -> Report:

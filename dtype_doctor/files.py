@@ -92,8 +92,6 @@ def local_inputs(*specs: str | Path | None) -> list[Path]:
             continue
         text = str(spec)
         if ".py:" in text:
-            from dtype_doctor.load.batch.preprocess import split_spec
-
             text = split_spec(text)[0]
         p = Path(text).expanduser()
         if p.exists():
@@ -132,3 +130,11 @@ def read_json_object(file: Path, shown: str, what: str) -> dict:
     if not isinstance(data, dict):
         raise InputError(f"{shown}: {what} is a JSON object")
     return data
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    """'prep.py:tokenize' → ('prep.py', 'tokenize'): the one place FILE.py:FUNC is split."""
+    file, sep, func = spec.rpartition(":")
+    if not sep or not file or not func or not func.isidentifier():
+        raise UsageError(f"--preprocess must be FILE.py:FUNC, got {spec!r}")
+    return file, func

@@ -6,15 +6,17 @@ The CLI is a thin shell over this; `dtype_doctor.fix` builds on it too.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any, Callable, Iterator
 
 from dtype_doctor.errors import UsageError
-from dtype_doctor.machine.placement import Placement, decide, parse_device
+from dtype_doctor.machine.placement import CUDA0, Placement, decide, parse_device
 from dtype_doctor.load.batch.state import DATASET_FORMATS, PREPROCESS_MODES
-from dtype_doctor.records import Report, Subject, TraceRequest
+from dtype_doctor.records import Report, Subject
 from dtype_doctor.load.memory import MAX_BATCH_SIZE
-from dtype_doctor.run.control import DEFAULT_TIMEOUT, check_timeout
+from dtype_doctor.machine.control import DEFAULT_TIMEOUT, check_timeout
+from dtype_doctor.trace.request import TraceRequest
 
 MODEL_DTYPES = ("auto", "float32", "float16", "bfloat16")
 AUTOCAST = ("off", "float16", "bfloat16")
@@ -71,7 +73,7 @@ class ScanOptions:
         parse_device(self.device)
         self.quantize()  # a bad combination is a usage error before anything loads
         if self.gpus != 1 or self.device_map or self.max_memory:
-            self.placement()  # --gpus/--device-map/--max-memory: refused here, before anything loads
+            self.placement  # noqa: B018 - --gpus/--device-map/--max-memory: refused here, before anything loads
         if self.gpu is not None:
             from dtype_doctor.machine.gpus import gpu_profile
 
@@ -89,6 +91,14 @@ class ScanOptions:
         return Quantize.from_options(self.load_in_4bit, self.load_in_8bit, self.bnb_compute_dtype, self.bnb_quant_type,
                                      simulate=self.simulate, mapped=self.device_map is not None or self.gpus > 1)
 
+    def decided(self, placement: Placement) -> "ScanOptions":
+        """These options with their Placement already decided by the entry (compare decides its own,
+        refusing simulation): no stage decides it again."""
+        options = replace(self)
+        options.__dict__["placement"] = placement  # cached_property's own slot
+        return options
+
+    @cached_property
     def placement(self) -> Placement:
         """Where the step runs: decided here, once, for every stage of scan and fix."""
         return decide(self.device, simulate=self.simulate, gpu=self.gpu, gpus=self.gpus, device_map=self.device_map,
@@ -114,14 +124,10 @@ class Prepared:
     def request(self) -> TraceRequest:
         o = self.options
         return TraceRequest(
-            device=self.device if o.simulate else None,  # a real model was loaded onto its device
+            # a real model was loaded onto its device: the trace runs where it is
+            placement=o.placement if o.simulate else replace(o.placement, device=None),
             autocast=o.autocast,
             train=o.train,
-            simulate=o.simulate,
-            gpu=o.gpu,
-            gpus=o.gpus,
-            device_map=o.device_map,
-            max_memory=o.max_memory,
             select=o.select,
             ignore=o.ignore,
             lineage=self.batch.lineage,
@@ -143,15 +149,15 @@ def prepare(
     say = progress or (lambda _msg: None)
     from dtype_doctor.load import build_batch, load_model, load_rows
 
-    device = options.placement().device
+    device = options.placement.device
     assert device is not None  # the CLI always names one ("auto" decided)
     say(f"loading model {model}")
     loaded = load_model(
         model,
         dtype=options.dtype,
         trust_remote_code=options.trust_remote_code,
-        simulate=options.simulate,
-        device="cpu" if options.simulate else device,
+        # a simulated model's fake weights are built on the CPU; the trace runs them on the target's stand-in
+        placement=replace(options.placement, device="cpu") if options.simulate else options.placement,
         allow_pickle=options.allow_pickle,
         quantize=options.quantize(),
     )
@@ -205,12 +211,12 @@ def refused_load(model: str, dataset: str, options: ScanOptions) -> Report | Non
     from dtype_doctor.rules import run_rules
     from dtype_doctor.machine.gpus import gpu_profile
 
-    placement = options.placement()
+    placement = options.placement
     refusal = scan_refusal(model, quantize, placement)
     if refusal is None:
         return None
     gpu = gpu_profile(options.gpu)
-    trace = refused_trace(refusal, device=placement.device or "cuda:0", simulated=True, gpu=gpu)
+    trace = refused_trace(refusal, device=placement.device or CUDA0, simulated=True, gpu=gpu)
     findings = run_rules(trace, select=options.select, ignore=options.ignore)
     target = Target(model, dataset, options.split, trace.device, True, None, None, options.train, gpu=trace.gpu,
                     quantization=refusal.quantization)

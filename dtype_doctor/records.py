@@ -717,44 +717,6 @@ class Subject:
     split: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class TraceRequest:
-    """How to trace, as one value: `diagnose`, `watch`, `fix_model` and the CLI pipeline
-    pass it on whole instead of repeating ten keyword arguments.
-
-    `device` None traces where the model is; `simulate` uses fake tensors; `move_inputs`
-    False leaves the batch where the pipeline put it; `lineage`/`sources` say where each
-    input came from; `subject` names what is traced in the report; `gpu` is the GPU a
-    simulated CUDA trace targets (its compute capability decides bfloat16 support).
-    """
-
-    device: str | None = None
-    autocast: str | None = None  # None, "float16" or "bfloat16" ("off" is read as None)
-    train: bool = False
-    simulate: bool = False
-    move_inputs: bool = True
-    select: Iterable[str] | str | None = None
-    ignore: Iterable[str] | str | None = None
-    lineage: Lineage = field(default_factory=dict)
-    sources: Mapping[str, SourceLoc] = field(default_factory=dict)
-    subject: Subject | None = None
-    gpu: str | None = None  # a simulated CUDA target's GPU: "a100", "t4" or a capability "7.5"
-    stats: bool = True  # measure value statistics (DD301-DD303); ignored on fake tensors
-    gpus: int = 1  # simulated GPUs a device map spreads the model over
-    device_map: str | Mapping[str, Any] | None = None  # auto|balanced|balanced_low_0|sequential|FILE.json or a dict
-    max_memory: str | Mapping[Any, Any] | None = None  # "0=20GiB,cpu=64GiB" or accelerate's dict
-    fsdp1: bool = False  # check the model's FSDP1 units (use_orig_params=False) as FlatParameters would flatten them
-
-    def __post_init__(self) -> None:
-        if self.autocast == "off":
-            object.__setattr__(self, "autocast", None)
-
-    def with_(self, **changes: Any) -> "TraceRequest":
-        from dataclasses import replace
-
-        return replace(self, **changes)
-
-
 _CONTAINERS = frozenset({"ModuleList", "ModuleDict", "ParameterList", "ParameterDict"})
 
 

@@ -217,7 +217,8 @@ def test_to_device_moves_a_batch_the_pipeline_forgot_to_move() -> None:
 def test_one_trace_request_carries_the_options_and_the_placement_is_decided_once() -> None:
     """The request is settled before the first trace: a meta model (no data) is simulated on
     cuda:0, and every re-trace of the fix runs there as well."""
-    from dtype_doctor.records import Subject, TraceRequest
+    from dtype_doctor.records import Subject
+    from dtype_doctor.trace.request import TraceRequest
     from dtype_doctor.trace.engine import settle
 
     with torch.device("meta"):
@@ -226,10 +227,10 @@ def test_one_trace_request_carries_the_options_and_the_placement_is_decided_once
     request = TraceRequest(autocast="off", subject=Subject("half-conv", "pixels", "train"))
     assert request.autocast is None  # "off" as the CLI spells it
     settled = settle(model, {"pixel_values": x}, request)
-    assert (settled.simulate, settled.device) == (True, "cuda:0")
+    assert (settled.simulate, settled.placement.device) == (True, "cuda:0")
 
     result = fix_model(model, {"pixel_values": x}, request, strategy="cast-inputs")
-    assert result.verified and result.pipeline.request.device == "cuda:0" and result.pipeline.simulate
+    assert result.verified and result.pipeline.request.placement.device == "cuda:0" and result.pipeline.simulate
     assert (result.before.target.model, result.before.target.split) == ("half-conv", "train")
     assert result.after.target.simulated and result.after.target.device == "cuda:0"
     # The typed outcome is what the report carries; its JSON is SPEC's fix block.

@@ -63,7 +63,7 @@ def test_dd506_names_the_layers_and_the_fix_swaps_them_back_verified() -> None:
 
     model, x = _fp8_model(), torch.randn(16, 32)
     assert model(x).shape == (16, 16)  # the CPU runs every fp8 matmul
-    request = dict(device="cuda", simulate=True, gpu="h100")
+    request = dict(device="cuda", simulate=True, gpu="h100")  # decide()'s keywords, as diagnose takes them
     import dtype_doctor
 
     report = dtype_doctor.diagnose(model, {"input": x}, **request)
@@ -74,9 +74,10 @@ def test_dd506_names_the_layers_and_the_fix_swaps_them_back_verified() -> None:
     # The fp8 layers' own quantizing casts of their input (float32 → float8_e4m3fn) are by design, not the pipeline's.
     assert any(op.op == "aten._to_copy.default" and op.outputs and op.outputs[0].dtype == "float8_e4m3fn" for op in report.trace.ops)
     assert "DD108" not in {f.code for f in report.findings}
-    from dtype_doctor.records import TraceRequest
+    from dtype_doctor.machine import decide
+    from dtype_doctor.trace.request import TraceRequest
 
-    result = fix_model(model, {"input": x}, TraceRequest(**request), measure=False)
+    result = fix_model(model, {"input": x}, TraceRequest(placement=decide(**request)), measure=False)
     assert result.verified and "DD506" not in {f.code for f in result.after.findings}
     assert type(model[2]).__name__ == "Float8Linear"  # the user's model is not touched
 

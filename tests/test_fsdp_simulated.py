@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import dtype_doctor
+from dtype_doctor.machine.placement import Placement
 from dtype_doctor.load import load_model
 
 LLAMA_TINY = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "llama-tiny")
@@ -16,7 +17,7 @@ LLAMA_TINY = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "
 def _sharded_step(simulate: bool, reduce_dtype: torch.dtype | None):
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    loaded = load_model(LLAMA_TINY, simulate=simulate, device="cpu", dtype="bfloat16")
+    loaded = load_model(LLAMA_TINY, placement=Placement("cpu", simulated=simulate), dtype="bfloat16")
     model = loaded.model
     with dtype_doctor.fake_world(4) as mesh, (loaded.fake_mode or contextlib.nullcontext()):
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)

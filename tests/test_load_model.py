@@ -18,6 +18,7 @@ import torch
 import transformers
 from torch._subclasses.fake_tensor import FakeTensor
 
+from dtype_doctor.machine.placement import Placement
 from dtype_doctor.errors import InputError, PickleRefusedError, RemoteCodeError, UsageError
 from dtype_doctor.load import LoadedModel, load_model
 
@@ -186,7 +187,7 @@ def test_pickle_only_weights_are_refused_unless_allowed(models: dict[str, Path],
     assert lm2.dtype == "float16"
     assert torch.equal(lm2.model.classifier.weight, ref["classifier.weight"].half())
     # simulate reads no weights, so pickles are no risk there
-    assert load_model(str(d), simulate=True).simulated
+    assert load_model(str(d), placement=Placement("cpu", simulated=True)).simulated
 
 
 # --------------------------------------------------------------------------- simulate
@@ -199,7 +200,7 @@ def test_pickle_only_weights_are_refused_unless_allowed(models: dict[str, Path],
 )
 def test_simulate_gives_the_dtypes_a_real_load_gives(models: dict[str, Path], name: str, dtype: str) -> None:
     real = load_model(str(models[name]), dtype=dtype)
-    sim = load_model(str(models[name]), dtype=dtype, simulate=True, device="cuda:0")
+    sim = load_model(str(models[name]), dtype=dtype, placement=Placement("cuda:0", simulated=True))
     assert dtypes(sim.model) == dtypes(real.model)
     assert sim.dtype == real.dtype
     assert sim.simulated and sim.fake_mode is not None and sim.device == "cuda:0"
@@ -223,7 +224,7 @@ def test_simulate_a_config_only_directory(models: dict[str, Path], tmp_path: Pat
     assert str(e.value) == (
         f"{d.resolve()} has config.json but no weights (model.safetensors); pass --simulate to trace with fake tensors"
     )
-    lm = load_model(str(d), simulate=True, device="cuda:0", dtype="float16")
+    lm = load_model(str(d), placement=Placement("cuda:0", simulated=True), dtype="float16")
     p = dict(lm.model.named_parameters())
     wo = p["decoder.block.0.layer.2.DenseReluDense.wo.weight"]
     assert isinstance(wo, FakeTensor) and wo.device.type == "cuda" and wo.dtype == torch.float32
@@ -245,13 +246,13 @@ def test_simulate_dtype_auto_without_dtype_in_config_reads_the_header(models: di
     cfg.pop("torch_dtype", None)
     (d / "config.json").write_text(json.dumps(cfg))
     assert load_model(str(d)).dtype == "bfloat16"  # from_pretrained reads the weights' dtype
-    assert load_model(str(d), simulate=True).dtype == "bfloat16"  # we read only the header
+    assert load_model(str(d), placement=Placement("cpu", simulated=True)).dtype == "bfloat16"  # we read only the header
     os.remove(d / "model.safetensors")
-    assert load_model(str(d), simulate=True).dtype == "float32"  # no weights: torch's default
+    assert load_model(str(d), placement=Placement("cpu", simulated=True)).dtype == "float32"  # no weights: torch's default
 
 
 def test_simulate_on_cpu_gives_cpu_fake_tensors(models: dict[str, Path]) -> None:
-    lm = load_model(str(models["bert"]), simulate=True)
+    lm = load_model(str(models["bert"]), placement=Placement("cpu", simulated=True))
     p = next(lm.model.parameters())
     assert isinstance(p, FakeTensor) and p.device.type == "cpu"
 
@@ -366,7 +367,7 @@ def make_custom_code_model(d: Path) -> Path:
 def test_remote_code_is_refused_and_nothing_from_the_directory_runs(tmp_path: Path) -> None:
     d = make_custom_code_model(tmp_path / "custom")
     before = sorted(p.name for p in d.iterdir())
-    for kw in ({}, {"simulate": True}, {"simulate": True, "device": "cuda:0"}):
+    for kw in ({}, {"placement": Placement("cpu", simulated=True)}, {"placement": Placement("cuda:0", simulated=True)}):
         with pytest.raises(RemoteCodeError) as e:
             load_model(str(d), **kw)
         assert str(e.value) == (
@@ -385,7 +386,7 @@ def test_remote_code_runs_when_trusted(tmp_path: Path) -> None:
     assert (d / "IMPORTED").exists() and (d / "IMPORTED_CONFIG").exists()
     assert lm.class_name == "TinyModel" and lm.forward_params == ("input_values", "labels")
     assert torch.equal(lm.model.lin.weight, torch.ones(2, 8))
-    sim = load_model(str(d), trust_remote_code=True, simulate=True, device="cuda:0", dtype="float16")
+    sim = load_model(str(d), trust_remote_code=True, placement=Placement("cuda:0", simulated=True), dtype="float16")
     assert isinstance(sim.model.lin.weight, FakeTensor) and sim.model.lin.weight.dtype == torch.float16
 
 
@@ -407,7 +408,7 @@ def test_truncated_or_garbage_safetensors(models: dict[str, Path], tmp_path: Pat
     f = d / "model.safetensors"
     with f.open("r+b") as fh:
         fh.truncate(f.stat().st_size // 2)
-    for kw in ({}, {"simulate": True}):
+    for kw in ({}, {"placement": Placement("cpu", simulated=True)}):
         with pytest.raises(InputError) as e:
             load_model(str(d), **kw)
         assert str(e.value) == (
@@ -441,12 +442,15 @@ def test_bad_dtype_and_device(models: dict[str, Path]) -> None:
     with pytest.raises(UsageError) as e:
         load_model(str(models["bert"]), dtype="float64")
     assert str(e.value) == "dtype 'float64' is not one of auto, float32, float16, bfloat16"
+    from dtype_doctor.pipeline import ScanOptions
+
+    # the device is decided at the entry, before the loader runs: scan's options refuse it
     with pytest.raises(UsageError) as e:
-        load_model(str(models["bert"]), device="gpu7")
+        ScanOptions(device="gpu7").validate()
     assert str(e.value) == "unknown device 'gpu7'; use auto, cpu, cuda or cuda:N"
     if not torch.cuda.is_available():
         with pytest.raises(UsageError) as e:
-            load_model(str(models["bert"]), device="cuda")
+            ScanOptions(device="cuda").placement  # noqa: B018
         assert str(e.value) == (
             "device cuda:0 is not available here (torch.cuda.is_available() is False); "
             "pass --simulate (simulate=True) to trace for it with fake tensors"

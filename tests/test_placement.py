@@ -59,15 +59,17 @@ def test_unknown_devices_are_usage_errors(device: str) -> None:
 
 
 def test_the_no_cuda_refusal_is_one_error_with_one_line_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
-    """scan's loader, the transfer stage, diagnose and compare refuse a missing GPU alike."""
+    """scan's and run's options, and diagnose, refuse a missing GPU alike, at the entry."""
     from dtype_doctor.compare.engine import REAL_ONLY
-    from dtype_doctor.load.batch.transfer import target_device
+    from dtype_doctor.pipeline import ScanOptions
+    from dtype_doctor.run.runner import RunOptions
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     model, x = torch.nn.Linear(2, 2), torch.randn(1, 2)
     calls = {
         "decide": lambda: decide("cuda"),
-        "transfer": lambda: target_device("cuda", False),
+        "scan": lambda: ScanOptions(device="cuda").placement,
+        "run": lambda: RunOptions(device="cuda").placement,
         "diagnose": lambda: dtype_doctor.diagnose(model, {"input": x}, device="cuda"),
     }
     messages = set()
@@ -97,3 +99,66 @@ def test_no_other_module_asks_torch_to_choose_a_device() -> None:
                 if isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "cuda":
                     asking.add(str(path.relative_to(PACKAGE)))
     assert asking - NOT_DECIDING == {"machine/placement.py"}, asking
+
+
+# ------------------------------------------------------------------ decided once per entry
+
+
+class _Decisions:
+    """Counts the calls of machine.placement.decide, however a module imported it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __enter__(self) -> "_Decisions":
+        import sys
+
+        code = decide.__code__
+
+        def profile(frame, event, _arg):  # noqa: ANN001, ANN202
+            if event == "call" and frame.f_code is code:
+                self.calls += 1
+
+        self._old = sys.getprofile()
+        sys.setprofile(profile)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        import sys
+
+        sys.setprofile(self._old)
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+@pytest.mark.parametrize("options", [dict(simulate=True, train=True), dict(simulate=True, gpus=2)], ids=["simulate", "gpus-2"])
+def test_scan_decides_the_placement_once(options: dict) -> None:
+    from dtype_doctor.pipeline import ScanOptions, scan
+
+    with _Decisions() as d:
+        report = scan(str(FIXTURES / "models" / "llama-tiny"), str(FIXTURES / "data" / "lm-text"), ScanOptions(**options))
+    assert report.target.simulated and report.trace is not None and report.trace.ops
+    assert d.calls == 1
+
+
+def test_the_api_decides_once_and_fix_model_never_again() -> None:
+    from dtype_doctor.fix.engine import fix_model
+
+    model, x = torch.nn.Linear(4, 2).half(), torch.randn(3, 4)
+    with _Decisions() as d:
+        report = dtype_doctor.diagnose(model, {"input": x}, device="cuda", simulate=True)
+    assert d.calls == 1 and report.target.device == "cuda:0" and "DD101" in {f.code for f in report.findings}
+    with _Decisions() as d:
+        result = fix_model(model, {"input": x}, simulate=True, device="cuda")
+    assert d.calls == 1 and result.verified
+
+
+def test_run_decides_once(tmp_path: Path) -> None:
+    from dtype_doctor.run.runner import RunOptions, run_script
+
+    script = tmp_path / "step.py"
+    script.write_text("import torch\nm = torch.nn.Linear(4, 2).cuda()\nm(torch.randn(3, 4, device='cuda')).sum().backward()\n")
+    with _Decisions() as d:
+        result = run_script(["python", str(script)], options=RunOptions(simulate=True))
+    assert d.calls == 1 and result.report.target.simulated

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from dtype_doctor.run.control import DEFAULT_TIMEOUT  # noqa: F401 - the commands' --timeout default
+from dtype_doctor.machine.control import DEFAULT_TIMEOUT  # noqa: F401 - the commands' --timeout default
 
 Model = Annotated[str, typer.Argument(metavar="MODEL", help="Model directory (config.json + weights) or a hub id in the local cache.", show_default=False)]
 Dataset = Annotated[str, typer.Argument(metavar="DATASET", help="save_to_disk directory, data file/folder (csv, json, jsonl, parquet, arrow, images) or a cached hub id.", show_default=False)]

@@ -60,7 +60,8 @@ def run_command(
     """
     from dtype_doctor.cli.output import check_format, check_outputs, emit, exit_code, quiet_libraries
     from dtype_doctor.run.command import parse_command
-    from dtype_doctor.run.runner import RunOptions, run_script, user_frame
+    from dtype_doctor.machine.user_code import user_frame
+    from dtype_doctor.run.runner import RunOptions, run_script
 
     check_format(format)
     exit_code(None, fail_on)

@@ -46,12 +46,14 @@ def compare(
     `device` None runs where the model is; `repeat` timed runs per row after `warmup`;
     `train` times forward + backward instead of the forward. The model is left as it was.
     """
-    from dtype_doctor.compare.engine import run
+    from dtype_doctor.compare.engine import REAL_ONLY, run
     from dtype_doctor.compare.records import VARIANT_NAMES, CompareRequest
+    from dtype_doctor.machine.placement import decide
 
+    where = None if device in (None, "auto") else decide(device, real_only=REAL_ONLY).device  # None: where the model is
     request = CompareRequest(
         variants=tuple(variants) if variants is not None else VARIANT_NAMES,
-        device=device, repeat=repeat, warmup=warmup, train=train,
+        device=where, repeat=repeat, warmup=warmup, train=train,
     )
     return run(model, inputs, request, progress)
 
@@ -81,7 +83,7 @@ def compare_pipeline(
     )
     request.validate()  # before the slow part
     options.validate()
-    decide(options.device, real_only=REAL_ONLY)
+    options = options.decided(decide(options.device, real_only=REAL_ONLY))
     with memory_named(options):
         p = prepare(model, dataset, options, progress=progress)
         request = replace(request, device=p.device, subject=Subject(model, dataset, p.rows.split))

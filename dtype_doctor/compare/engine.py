@@ -22,7 +22,6 @@ from dtype_doctor.compare.verdicts import recommend, verdict
 from dtype_doctor.errors import InputError, is_out_of_memory
 from dtype_doctor.numerics import forward, fp32_inputs, fp32_reference, output_diff, weight_bytes
 from dtype_doctor.records import Subject, Target, main_dtype_of
-from dtype_doctor.machine.placement import decide
 from dtype_doctor.diagnosis import environment
 from dtype_doctor.trace.guard import preserved
 from dtype_doctor.numerics import device_name, dtype_name
@@ -89,13 +88,12 @@ def run(model: torch.nn.Module, inputs: Mapping[str, Any], request: CompareReque
     )
 
 
-def _device(model: torch.nn.Module, requested: str | None) -> torch.device:
-    if requested in (None, "auto"):
+def _device(model: torch.nn.Module, decided: str | None) -> torch.device:
+    """The device compare() decided at its entry; None: where the model is."""
+    if decided is None:
         first = next((t for t in [*model.parameters(), *model.buffers()]), None)
         return first.device if first is not None else torch.device("cpu")
-    where = decide(requested, real_only=REAL_ONLY)
-    assert where.device is not None
-    return torch.device(where.device)
+    return torch.device(decided)
 
 
 def _is_on(model: torch.nn.Module, device: torch.device) -> bool:

@@ -16,10 +16,11 @@ import torch
 from dtype_doctor.errors import UsageError, is_out_of_memory
 from dtype_doctor.fix.outcome import Alternative, Cost, FixOutcome, Parity, PatchOutcome, Peak, Step, Tradeoff
 from dtype_doctor.fix.strategies import AUTO_ORDER, NAMES, STRATEGIES, Context, Pipeline, convert_keeping_fp32
-from dtype_doctor.records import FP16_MAX, Report, TraceRequest
+from dtype_doctor.records import FP16_MAX, Report
 from dtype_doctor.diagnosis import as_request, diagnose
 from dtype_doctor.trace.engine import settle
 from dtype_doctor.numerics import dtype_name, forward, fp32_inputs, fp32_reference, module_peaks, output_diff, weight_bytes
+from dtype_doctor.trace.request import TraceRequest
 
 MAX_ROUNDS = 5
 T = TypeVar("T")

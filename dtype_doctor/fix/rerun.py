@@ -18,7 +18,7 @@ from typing import Any
 from dtype_doctor.errors import InputError, UsageError
 from dtype_doctor.files import write_atomic
 from dtype_doctor.fix.outcome import Change
-from dtype_doctor.records import TraceRequest
+from dtype_doctor.trace.request import TraceRequest
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """LOAD stage: the model (real or simulated with fake tensors), the first rows of the dataset,
 and the batch a Hugging Face pipeline would build from them, with each input's dtype lineage.
 
-    loaded = load_model("path/to/model", dtype="auto", simulate=False, device="cpu")
+    loaded = load_model("path/to/model", dtype="auto", placement=decide("cpu"))
     rows = load_rows("path/to/data.parquet", split=None, n=2)
     batch = build_batch(loaded, rows, preprocess="prep.py:preprocess")
     loaded.model(**batch.inputs)

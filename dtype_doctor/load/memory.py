@@ -10,13 +10,12 @@ machine stops it. Dataset rows are bounded too (MAX_ROW_BYTES), checked as they 
 
 from __future__ import annotations
 
-import os
-import resource
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dtype_doctor.errors import InputError
+from dtype_doctor.machine.host import available, gib  # noqa: F401 - gib: the loaders' messages
 
 MAX_ROW_BYTES = 64 * 2**20  # one dataset row, as stored (JSON line, CSV line, Arrow or Parquet bytes)
 MAX_BATCH_SIZE = 4096  # rows traced: a dtype trace needs a batch, not an epoch
@@ -35,11 +34,6 @@ class WeightEstimate:
     bytes: int  # those elements in the dtype the load gives them
     mapped: int  # bytes of the safetensors files the load maps into the address space
     dtype: str  # the dtype the count assumes for floating weights
-
-
-def gib(n: float) -> str:
-    """A byte count for a message: MiB below one GiB."""
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 def header_elements(files: list[Path]) -> tuple[int, int, str | None]:
@@ -87,34 +81,6 @@ def estimate(files: list[Path], cls: Any, config: Any, dtype: str, header_dtype:
     parameters = max(elements, meta)
     as_loaded = max(stored if dtype == "auto" else elements * per, meta * per)
     return WeightEstimate(parameters, as_loaded, sum(f.stat().st_size for f in files), dtype)
-
-
-def available() -> tuple[int, str]:
-    """(bytes this process can still allocate, what bounds it)."""
-    avail, what = _mem_available(), "available memory"
-    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
-    if soft != resource.RLIM_INFINITY:
-        room = soft - _address_space_used()
-        if room < avail:
-            avail, what = max(room, 0), f"room under its address-space limit (RLIMIT_AS {gib(soft)})"
-    return avail, what
-
-
-def _mem_available() -> int:
-    try:
-        import psutil
-
-        return int(psutil.virtual_memory().available)
-    except ImportError:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
-def _address_space_used() -> int:
-    try:
-        with open("/proc/self/statm") as fh:
-            return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def check_fits(model_dir: Path, est: WeightEstimate, device: str) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Any
 
 from dtype_doctor.errors import InputError, PickleRefusedError, RemoteCodeError, UsageError, first_line as _first_line
-from dtype_doctor.machine.placement import decide
+from dtype_doctor.machine.placement import ON_CPU, Placement
 from dtype_doctor.load.quantize import Quantize, checkpoint_quantization
 from dtype_doctor.records import Loading
 
@@ -446,17 +446,18 @@ def load_model(
     *,
     dtype: str = "auto",
     trust_remote_code: bool = False,
-    simulate: bool = False,
-    device: str = "cpu",
+    placement: Placement = ON_CPU,
     allow_pickle: bool = False,
     quantize: Quantize | None = None,
 ) -> LoadedModel:
     """Load the model at `spec` (a directory or a cached hub id) and what sits beside it.
 
     Raises ``InputError`` (or ``RemoteCodeError`` / ``PickleRefusedError``) for input that
-    cannot be loaded and ``UsageError`` for a bad ``dtype`` or ``device``; nothing from the
-    model directory is imported before the checks pass.
+    cannot be loaded and ``UsageError`` for a bad ``dtype``; nothing from the model directory is
+    imported before the checks pass. `placement` is the entry's decision: the model is loaded onto
+    its device, as fake tensors when simulated.
     """
+    simulate = placement.simulated
     if dtype not in MODEL_DTYPES:
         raise UsageError(f"dtype {dtype!r} is not one of {', '.join(MODEL_DTYPES)}")
     model_dir = resolve_model_dir(spec)
@@ -528,9 +529,7 @@ def load_model(
     import torch
 
     fake_mode = None
-    where = decide(device, simulate=simulate)
-    dev = where.device
-    assert dev is not None
+    dev = placement.device or "cpu"
     weight_files: tuple[str, ...]
     if simulate:
         if auto_ref is not None:

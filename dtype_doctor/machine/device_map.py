@@ -20,7 +20,8 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from dtype_doctor.errors import InputError
-from dtype_doctor.machine.placement import DEVICE_MAPS
+from dtype_doctor.machine.accelerate_hooks import accelerate_on_fakes
+from dtype_doctor.machine.placement import DEVICE_MAPS, Placement
 from dtype_doctor.records import DeviceLoad, DevicePlan
 
 OFFLOADED = ("cpu", "disk")
@@ -94,7 +95,7 @@ def max_memory_of(gpus: int, gpu: Any, given: tuple[tuple[str, str], ...] | Mapp
 
 
 def _cpu_available() -> int:
-    from dtype_doctor.load.memory import available
+    from dtype_doctor.machine.host import available
 
     return available()[0]
 
@@ -194,78 +195,15 @@ def dispatched(model: torch.nn.Module, device_map: Mapping[str, int | str], fake
     return clone
 
 
-@contextlib.contextmanager
-def accelerate_on_fakes(faked: Any = None) -> Iterator[None]:
-    """accelerate's hooks, able to move fake parameters.
-
-    accelerate rebuilds a moved parameter with the class of the one it replaces
-    (`type(param)(value, requires_grad=...)`); a fake parameter's class is FakeTensor, which
-    cannot be built that way. Here such a parameter is rebuilt as torch.nn.Parameter does it;
-    every other tensor goes through accelerate's own function. `faked` (a script's simulation)
-    turns a plain meta tensor, which has forgotten its GPU, into a fake one first.
-    Its "parameters on the meta device" warning and FakeTensor's data_ptr warning are the simulation's."""
-    import logging
-    import warnings
-
-    import accelerate.hooks as hooks
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    original = hooks.set_module_tensor_to_device
-
-    def set_module_tensor_to_device(module: torch.nn.Module, tensor_name: str, device: Any, value: Any = None,
-                                    dtype: Any = None, *args: Any, **kwargs: Any) -> None:
-        owner, _, leaf = tensor_name.rpartition(".")
-        target = module.get_submodule(owner) if owner else module
-        is_param = leaf in target._parameters
-        old = target._parameters[leaf] if is_param else target._buffers.get(leaf)
-        plain_meta = faked is not None and isinstance(old, torch.Tensor) and not isinstance(old, FakeTensor) and old.device.type == "meta"
-        if not isinstance(old, FakeTensor) and not plain_meta:
-            return original(module, tensor_name, device, value, dtype, *args, **kwargs)
-        source = value if value is not None else (faked(old) if plain_meta else old)
-        if dtype is not None and source.is_floating_point():
-            source = source.to(dtype)
-        moved = source.to(device)
-        if moved is old:
-            return None  # already there
-        if is_param:
-            target._parameters[leaf] = torch.nn.Parameter(moved, requires_grad=old.requires_grad)
-        else:
-            target._buffers[leaf] = moved
-        return None
-
-    log = logging.getLogger("accelerate.big_modeling")
-    level = log.level
-    hooks.set_module_tensor_to_device = set_module_tensor_to_device
-    log.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*data pointer of FakeTensor.*")
-            yield
-    finally:
-        hooks.set_module_tensor_to_device = original
-        log.setLevel(level)
-
-
-def wanted(request: Any) -> bool:
-    """Whether a TraceRequest asks for a device map (--device-map, or --gpus above 1)."""
-    return request.device_map is not None or request.gpus > 1
-
-
-def spread(model: torch.nn.Module, request: Any, fake_mode: Any, stack: contextlib.ExitStack) -> tuple[torch.nn.Module, DevicePlan, dict[str, str]]:
-    """The dispatched fake copy of `model` a TraceRequest's device map gives, its plan and the device
+def spread(model: torch.nn.Module, placement: Placement, fake_mode: Any, stack: contextlib.ExitStack) -> tuple[torch.nn.Module, DevicePlan, dict[str, str]]:
+    """The dispatched fake copy of `model` the Placement's device map gives, its plan and the device
     aliases; `stack` holds the simulated GPUs and accelerate's fake-aware hooks open for the trace."""
-    from dtype_doctor.machine.placement import decide
     from dtype_doctor.machine.gpus import gpu_profile
 
     require_accelerate("--gpus/--device-map")
-    given_map = request.device_map if isinstance(request.device_map, Mapping) else None
-    given_memory = request.max_memory if isinstance(request.max_memory, Mapping) else None
-    placement = decide(request.device, simulate=request.simulate, gpu=request.gpu, gpus=request.gpus,
-                       device_map=None if given_map is not None else request.device_map,
-                       max_memory=None if given_memory is not None else request.max_memory)
-    strategy: str | Mapping[str, Any] = given_map if given_map is not None else (placement.device_map or "auto")
-    gpu = gpu_profile(request.gpu)
-    device_map, device_plan = plan(model, strategy, placement.gpus, gpu, given_memory or placement.max_memory)
+    strategy: str | Mapping[str, Any] = placement.device_map or "auto"
+    gpu = gpu_profile(placement.gpu)
+    device_map, device_plan = plan(model, strategy, placement.gpus, gpu, placement.max_memory)
     stack.enter_context(simulated_gpus(placement.gpus, gpu))  # accelerate's hooks on fakes too (accelerate_on_fakes)
     try:
         clone = dispatched(model, device_map, fake_mode)

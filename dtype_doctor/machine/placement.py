@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 from dtype_doctor.errors import UsageError
 
 DEVICES_HELP = "auto, cpu, cuda or cuda:N"
+CUDA0 = "cuda:0"  # the device a bare "cuda", and a simulated target with no device named, is
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
@@ -28,13 +30,24 @@ class Placement:
     simulated: bool = False
     gpu: str | None = None
     gpus: int = 1  # simulated GPUs (--gpus): a device map spreads the model over them, a launcher's world spans them
-    device_map: str | None = None  # auto|balanced|balanced_low_0|sequential or a FILE.json (None: no device map)
-    max_memory: tuple[tuple[str, str], ...] = ()  # --max-memory: (device, size) pairs, "0"/"cpu" → "20GiB"
+    # auto|balanced|balanced_low_0|sequential, a FILE.json, or (the API) accelerate's dict; None: no device map
+    device_map: str | Mapping[str, Any] | None = None
+    # --max-memory: (device, size) pairs, "0"/"cpu" → "20GiB"; or (the API) accelerate's dict
+    max_memory: tuple[tuple[str, str], ...] | Mapping[Any, Any] = ()
+
+    @property
+    def mapped(self) -> bool:
+        """A device map spreads the model (--device-map, or --gpus above 1)."""
+        return self.device_map is not None or self.gpus > 1
 
     @property
     def multi_gpu(self) -> bool:
         """The step is spread over simulated GPUs by a device map (the stand-ins are meta:k)."""
         return self.simulated and self.device_map is not None
+
+
+HERE = Placement(None)  # real tensors, wherever the model already is (the API without device=)
+ON_CPU = Placement("cpu")  # real tensors on the CPU
 
 
 def parse_device(device: str | None) -> str | None:
@@ -44,7 +57,7 @@ def parse_device(device: str | None) -> str | None:
     text = str(device)
     if not _DEVICE.fullmatch(text):
         raise UsageError(f"unknown device {text!r}; use {DEVICES_HELP}")
-    return "cuda:0" if text == "cuda" else text
+    return CUDA0 if text == "cuda" else text
 
 
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -64,20 +77,23 @@ def parse_max_memory(text: str | None) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def _check_device_map(device_map: str | None, gpus: int, simulate: bool) -> str | None:
+def _check_device_map(device_map: str | Mapping[str, Any] | None, gpus: int, simulate: bool) -> str | Mapping[str, Any] | None:
     if gpus < 1:
         raise UsageError(f"--gpus must be at least 1, not {gpus}")
     if device_map is None:
         return "auto" if gpus > 1 and simulate else None
     if not simulate:
         raise UsageError("--device-map and --gpus place the model on simulated GPUs; add --simulate")
+    if isinstance(device_map, Mapping):
+        return device_map
     if device_map not in DEVICE_MAPS and not device_map.endswith(".json"):
         raise UsageError(f"--device-map must be {', '.join(DEVICE_MAPS)} or a FILE.json, not {device_map!r}")
     return device_map
 
 
 def decide(device: str | None = "auto", *, simulate: bool = False, gpu: str | None = None, real_only: str | None = None,
-           gpus: int = 1, device_map: str | None = None, max_memory: str | None = None) -> Placement:
+           gpus: int = 1, device_map: str | Mapping[str, Any] | None = None,
+           max_memory: str | Mapping[Any, Any] | None = None) -> Placement:
     """The Placement for what the user asked.
 
     `gpus` > 1 with --simulate spreads the model with a device map (`device_map`, default auto),
@@ -91,17 +107,21 @@ def decide(device: str | None = "auto", *, simulate: bool = False, gpu: str | No
     if gpus > 1 and not simulate:
         raise UsageError(f"--gpus {gpus} simulates {gpus} GPUs; add --simulate")
     mapped = _check_device_map(device_map, gpus, simulate)
-    memory = parse_max_memory(max_memory)
+    memory = max_memory if isinstance(max_memory, Mapping) else parse_max_memory(max_memory)
     if memory and mapped is None:
         raise UsageError("--max-memory bounds what a device map puts on each device; add --device-map (or --gpus N)")
+    if gpu is not None:
+        from dtype_doctor.machine.gpus import gpu_profile
+
+        gpu_profile(gpu)  # a bad name is a usage error here, before anything loads
     if simulate:
-        return Placement("cuda:0" if wanted in (None, "auto") else wanted, True, gpu, gpus, mapped, memory)
+        return Placement(CUDA0 if wanted in (None, "auto") else wanted, True, gpu, gpus, mapped, memory)
     if wanted is None:
         return Placement(None, False, gpu)
     import torch
 
     if wanted == "auto":
-        return Placement("cuda:0" if torch.cuda.is_available() else "cpu", False, gpu)
+        return Placement(CUDA0 if torch.cuda.is_available() else "cpu", False, gpu)
     if wanted.startswith("cuda"):
         require_cuda(wanted, real_only=real_only)
     return Placement(wanted, False, gpu)

@@ -336,7 +336,7 @@ class CudaSimulation:
         self._env = os.environ.get("HF_DEACTIVATE_ASYNC_LOAD")
         os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = "1"
         if self.indexed:
-            from dtype_doctor.machine.device_map import accelerate_on_fakes
+            from dtype_doctor.machine.accelerate_hooks import accelerate_on_fakes
 
             self._accelerate = accelerate_on_fakes(self.faked)
             self._accelerate.__enter__()

@@ -83,3 +83,14 @@ def first_user_frame(frames: Iterable[FrameType]) -> FrameType | None:
 def first_outside_tool(frames: Iterable[FrameType]) -> FrameType | None:
     """The first of `frames` outside torch and dtype-doctor: the user's code or a library's."""
     return next((f for f in frames if not is_tool_file(f.f_code.co_filename)), None)
+
+
+def user_frame(error: BaseException) -> str:
+    """' at train.py:27': the last frame of the traceback in the user's own files, or ''."""
+    import traceback
+
+    last = None
+    for frame, line in traceback.walk_tb(error.__traceback__):
+        if is_user_file(frame.f_code.co_filename):
+            last = (frame.f_code.co_filename, line)
+    return f" at {display_path(last[0])}:{last[1]}" if last else ""

@@ -14,6 +14,7 @@ from weakref import WeakKeyDictionary
 
 import torch
 
+from dtype_doctor.machine.placement import CUDA0
 from dtype_doctor.records import SourceLoc
 from dtype_doctor.machine.user_code import user_site
 from dtype_doctor.numerics import dtype_name
@@ -96,14 +97,14 @@ class ConversionLog:
         if name in _METHOD_DTYPES:
             dtype, what = dtype_name(_METHOD_DTYPES[name]), f".{name}()"
         elif name == "cuda":
-            device, what = "cuda:0", ".cuda()"
+            device, what = CUDA0, ".cuda()"
         else:
             to_device, to_dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
             dtype = dtype_name(to_dtype) if to_dtype is not None else None
             device = str(to_device) if to_device is not None else None
             what = ".to(" + ", ".join(x for x in (device, f"torch.{dtype}" if dtype else None) if x) + ")"
         if device is not None:
-            device = self.device_alias("cuda:0" if device == "cuda" else device)
+            device = self.device_alias(CUDA0 if device == "cuda" else device)
         self.events.setdefault(module, []).append(Conversion(what, dtype, device, site))
 
 

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import dataclasses
 from pathlib import Path
 from typing import Any, Mapping
@@ -20,9 +22,11 @@ from typing import Any, Mapping
 from dtype_doctor.errors import UsageError
 from dtype_doctor.fix.outcome import Change, FixOutcome, PatchOutcome, Step
 from dtype_doctor.fix.patches import Attempt, FileEdits
-from dtype_doctor.records import Report, Subject, TraceRequest
+from dtype_doctor.records import Report, Subject
 from dtype_doctor.run.command import ScriptCommand
 from dtype_doctor.run.runner import RunOptions, RunResult, run_script
+from dtype_doctor.trace.request import TraceRequest
+from dtype_doctor.machine.placement import HERE
 
 
 
@@ -95,12 +99,13 @@ def _fix_in_memory(before: RunResult, options: RunOptions, **kw: Any) -> tuple[l
     inputs = {k: v for k, v in capture.inputs.items()}
     trace = report.trace
     request = TraceRequest(
-        device=report.target.device if options.simulate else None,
+        # a real step is re-traced where the script put its model; a simulated one on the device the
+        # report names, the captured model as the script placed it (a device map is not spread again)
+        placement=replace(options.placement, device=report.target.device, gpus=1, device_map=None, max_memory=())
+        if options.simulate else HERE,
         autocast=capture.autocast,
         train=report.target.train,
-        simulate=options.simulate,
         move_inputs=False,  # the batch stays where the script put it: a stray CPU input is the finding
-        gpu=options.gpu,
         select=options.select,
         ignore=options.ignore,
         lineage={k: v for k, v in report.lineage.items() if k in inputs},

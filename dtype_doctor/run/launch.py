@@ -19,7 +19,7 @@ from typing import Any, Iterator, Mapping
 
 from dtype_doctor.run.command import ScriptCommand
 from dtype_doctor.errors import StopScript
-from dtype_doctor.run.control import UserCodeTimeout
+from dtype_doctor.machine.control import UserCodeTimeout
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, Iterable, Mapping
 
 from dtype_doctor.errors import InputError, UsageError, first_line, is_gpu_out_of_memory, is_out_of_memory, memory_words
+from dtype_doctor.machine.placement import Placement, decide
 from dtype_doctor.records import Report
+from dtype_doctor.machine.user_code import user_frame
 from dtype_doctor.records import LaunchConfig
 from dtype_doctor.run.command import ScriptCommand, parse_command
-from dtype_doctor.run.control import DEFAULT_TIMEOUT, check_timeout, disarm, user_code
+from dtype_doctor.machine.control import DEFAULT_TIMEOUT, check_timeout, disarm, user_code
 from dtype_doctor.run.launch import ScriptOutcome, launch
 
 
@@ -57,16 +60,19 @@ class RunOptions:
             if not self.simulate:
                 raise UsageError("--gpu sets the GPU a --simulate run targets; add --simulate (a real run uses the GPU it has)")
 
+    @cached_property
+    def placement(self) -> Placement:
+        """Where the script's CUDA runs, decided here, once: simulated, hidden (--device cpu) or real.
+        No GPU here and no --simulate: refused, naming --simulate."""
+        return decide(self.device, simulate=self.simulate, gpu=self.gpu, gpus=self.gpus)
+
     def session_options(self) -> dict[str, object]:
-        """The RunSession keywords: where the script's CUDA is simulated, hidden or real."""
+        """The RunSession keywords: the Placement, and whether a real GPU is hidden from the script."""
         import torch
 
-        from dtype_doctor.machine.placement import decide
-
-        where = decide(self.device, simulate=self.simulate, gpu=self.gpu, gpus=self.gpus)  # no GPU here: refused, naming --simulate
-        if where.simulated:
-            return {"simulate": True, "device": where.device, "gpu": where.gpu, "gpus": where.gpus, "launch": self.launch}
-        return {"hide_cuda": self.device == "cpu" and torch.cuda.is_available(), "launch": self.launch}
+        where = self.placement
+        hide = not where.simulated and self.device == "cpu" and torch.cuda.is_available()
+        return {"placement": where, "hide_cuda": hide, "launch": self.launch}
 
 
 def run_script(
@@ -163,7 +169,7 @@ def refused_load(error: BaseException, command: ScriptCommand, options: RunOptio
     if refusal is None:
         return None
     gpu = gpu_profile(options.gpu) if options.simulate else None
-    trace = refused_trace(refusal, device="cuda:0" if options.simulate else "cpu", simulated=options.simulate, gpu=gpu)
+    trace = refused_trace(refusal, device=options.placement.device or "cpu", simulated=options.simulate, gpu=gpu)
     where = user_frame(error).removeprefix(" at ")
     source = SourceLoc(where.rpartition(":")[0], int(where.rpartition(":")[2])) if where else None
     findings = tuple(dataclasses.replace(f, source=f.source or source) for f in run_rules(trace, select=options.select, ignore=options.ignore))
@@ -185,16 +191,3 @@ def out_of_memory(display: str, error: BaseException, *, simulated: bool = False
     gpu = is_gpu_out_of_memory(error) and not simulated
     hint = "lower the batch size of its step" + (", or pass --simulate to trace without allocating" if gpu else "")
     return InputError(f"{display} ran out of memory{where} ({memory_words(error)}); {hint}")
-
-
-def user_frame(error: BaseException) -> str:
-    """' at train.py:27': the last frame of the traceback in the user's own files, or ''."""
-    import traceback
-
-    from dtype_doctor.machine.user_code import display_path, is_user_file
-
-    last = None
-    for frame, line in traceback.walk_tb(error.__traceback__):
-        if is_user_file(frame.f_code.co_filename):
-            last = (frame.f_code.co_filename, line)
-    return f" at {display_path(last[0])}:{last[1]}" if last else ""

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from dtype_doctor.records import Report, SourceLoc, Subject, Trace, TraceFailure, TraceRequest
+from dtype_doctor.records import Report, SourceLoc, Subject, Trace, TraceFailure
 from dtype_doctor.run.conversions import ConversionLog
 from dtype_doctor.errors import StopScript
 from dtype_doctor.run.lineage import (
@@ -47,6 +47,8 @@ from dtype_doctor.diagnosis import live_trace, report_from_trace
 from dtype_doctor.trace.engine import model_info
 from dtype_doctor.trace.session import TraceSession
 from dtype_doctor.numerics import device_name, dtype_name
+from dtype_doctor.trace.request import TraceRequest
+from dtype_doctor.machine.placement import CUDA0, HERE, Placement
 
 
 @dataclass(frozen=True)
@@ -72,11 +74,8 @@ class RunSession:
         ignore: Iterable[str] | str | None = None,
         on_report: Callable[[Report], None] | None = None,
         label: str | None = None,
-        simulate: bool = False,
-        device: str | None = None,
-        gpu: str | None = None,
+        placement: Placement = HERE,
         hide_cuda: bool = False,
-        gpus: int = 1,
         launch: Any = None,
     ) -> None:
         self.label = label  # what the report names as the target: the script
@@ -89,20 +88,18 @@ class RunSession:
         self.forwards = 0  # the model's top-level calls traced
         self.capture: StepCapture | None = None
         self.note: str | None = None  # why the trace ended where it did, when the script did not decide it
-        self.simulate = simulate
-        self.target = torch.device(device if device not in (None, "auto") else "cuda:0") if simulate else None
-        self.gpu = gpu
+        self.placement = placement  # decided at the entry (RunOptions.placement); simulated GPUs: with several, cuda:k lives on meta:k
+        self.target = torch.device(placement.device or CUDA0) if placement.simulated else None
         self.hide_cuda = hide_cuda
-        self.gpus = gpus  # simulated GPUs: with several, cuda:k lives on meta:k
         self.launch = launch  # a LaunchConfig: the script is rank 0 of its world, on the fake process group
         from dtype_doctor.run.trainer_args import TrainerArgsWatch
 
-        self.trainer_args = TrainerArgsWatch(launch, simulate)  # the script's TrainingArguments, read as its launch configuration
+        self.trainer_args = TrainerArgsWatch(launch, placement.simulated)  # the script's TrainingArguments, read as its launch configuration
         self.alias = {device_name(STAND_IN): device_name(self.target)} if self.target is not None else {}
-        if simulate and gpus > 1:
+        if placement.simulated and placement.gpus > 1:
             from dtype_doctor.machine.device_map import aliases
 
-            self.alias = aliases(gpus)
+            self.alias = aliases(placement.gpus)
         self._session: TraceSession | None = None
         self._failure: TraceFailure | None = None
         self._depth = 0  # top-level module calls in progress (the model's, a loss module's)
@@ -134,12 +131,12 @@ class RunSession:
             self._arms.enter_context(fake_launch(self.launch.processes, self.launch.launcher, launch_env(self.launch)))
         self._arms.enter_context(self.watch)
         self._arms.enter_context(self.trainer_args)
-        if self.simulate:
+        if self.placement.simulated:
             from dtype_doctor.machine.gpus import gpu_profile
 
             assert self.target is not None
-            self._simulation = CudaSimulation(self.target, gpu_profile(self.gpu), on_amp=self._set_amp,
-                                              in_forward=lambda: self._model_depth > 0, gpus=self.gpus)
+            self._simulation = CudaSimulation(self.target, gpu_profile(self.placement.gpu), on_amp=self._set_amp,
+                                              in_forward=lambda: self._model_depth > 0, gpus=self.placement.gpus)
             self._arms.enter_context(self._simulation)
         elif self.hide_cuda:
             self._arms.enter_context(_hidden_cuda())
@@ -222,7 +219,7 @@ class RunSession:
                     is_model = True
                 else:
                     self.finish(None)
-                    if not self.keep_running or self.simulate:
+                    if not self.keep_running or self.placement.simulated:
                         if self.keep_running:
                             self.note = "--keep-running: a simulated script cannot go on after the traced steps (its CUDA tensors hold no data); stopped"
                         raise StopScript()
@@ -255,9 +252,9 @@ class RunSession:
         self.forwards = 1
         self._info = model_info(model, None, self.alias)
         # A real trace measures values (DD301-DD303 speak about the user's own step); fake tensors hold none.
-        session = self._session = TraceSession(model, recover=True, simulated=self.simulate, probe_gpu=self.gpu,
-                                               alias=self.alias, extra_modes=[StepInputs(self)], stats=not self.simulate)
-        if not self.simulate:
+        session = self._session = TraceSession(model, recover=True, simulated=self.placement.simulated, probe_gpu=self.placement.gpu,
+                                               alias=self.alias, extra_modes=[StepInputs(self)], stats=not self.placement.simulated)
+        if not self.placement.simulated:
             self.grads.arm(model)
         self.book.is_step_tensor = lambda t: self.report is None and session.recorder.knows(t)
         self._set_amp(self._simulation.amp_dtype if self._simulation else None)
@@ -303,7 +300,7 @@ class RunSession:
         assert self._session is not None and self.model is not None
         self._session.stop()
         self.grads.disarm()
-        if self.keep_running and not self.simulate:
+        if self.keep_running and not self.placement.simulated:
             self._disarm()  # the rest of the run goes at full speed
         failure = self._failure
         if isinstance(error, SimulationStop):
@@ -339,7 +336,7 @@ class RunSession:
     def _report(self, failure: TraceFailure | None) -> Report:
         assert self._session is not None and self.model is not None
         trace = live_trace(self._session, self._info, failure, lineage=self._lineage, sources=sources_of(self._lineage))
-        if self.simulate:
+        if self.placement.simulated:
             trace = self._simulated(trace)
         values = self._session.recorder.values
         if values is not None and self.grads.handles:
@@ -354,7 +351,7 @@ class RunSession:
         report = report_from_trace(trace, self.model, request)
         findings = tuple(self._with_parameter_source(f) for f in report.findings)
         environment = dict(report.environment)
-        if self.simulate or self.hide_cuda:
+        if self.placement.simulated or self.hide_cuda:
             environment["cuda_available"] = _real_cuda_available()
         return dataclasses.replace(report, findings=findings, environment=environment)
 
@@ -381,13 +378,13 @@ class RunSession:
         label = device_name(self.target)  # type: ignore[arg-type]
         no_data = [*NO_DATA, *(as_device(s, label) for s in NO_DATA)]
         ops = tuple(op for op in trace.ops if not (op.error and any(s in op.error for s in no_data)))
-        gpu = gpu_profile(self.gpu)
+        gpu = gpu_profile(self.placement.gpu)
         device = self.alias.get(trace.device) or (device_name(self.target) if trace.device == device_name(STAND_IN) else trace.device)  # type: ignore[arg-type]
         plan = None
-        if self.gpus > 1 and self.model is not None:
+        if self.placement.gpus > 1 and self.model is not None:
             from dtype_doctor.machine.device_map import plan_of
 
-            plan = plan_of(self.model, self.gpus, gpu)
+            plan = plan_of(self.model, self.placement.gpus, gpu)
         stand_ins = trace.stand_ins + (tuple(self._simulation.stand_ins.taken) if self._simulation is not None else ())
         return dataclasses.replace(trace, ops=ops, device=device, simulated=True, gpu=str(gpu) if gpu else None,
                                    gpu_capability=gpu.capability if gpu else None, devices=plan, stand_ins=stand_ins)

@@ -120,11 +120,13 @@ def refused_report(launch: LaunchConfig, label: str, where: str, select: Any = N
     import torch
 
     from dtype_doctor.diagnosis import report_from_trace
-    from dtype_doctor.records import Coverage, ModelInfo, Subject, Trace, TraceRequest
+    from dtype_doctor.machine.placement import CUDA0
+    from dtype_doctor.records import Coverage, ModelInfo, Subject, Trace
+    from dtype_doctor.trace.request import TraceRequest
 
     stopped = f"at {where}: transformers refuses the TrainingArguments before a model is called"
     trace = Trace(ops=(), modules=(), model=ModelInfo("TrainingArguments", ()), inputs=(), launch=launch,
-                  device="cuda:0" if simulated else "cpu", simulated=simulated,
+                  device=CUDA0 if simulated else "cpu", simulated=simulated,
                   coverage=Coverage(phases=(), expected=("forward",), modules_called=0, modules_total=0, ops=0, steps=0, stopped=stopped))
     request = TraceRequest(select=select, ignore=ignore, subject=Subject(model=label))
     return report_from_trace(trace, torch.nn.Module(), request)

@@ -10,7 +10,7 @@ TraceSession (trace/session.py); the Report and the API drivers are dtype_doctor
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
 
 import torch
@@ -21,13 +21,13 @@ from dtype_doctor.records import (
     StateTensor,
     Trace,
     TraceFailure,
-    TraceRequest,
 )
 from dtype_doctor.numerics import device_name, dtype_name, loss_of
-from dtype_doctor.machine.placement import decide, parse_device
+from dtype_doctor.machine.placement import CUDA0
 from dtype_doctor.quantization import quantization_of
 from dtype_doctor.trace.guard import preserved
 from dtype_doctor.trace.session import TraceSession
+from dtype_doctor.trace.request import TraceRequest
 
 AUTOCAST_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -130,25 +130,23 @@ class Where:
 
 
 def place(model: torch.nn.Module, inputs: Mapping[str, Any], request: TraceRequest) -> Where:
-    """A model holding fake or meta tensors can only be simulated; without a device the trace runs
-    where the model is. A CUDA device this machine lacks is refused by placement.decide."""
-    simulate = request.simulate or holds_no_data(model, inputs)
-    asked = parse_device(None if request.device in (None, "auto") else request.device)
+    """How this trace runs the request's Placement (decided at the entry): a model holding fake or
+    meta tensors can only be simulated; a Placement without a device traces where the model is."""
+    placement = request.placement
+    simulate = placement.simulated or holds_no_data(model, inputs)
+    asked = torch.device(placement.device) if placement.device is not None else None
     if simulate:
-        label = torch.device(asked) if asked else (_declared_device(model) or torch.device("cuda", 0))
+        label = asked or _declared_device(model) or torch.device(CUDA0)
         return Where(True, label, simulation_device(label, request.autocast))
-    if asked is not None:
-        decide(asked)
-    target = torch.device(asked) if asked else None
-    return Where(False, target, target)
+    return Where(False, asked, asked)
 
 
 def settle(model: torch.nn.Module, inputs: Mapping[str, Any], request: TraceRequest) -> TraceRequest:
-    """The request with its device and simulation decided, so re-traces of changed copies
-    (a fix's candidates) run where the first trace ran."""
+    """The request with its Placement made definite for this model (where it is, simulated when it
+    holds no data), so re-traces of changed copies (a fix's candidates) run where the first ran."""
     where = place(model, inputs, request)
-    device = device_name(where.label) if where.label is not None else request.device
-    return request.with_(simulate=where.simulate, device=device)
+    device = device_name(where.label) if where.label is not None else request.placement.device
+    return request.with_(placement=replace(request.placement, simulated=where.simulate, device=device))
 
 
 def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: TraceRequest | None = None) -> Trace:
@@ -164,10 +162,6 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
         from dtype_doctor.errors import UsageError
 
         raise UsageError(f"--autocast must be off, float16 or bfloat16, not {autocast!r}")
-    from dtype_doctor.machine import device_map
-
-    if device_map.wanted(request) and not request.simulate:
-        decide(request.device, gpus=request.gpus, device_map=request.device_map if isinstance(request.device_map, str) else "auto")
     where = place(model, inputs, request)
     with contextlib.ExitStack() as spread:
         return _trace(model, inputs, request, where, spread)
@@ -195,10 +189,10 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
         own_state = fake_mode is not None
         fake_mode = fake_mode or FakeTensorMode(allow_non_fake_inputs=True)
         label, stand_in = where.label, where.run_on
-        if device_map.wanted(request):
+        if request.placement.mapped:
             # accelerate spreads a fake copy over simulated GPUs; its hooks move what crosses them.
-            model, plan, alias = device_map.spread(model, request, fake_mode, spread)
-            label, stand_in = torch.device("cuda", 0), torch.device("meta", 0)
+            model, plan, alias = device_map.spread(model, request.placement, fake_mode, spread)
+            label, stand_in = torch.device(CUDA0), torch.device("meta", 0)
             where = Where(True, label, stand_in)
             autocast_device = stand_in.type
         elif stand_in != label:
@@ -223,7 +217,7 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
 
     session = TraceSession(
         model, stats=request.stats and not sharded, simulated=where.simulate, state=state, alias=alias,
-        probe_cuda=where.label is not None and where.label.type == "cuda", probe_gpu=request.gpu,
+        probe_cuda=where.label is not None and where.label.type == "cuda", probe_gpu=request.placement.gpu,
     )
     rec = session.recorder
     for name, v in inputs.items():

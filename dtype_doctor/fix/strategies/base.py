@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Sequence
 
 from dtype_doctor.errors import is_out_of_memory
 from dtype_doctor.fix.outcome import Change, Step
-from dtype_doctor.records import Finding, Remedy, Report, SourceLoc, TraceRequest
+from dtype_doctor.records import Finding, Remedy, Report, SourceLoc
+from dtype_doctor.trace.request import TraceRequest
 
 if TYPE_CHECKING:
     import torch

@@ -11,21 +11,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from dtype_doctor.files import split_spec  # noqa: F401 - imported from here too
 from dtype_doctor.errors import DoctorError, InputError, UsageError, first_line
 from dtype_doctor.load.batch.describe import describe_value, feature_dtype, feature_repr
 from dtype_doctor.load.batch.hf_map import quiet_map
 from dtype_doctor.load.batch.state import BatchContext, BatchState, PreprocessFn
 from dtype_doctor.records import LineageStep, SourceLoc
-from dtype_doctor.run.control import DEFAULT_TIMEOUT, user_code
+from dtype_doctor.machine.control import DEFAULT_TIMEOUT, user_code
 SIDE_KWARGS = ("tokenizer", "image_processor", "feature_extractor", "processor", "config")
-
-
-def split_spec(spec: str) -> tuple[str, str]:
-    """'prep.py:tokenize' → ('prep.py', 'tokenize'): the one place FILE.py:FUNC is split."""
-    file, sep, func = spec.rpartition(":")
-    if not sep or not file or not func or not func.isidentifier():
-        raise UsageError(f"--preprocess must be FILE.py:FUNC, got {spec!r}")
-    return file, func
 
 
 def load_preprocess(spec: str, timeout: float | None = DEFAULT_TIMEOUT) -> PreprocessFn:

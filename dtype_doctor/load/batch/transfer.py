@@ -5,17 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtype_doctor.machine.placement import decide
 from dtype_doctor.load.batch.describe import value_step
 from dtype_doctor.load.batch.state import BatchContext, BatchState
-
-
-def target_device(device: str, simulated: bool) -> Any:
-    """The torch device the batch moves to, as the Placement decides it."""
-    import torch
-
-    where = decide(device, simulate=simulated)
-    return torch.device(where.device or "cpu")
 
 
 def run(state: BatchState, ctx: BatchContext) -> BatchState:
@@ -23,7 +14,7 @@ def run(state: BatchState, ctx: BatchContext) -> BatchState:
 
     assert state.inputs is not None
     fake_mode = getattr(ctx.loaded, "fake_mode", None)
-    dev = target_device(ctx.device, fake_mode is not None)
+    dev = torch.device(ctx.device)  # the Placement's device, decided at the entry
     out: dict[str, Any] = {}
     for key, t in state.inputs.items():
         if not isinstance(t, torch.Tensor):
