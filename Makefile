@@ -27,4 +27,8 @@ test: .venv/.installed
 bench: .venv/.installed
 	$(PY) benchmarks/run_all.py
 
-.PHONY: install demo test bench
+# The user's guide (docs/, mkdocs.yml) as a site in site/; --strict fails on a broken link or anchor.
+docs: .venv/.installed
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+.PHONY: install demo test bench docs
