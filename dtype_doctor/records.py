@@ -298,6 +298,47 @@ class QuantizationInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class RotaryFacts:
+    """A rotary embedding's frequencies (recomputed in float32 from the model's config) and what a
+    half-precision copy of them does at the model's longest position (DD109)."""
+
+    module: str  # the rotary embedding module, "model.rotary_emb"
+    max_position: int  # config.max_position_embeddings
+    head_dim: int  # 2 × the number of frequencies
+    rope_type: str
+    # per half dtype: (largest phase error in radians at max_position - 1, that error in positions)
+    error: tuple[tuple[str, float, float], ...] = ()
+
+    def error_in(self, dtype: str) -> tuple[float, float] | None:
+        return next(((rad, pos) for d, rad, pos in self.error if d == dtype), None)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadFacts:
+    """How `from_pretrained` loaded the model (SPEC `target.loaded_dtype`), as the doctor saw the load.
+
+    `origin`: "argument" (dtype= named one), "auto" (dtype="auto" asked for), "config" (nothing asked:
+    transformers 5 reads config.json's dtype), "checkpoint" (nothing in the config: the weights'
+    dtype), "default" (torch's default dtype). `v4_dtype` is what transformers 4 gave the same call.
+    """
+
+    dtype: str
+    origin: str
+    asked: str | None = None  # the call's dtype= ("auto", "bfloat16"), None when it named none
+    config_dtype: str | None = None
+    checkpoint_dtype: str | None = None
+    library: str | None = None  # "transformers 5.24.0"
+    v4_dtype: str | None = None
+    attn_implementation: str | None = None  # asked for, in config.json or the call
+    attn_origin: str | None = None  # "config" | "call"
+    attn_traced_as: str | None = None  # what the trace ran in its place (flash-attn cannot run on this machine)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "origin": self.origin, "asked": self.asked, "config_dtype": self.config_dtype,
+                "checkpoint_dtype": self.checkpoint_dtype, "library": self.library, "v4_dtype": self.v4_dtype}
+
+
+@dataclass(frozen=True, slots=True)
 class ModelInfo:
     class_name: str
     state: tuple[StateTensor, ...]
@@ -309,6 +350,9 @@ class ModelInfo:
     num_labels: int | None = None
     problem_type: str | None = None
     quantization: QuantizationInfo | None = None  # a bitsandbytes model (DD5xx read it)
+    # The attention implementation the model's config holds (transformers' config._attn_implementation).
+    attn_implementation: str | None = None
+    rotary: tuple["RotaryFacts", ...] = ()  # the rotary embeddings' frequencies at the model's longest position (DD109)
 
     @property
     def parameters(self) -> tuple[StateTensor, ...]:
@@ -463,6 +507,8 @@ class Trace:
     stand_ins: tuple[StandIn, ...] = ()
     # What the trace reached of the step (None: worked out from the ops, see coverage_of).
     coverage: Coverage | None = None
+    # How the model was loaded, when the doctor saw the load (scan, run): its dtype's origin, the attention asked for.
+    loaded: LoadFacts | None = None
 
     @property
     def values_measured(self) -> bool:
@@ -684,9 +730,15 @@ class Target:
     quantization: QuantizationInfo | None = None  # only for a quantized model
     devices: DevicePlan | None = None  # a simulated multi-GPU device map (--gpus/--device-map)
     world: World | None = None  # a distributed step: rank 0 of N (--gpus with a launcher, FSDP)
+    loaded_dtype: LoadFacts | None = None  # SPEC `target.loaded_dtype`: the dtype loaded and where it came from
+    attention: Mapping[str, Any] | None = None  # SPEC `target.attention`: the implementation, the SDPA backend CUDA picks
 
     def to_dict(self) -> dict[str, Any]:
         extra: dict[str, Any] = {"loading": self.loading.to_dict()} if self.loading is not None else {}
+        if self.loaded_dtype is not None:
+            extra["loaded_dtype"] = self.loaded_dtype.to_dict()
+        if self.attention is not None:
+            extra["attention"] = dict(self.attention)
         if self.quantization is not None:
             extra["quantization"] = self.quantization.to_dict()
         if self.devices is not None:

@@ -211,7 +211,7 @@ LAYERS = ("records", "machine", "trace", "load", "rules", "fix", "report", "run"
 # (`dtype_doctor`, which only names its lazy API and version) is at the bottom.
 LAYER_OF = {
     "": "records", "records": "records", "errors": "records", "numerics": "records", "ops": "records",
-    "operands": "records", "files": "records", "data": "records",
+    "operands": "records", "files": "records", "data": "records", "rope": "records",
     "machine": "machine", "placement": "machine",
     "trace": "trace", "quantization": "trace", "source_analysis": "trace",
     "load": "load",

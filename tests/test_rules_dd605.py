@@ -12,6 +12,7 @@ def test_unset_output_dtype_gives_a_bf16_loss_and_dd605_names_the_unit():
         report = dtype_doctor.diagnose(model, {"input": x}, train=True)
     [f] = [f for f in report.findings if f.code == "DD605"]
     assert "fully_shard(inner)" in f.message and f.stage == "loss" and f.op.startswith("aten.nll_loss")
+    assert "DD112" not in codes(report)  # the half loss is DD605's, which names the policy behind it
 
 
 def test_output_dtype_float32_is_clean():

@@ -62,6 +62,13 @@ def model_info(
     config = getattr(model, "config", None)
     num_labels = getattr(config, "num_labels", None)
     problem_type = getattr(config, "problem_type", None)
+    attn = getattr(config, "_attn_implementation", None)
+    half_buffers = {s.name for s in entries if s.kind == "buffer" and s.dtype in ("bfloat16", "float16")}
+    rotary = ()
+    if any(n.endswith("inv_freq") for n in half_buffers):
+        from dtype_doctor.rope import rotary_facts
+
+        rotary = rotary_facts(model, dict(model.named_buffers()))
     return ModelInfo(
         class_name=type(model).__name__,
         state=tuple(entries),
@@ -70,6 +77,8 @@ def model_info(
         num_labels=num_labels if isinstance(num_labels, int) else None,
         problem_type=problem_type if isinstance(problem_type, str) else None,
         quantization=quantization_of(model),
+        attn_implementation=attn if isinstance(attn, str) else None,
+        rotary=rotary,
     )
 
 
@@ -267,6 +276,7 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
         # scan's fp16 AMP step is checked as a GradScaler would take it (DD401).
         grad_scaler=request.train and autocast == "float16",
         devices=plan,
+        loaded=request.loaded,
         **_fsdp1_units(model, request),
     )
 

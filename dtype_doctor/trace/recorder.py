@@ -49,6 +49,25 @@ _FUNCTIONS_TO_WATCH = {
     },
     torch.max_pool1d: ("torch.max_pool1d", ("input",)),
     torch.nn.functional.max_pool1d: ("torch.nn.functional.max_pool1d", ("input",)),
+    # quantile refuses half precision in composite C++ before any aten op runs (DD112).
+    **{f: (f"torch.{f.__name__}", ("input", "q")) for f in (torch.quantile, torch.nanquantile, torch.Tensor.quantile, torch.Tensor.nanquantile)},
+}
+# Losses and statistics (DD112): their findings name the user's line that called them, the first
+# frame outside torch and the doctor when it is the user's own file (few ops of a step are these:
+# the frame walk is paid only for them); softmax keeps the axis it normalises over.
+_SITED = ("site",)
+_REDUCTIONS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(
+        ("aten.nll_loss_forward.default", "aten.nll_loss2d_forward.default", "aten.mse_loss.default",
+         "aten.l1_loss.default", "aten.smooth_l1_loss.default", "aten.huber_loss.default",
+         "aten.binary_cross_entropy_with_logits.default", "aten.binary_cross_entropy.default", "aten.kl_div.default",
+         "aten.var.correction", "aten.var.dim", "aten.var.default", "aten.std.correction", "aten.std.dim",
+         "aten.std.default", "aten.var_mean.correction", "aten.std_mean.correction", "aten.linalg_vector_norm.default",
+         "aten.norm.Scalar", "aten.norm.ScalarOpt_dim", "torch.quantile", "torch.nanquantile"),
+        _SITED,
+    ),
+    "aten._softmax.default": ("dim",),
+    "aten._log_softmax.default": ("dim",),
 }
 # Functions whose C++ takes another kernel path while any dispatch mode is on (ATen treats
 # a mode as a tensor subclass): max_pool1d's mode-free CPU path (max_pool1d_impl) has no
@@ -248,7 +267,7 @@ class Recorder:
                     if out is not _FAILED:
                         outputs = self._tag_outputs(func, op_name, out, operand_tensors, module)
                         self._observe_op(func, out, operand_tensors)
-                        self.ops.append(OpCall(len(self.ops), op_name, module, module_type, operands, outputs, phase, autocast, None, False, level, self._attrs(op_name, args, kwargs)))
+                        self.ops.append(OpCall(len(self.ops), op_name, module, module_type, operands, outputs, phase, autocast, None, False, level, self._attrs(op_name, args, kwargs, self._in_root)))
                         return out
                 if self.recover and kind in ("dtype", "device", "overflow") and predicted is None:
                     out = self._run_repaired(op_name, operand_tensors, args, kwargs, kind, run)
@@ -262,7 +281,7 @@ class Recorder:
             outputs = self._tag_outputs(func, op_name, out, operand_tensors, module)
             self._observe_op(func, out, operand_tensors)
         self.ops.append(
-            OpCall(len(self.ops), op_name, module, module_type, operands, outputs, phase, autocast, error, recovered, level, self._attrs(op_name, args, kwargs))
+            OpCall(len(self.ops), op_name, module, module_type, operands, outputs, phase, autocast, error, recovered, level, self._attrs(op_name, args, kwargs, self._in_root))
         )
         return out
 
@@ -386,7 +405,7 @@ class Recorder:
                 continue
 
     @staticmethod
-    def _attrs(op_name: str, args: tuple, kwargs: dict) -> tuple[tuple[str, Any], ...]:
+    def _attrs(op_name: str, args: tuple, kwargs: dict, in_root: int = 1) -> tuple[tuple[str, Any], ...]:
         attrs: list[tuple[str, Any]] = []
         if "nll_loss" in op_name and len(args) >= 5:
             attrs.append(("ignore_index", args[4]))
@@ -400,6 +419,14 @@ class Recorder:
             big += [v for v in kwargs.values() if type(v) not in _NEVER_NUMBERS and _big_number(v)]
         if big:
             attrs.append(("constants", tuple(big)))
+        reduction = _REDUCTIONS.get(op_name)
+        if reduction is _SITED:
+            if (site := _user_line()) is not None:
+                attrs.append(("site", site))
+            if not in_root:  # after the model's forward (run: the script's own loss)
+                attrs.append(("outside_forward", True))
+        elif reduction is not None and len(args) >= 2 and isinstance(args[1], int):
+            attrs.append(("dim", args[1]))
         return tuple(attrs) if attrs else ()
 
     def _tag_outputs(
@@ -771,6 +798,17 @@ class _FunctionSchema:
 @dataclass(frozen=True, slots=True)
 class _Arg:
     name: str
+
+
+def _user_line() -> tuple[str, int] | None:
+    """(file, line) of the user's own code that called the op being recorded: the first frame
+    outside torch and the doctor, when it is the user's (a library's loss has no user line)."""
+    from dtype_doctor.machine.user_code import display_path, first_outside_tool, frames_above, is_user_file
+
+    frame = first_outside_tool(frames_above(2))
+    if frame is None or not is_user_file(frame.f_code.co_filename):
+        return None
+    return display_path(frame.f_code.co_filename), frame.f_lineno
 
 
 def _autocast_state() -> str | None:

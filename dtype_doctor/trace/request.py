@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 from dtype_doctor.machine.placement import HERE, Placement
-from dtype_doctor.records import Lineage, SourceLoc, Subject
+from dtype_doctor.records import Lineage, LoadFacts, SourceLoc, Subject
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +27,7 @@ class TraceRequest:
     subject: Subject | None = None
     stats: bool = True  # measure value statistics (DD301-DD303); ignored on fake tensors
     fsdp1: bool = False  # check the model's FSDP1 units (use_orig_params=False) as FlatParameters would flatten them
+    loaded: LoadFacts | None = None  # how the model was loaded, when the caller loaded it (scan)
 
     def __post_init__(self) -> None:
         if self.autocast == "off":
