@@ -8,7 +8,7 @@ python process using the API), timed end to end with its peak RSS.
     70b-map8  scan --simulate --gpus 8 --device-map auto   ≤ 10 s
     fsdp2-8b-w64  fully_shard per layer, world 64, forward + backward traced   ≤ 30 s
 
-Growth: `--layers` and `--gpus`/`--world` change the shapes (see the README for the figures).
+Growth: `--layers` and `--gpus`/`--world` change the shapes (the figures: benchmarks/README.md).
 The machine may be shared: each case runs `--repeat` times and the median is reported.
 
     python benchmarks/bench_cluster.py [--repeat 3] [--cases 70b,405b,70b-map8,fsdp2-8b-w64]

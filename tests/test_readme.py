@@ -38,6 +38,22 @@ def test_the_rule_table_generator_writes_a_new_rule_and_checks(tmp_path: Path) -
     assert gen.main(["--check", "--readme", str(stale)]) == 0
 
 
+def test_the_install_lines_name_this_package_and_its_extras() -> None:
+    """`pip install` needs the network, so the README's install lines are checked, not run: each
+    installs this project (with extras pyproject.toml defines) or torch from PyTorch's CPU index."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lines = [line.strip() for line in re.findall(r"pip install ([^`\n|]+)", README)]
+    assert "dtype-doctor" in lines and "torch --index-url https://download.pytorch.org/whl/cpu" in lines
+    for line in lines:
+        if line.startswith("torch"):
+            continue
+        name, _, extras = line.strip("'").partition("[")
+        assert name == project["name"], line
+        assert set(filter(None, extras.rstrip("]").split(","))) <= set(project["optional-dependencies"]), line
+
+
 def test_setup_commands_exist() -> None:
     makefile = (ROOT / "Makefile").read_text()
     assert "make demo" in README and "make test" in README
