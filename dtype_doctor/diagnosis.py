@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 import torch
 
+from dtype_doctor.attention import attention_of
 from dtype_doctor.records import Lineage, ModelInfo, Report, SourceLoc, Subject, Target, Trace, TraceFailure, TraceRequest
 from dtype_doctor.trace.engine import holds_no_data, model_info, trace_model, values_note
 from dtype_doctor.trace.session import TraceSession
@@ -64,7 +65,16 @@ def _target(trace: Trace, model: torch.nn.Module, subject: Subject | None) -> Ta
         quantization=trace.model.quantization,
         devices=trace.devices,
         world=trace.world,
+        loaded_dtype=trace.loaded,
+        attention=attention_of(trace, _real_capability(trace)),
     )
+
+
+def _real_capability(trace: Trace) -> tuple[int, int] | None:
+    """The compute capability of the GPU a real (not simulated) CUDA trace ran on."""
+    if trace.simulated or not trace.device.startswith("cuda") or not torch.cuda.is_available():
+        return None
+    return tuple(torch.cuda.get_device_capability(torch.device(trace.device)))  # type: ignore[return-value]
 
 
 def report_from_trace(trace: Trace, model: torch.nn.Module, request: TraceRequest | None = None) -> Report:
