@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import torch
 
 from dtype_doctor.attention import attention_of
+from dtype_doctor.components import components_of
 from dtype_doctor.records import Lineage, ModelInfo, Report, SourceLoc, Subject, Target, Trace, TraceFailure, TraceRequest
 from dtype_doctor.trace.engine import holds_no_data, model_info, trace_model, values_note
 from dtype_doctor.trace.session import TraceSession
@@ -53,7 +54,7 @@ def _version(lib: str) -> str | None:
 def _target(trace: Trace, model: torch.nn.Module, subject: Subject | None) -> Target:
     subject = subject or Subject()
     return Target(
-        model=subject.model or type(model).__name__,
+        model=subject.model or trace.model.class_name or type(model).__name__,
         dataset=subject.dataset,
         split=subject.split,
         device=trace.device,
@@ -67,6 +68,7 @@ def _target(trace: Trace, model: torch.nn.Module, subject: Subject | None) -> Ta
         world=trace.world,
         loaded_dtype=trace.loaded,
         attention=attention_of(trace, _real_capability(trace)),
+        components=components_of(trace.model),
     )
 
 
