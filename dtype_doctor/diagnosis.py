@@ -15,6 +15,8 @@ from typing import Any, Mapping
 
 import torch
 
+from dtype_doctor.attention import attention_of
+from dtype_doctor.components import components_of
 from dtype_doctor.records import Lineage, ModelInfo, Report, SourceLoc, Subject, Target, Trace, TraceFailure
 from dtype_doctor.trace.engine import holds_no_data, model_info, trace_model, values_note
 from dtype_doctor.trace.session import TraceSession
@@ -55,7 +57,7 @@ def _version(lib: str) -> str | None:
 def _target(trace: Trace, model: torch.nn.Module, subject: Subject | None) -> Target:
     subject = subject or Subject()
     return Target(
-        model=subject.model or type(model).__name__,
+        model=subject.model or trace.model.class_name or type(model).__name__,
         dataset=subject.dataset,
         split=subject.split,
         device=trace.device,
@@ -67,7 +69,17 @@ def _target(trace: Trace, model: torch.nn.Module, subject: Subject | None) -> Ta
         quantization=trace.model.quantization,
         devices=trace.devices,
         world=trace.world,
+        loaded_dtype=trace.loaded,
+        attention=attention_of(trace, _real_capability(trace)),
+        components=components_of(trace.model),
     )
+
+
+def _real_capability(trace: Trace) -> tuple[int, int] | None:
+    """The compute capability of the GPU a real (not simulated) CUDA trace ran on."""
+    if trace.simulated or not trace.device.startswith("cuda") or not torch.cuda.is_available():
+        return None
+    return tuple(torch.cuda.get_device_capability(torch.device(trace.device)))  # type: ignore[return-value]
 
 
 def report_from_trace(trace: Trace, model: torch.nn.Module, request: TraceRequest | None = None) -> Report:

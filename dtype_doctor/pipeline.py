@@ -133,6 +133,7 @@ class Prepared:
             lineage=self.batch.lineage,
             sources=self.batch.sources,
             subject=Subject(self.model_spec, self.dataset_spec, self.rows.split),
+            loaded=getattr(self.loaded, "load_facts", None),
         )
 
 

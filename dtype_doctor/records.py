@@ -353,6 +353,13 @@ class ModelInfo:
     # The attention implementation the model's config holds (transformers' config._attn_implementation).
     attn_implementation: str | None = None
     rotary: tuple["RotaryFacts", ...] = ()  # the rotary embeddings' frequencies at the model's longest position (DD109)
+    # A pipeline traced as one (diffusers): (component name, class) of each component, the model's children.
+    components: tuple[tuple[str, str], ...] = ()
+
+    def component_of(self, name: str) -> str | None:
+        """The pipeline component a dotted module or parameter name lies in, None outside any."""
+        head = name.split(".", 1)[0]
+        return head if any(c == head for c, _ in self.components) else None
 
     @property
     def parameters(self) -> tuple[StateTensor, ...]:
@@ -732,6 +739,7 @@ class Target:
     world: World | None = None  # a distributed step: rank 0 of N (--gpus with a launcher, FSDP)
     loaded_dtype: LoadFacts | None = None  # SPEC `target.loaded_dtype`: the dtype loaded and where it came from
     attention: Mapping[str, Any] | None = None  # SPEC `target.attention`: the implementation, the SDPA backend CUDA picks
+    components: tuple[Mapping[str, Any], ...] | None = None  # a pipeline's components: class, dtype, devices (SPEC addition)
 
     def to_dict(self) -> dict[str, Any]:
         extra: dict[str, Any] = {"loading": self.loading.to_dict()} if self.loading is not None else {}
@@ -739,6 +747,8 @@ class Target:
             extra["loaded_dtype"] = self.loaded_dtype.to_dict()
         if self.attention is not None:
             extra["attention"] = dict(self.attention)
+        if self.components is not None:
+            extra["components"] = [dict(c) for c in self.components]
         if self.quantization is not None:
             extra["quantization"] = self.quantization.to_dict()
         if self.devices is not None:

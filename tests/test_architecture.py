@@ -213,7 +213,7 @@ LAYER_OF = {
     "": "records", "records": "records", "errors": "records", "numerics": "records", "ops": "records",
     "operands": "records", "files": "records", "data": "records", "rope": "records",
     "machine": "machine", "placement": "machine",
-    "trace": "trace", "quantization": "trace", "source_analysis": "trace",
+    "trace": "trace", "quantization": "trace", "source_analysis": "trace", "attention": "trace", "components": "trace",
     "load": "load",
     "rules": "rules", "diagnosis": "rules",
     "fix": "fix",

@@ -132,6 +132,7 @@ MODELS = [
     ("models/vit-tiny", "ViTForImageClassification", torch.float32),
     ("models/wav2vec2-tiny", "Wav2Vec2ForSequenceClassification", torch.float32),
     ("demo/model", "ResNetForImageClassification", torch.float16),
+    ("models/llava-tiny", "LlavaForConditionalGeneration", torch.bfloat16),
 ]
 
 
@@ -268,6 +269,7 @@ DATASETS = [
         "label": ClassLabel(names=["low", "high"]),
     })),
     ("demo/data", 8, IMAGES),
+    ("data/image-text", 8, Features({"image": Image(), "text": Value("string")})),
 ]
 
 

@@ -25,7 +25,7 @@ from typing import Callable, Any
 from dtype_doctor.errors import InputError, PickleRefusedError, RemoteCodeError, UsageError, first_line as _first_line
 from dtype_doctor.machine.placement import ON_CPU, Placement
 from dtype_doctor.load.quantize import Quantize, checkpoint_quantization
-from dtype_doctor.records import Loading
+from dtype_doctor.records import LoadFacts, Loading
 
 __all__ = ["LoadedModel", "load_model", "MODEL_DTYPES", "resolve_model_dir"]
 
@@ -75,6 +75,7 @@ class LoadedModel:
     weight_files: tuple[str, ...] = ()  # names of the weight files in `path`
     is_encoder_decoder: bool = False
     loading: Loading | None = None  # weights the checkpoint lacked or had extra (a real load only)
+    load_facts: LoadFacts | None = None  # the dtype's origin and the attention asked for (target.loaded_dtype)
 
     @property
     def is_causal_lm(self) -> bool:
@@ -528,8 +529,16 @@ def load_model(
 
     import torch
 
-    fake_mode = None
+    # flash-attn runs on CUDA GPUs with its package installed: where this machine cannot run it, the
+    # model is traced with SDPA in its place, and DD701/DD702 judge the implementation asked for.
+    asked_attn = raw.get("attn_implementation") or raw.get("_attn_implementation")
+    asked_attn = asked_attn if isinstance(asked_attn, str) else None
     dev = placement.device or "cpu"
+    traced_attn = _attention_in_place_of(asked_attn, cls, dev=dev)
+    if traced_attn is not None:
+        config._attn_implementation = traced_attn
+
+    fake_mode = None
     weight_files: tuple[str, ...]
     if simulate:
         if auto_ref is not None:
@@ -554,7 +563,7 @@ def load_model(
 
         check_fits(model_dir, estimate(safes, cls, config, dtype, header_dtype), dev)
         model, info = _real_load(model_dir, cls, auto_ref, config, dtype, safes, pickles, trust_remote_code,
-                                 quantize=quantize, device=dev if quantized else None)
+                                 quantize=quantize, device=dev if quantized else None, attention=traced_attn)
         weight_files = tuple(p.name for p in (safes or pickles))
         loading = loading_report(model_dir, weight_files, model, info)
         model.eval()
@@ -580,7 +589,41 @@ def load_model(
         weight_files=weight_files,
         is_encoder_decoder=bool(getattr(config, "is_encoder_decoder", False)),
         loading=loading,
+        load_facts=load_facts(_main_dtype(model), dtype, raw, header_dtype, asked_attn, traced_attn),
     )
+
+
+def load_facts(loaded: str, asked: str, raw: dict[str, Any], header_dtype: str | None, attn: str | None,
+               traced_attn: str | None) -> LoadFacts:
+    """Where the loaded dtype came from (scan's --dtype auto is from_pretrained's default: nothing asked),
+    and what transformers 4, whose default was torch's float32, would have loaded for the same call."""
+    import transformers
+
+    config_dtype = raw.get("dtype") or raw.get("torch_dtype")
+    config_dtype = config_dtype if isinstance(config_dtype, str) else None
+    named = None if asked == "auto" else asked
+    if named is not None:
+        origin, v4 = "argument", named
+    elif config_dtype is not None:
+        origin, v4 = "config", "float32"
+    elif header_dtype is not None:
+        origin, v4 = "checkpoint", "float32"
+    else:
+        origin, v4 = "default", "float32"
+    return LoadFacts(loaded, origin, named, config_dtype, header_dtype, f"transformers {transformers.__version__}", v4,
+                     attn, "config" if attn else None, traced_attn)
+
+
+def _attention_in_place_of(asked: str | None, cls: Any, *, dev: str) -> str | None:
+    """The implementation to trace with when `asked` is flash-attn's and this machine cannot run it, else None."""
+    if asked is None or not asked.startswith("flash_attention"):
+        return None
+    import importlib.util
+
+    package = "flash_attn" if asked == "flash_attention_2" else "flash_attn_interface"
+    if dev.startswith("cuda") and importlib.util.find_spec(package) is not None:
+        return None  # a real GPU with the package: traced as asked
+    return "sdpa" if cls is None or getattr(cls, "_supports_sdpa", False) else "eager"
 
 
 def loading_report(model_dir: Path, weight_files: tuple[str, ...], model: Any, info: Any) -> Loading | None:
@@ -616,12 +659,15 @@ def _real_load(
     *,
     quantize: Quantize | None = None,
     device: str | None = None,
+    attention: str | None = None,
 ) -> Any:
     import torch
     import transformers
 
     loader = getattr(transformers, auto_ref[0]) if auto_ref is not None else cls
     kwargs: dict[str, Any] = {"dtype": dtype, "local_files_only": True}
+    if attention is not None:
+        kwargs["attn_implementation"] = attention
     if quantize is not None:
         kwargs["quantization_config"] = quantize.config()
     if device is not None:  # bitsandbytes quantizes as the weights land on their device

@@ -13,7 +13,11 @@ rounding, except where a range ends):
   or double dtype").
 
 Losses, log-probabilities and quantiles are what training and evaluation read, so they are
-warnings (quantile an error); a statistic that only carries one rounding is an info.
+warnings (quantile an error); a statistic that only carries one rounding is an info. The precision
+findings are bfloat16's: float16 keeps 11 significant bits, 8 times finer (per-token cross-entropy
+on 4096 x 3 logits: up to 0.0044 off in fp16, 0.034 in bf16; relative to the loss, 2**-11 against
+2**-8), and fp16's risk is its range, which DD301/DD302 judge, and which DD112 reports where a
+reduction meets it: softmax over a long axis, and quantile, refused in both.
 """
 
 from __future__ import annotations
@@ -113,6 +117,8 @@ def check(trace: Trace) -> Iterator[Finding]:
         if t is None:
             continue
         axis = _axis(op, t)
+        if kind in ("loss", "log-probabilities", "statistic") and t.dtype == "float16":
+            continue  # 11 bits: within 2**-11 of float32; fp16's risk is its range (DD301, DD302)
         if kind == "probabilities":
             if axis is None or axis < LONG_AXIS:
                 continue
@@ -170,7 +176,7 @@ RULE = Rule(
     code="DD112",
     name="half-precision-reduction",
     severity="warning",
-    summary="A loss or a statistic (cross_entropy, log_softmax, softmax over a long axis, mse, var/std, norm, quantile) is computed in float16/bfloat16.",
+    summary="A loss or a statistic (cross_entropy, log_softmax, mse, var/std, norm) computed in bfloat16, a softmax over a long axis in float16/bfloat16, a quantile of a half tensor.",
     why=(
         "A loss computed on half-precision logits is returned in half precision: a cross-entropy near 15 moves in "
         "bf16 steps of 0.0625, each token's log-probability is up to 0.07 off, and the gradient carries the same "

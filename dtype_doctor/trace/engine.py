@@ -69,8 +69,9 @@ def model_info(
         from dtype_doctor.rope import rotary_facts
 
         rotary = rotary_facts(model, dict(model.named_buffers()))
+    components = getattr(model, "pipeline_components", None)
     return ModelInfo(
-        class_name=type(model).__name__,
+        class_name=getattr(model, "pipeline_class", None) or type(model).__name__,
         state=tuple(entries),
         keep_in_fp32_modules=keep,
         module_types=tuple((n, type(m).__name__) for n, m in model.named_modules()),
@@ -79,6 +80,7 @@ def model_info(
         quantization=quantization_of(model),
         attn_implementation=attn if isinstance(attn, str) else None,
         rotary=rotary,
+        components=components() if callable(components) else (),
     )
 
 

@@ -52,11 +52,11 @@ _FUNCTIONS_TO_WATCH = {
     # quantile refuses half precision in composite C++ before any aten op runs (DD112).
     **{f: (f"torch.{f.__name__}", ("input", "q")) for f in (torch.quantile, torch.nanquantile, torch.Tensor.quantile, torch.Tensor.nanquantile)},
 }
-# Losses and statistics (DD112): their findings name the user's line that called them, the first
-# frame outside torch and the doctor when it is the user's own file (few ops of a step are these:
-# the frame walk is paid only for them); softmax keeps the axis it normalises over.
-_SITED = ("site",)
-_REDUCTIONS: dict[str, tuple[str, ...]] = {
+# Ops whose rules need a fact of the call beyond its operands, by kind: a loss or a statistic
+# (DD112) keeps the user's line that called it, the first frame outside torch and the doctor when
+# it is the user's own file (few ops of a step are these: the frame walk is paid only for them);
+# softmax keeps the axis it normalises over; SDPA the arguments its CUDA backend choice reads.
+_CALL_FACTS: dict[str, str] = {
     **dict.fromkeys(
         ("aten.nll_loss_forward.default", "aten.nll_loss2d_forward.default", "aten.mse_loss.default",
          "aten.l1_loss.default", "aten.smooth_l1_loss.default", "aten.huber_loss.default",
@@ -64,11 +64,13 @@ _REDUCTIONS: dict[str, tuple[str, ...]] = {
          "aten.var.correction", "aten.var.dim", "aten.var.default", "aten.std.correction", "aten.std.dim",
          "aten.std.default", "aten.var_mean.correction", "aten.std_mean.correction", "aten.linalg_vector_norm.default",
          "aten.norm.Scalar", "aten.norm.ScalarOpt_dim", "torch.quantile", "torch.nanquantile"),
-        _SITED,
+        "site",
     ),
-    "aten._softmax.default": ("dim",),
-    "aten._log_softmax.default": ("dim",),
+    "aten._softmax.default": "dim",
+    "aten._log_softmax.default": "dim",
+    "torch.nn.functional.scaled_dot_product_attention": "sdpa",
 }
+_SDPA_ARGS = (("dropout_p", 4, 0.0), ("is_causal", 5, False), ("enable_gqa", 7, False))
 # Functions whose C++ takes another kernel path while any dispatch mode is on (ATen treats
 # a mode as a tensor subclass): max_pool1d's mode-free CPU path (max_pool1d_impl) has no
 # integer kernel, the with-indices path it takes under the recorder has. A real trace also
@@ -419,14 +421,16 @@ class Recorder:
             big += [v for v in kwargs.values() if type(v) not in _NEVER_NUMBERS and _big_number(v)]
         if big:
             attrs.append(("constants", tuple(big)))
-        reduction = _REDUCTIONS.get(op_name)
-        if reduction is _SITED:
+        kind = _CALL_FACTS.get(op_name)
+        if kind == "site":
             if (site := _user_line()) is not None:
                 attrs.append(("site", site))
             if not in_root:  # after the model's forward (run: the script's own loss)
                 attrs.append(("outside_forward", True))
-        elif reduction is not None and len(args) >= 2 and isinstance(args[1], int):
+        elif kind == "dim" and len(args) >= 2 and isinstance(args[1], int):
             attrs.append(("dim", args[1]))
+        elif kind == "sdpa":
+            attrs.extend((key, kwargs.get(key, args[i] if len(args) > i else default)) for key, i, default in _SDPA_ARGS)
         return tuple(attrs) if attrs else ()
 
     def _tag_outputs(
