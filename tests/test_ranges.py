@@ -13,7 +13,7 @@ import pytest
 
 from dtype_doctor.records import ModelInfo, ModuleCall, Report, Target, Trace, ValueStats
 from dtype_doctor.report import render
-from dtype_doctor.report.ranges import FP16_SUBNORMAL, module_ranges, plot_figure, range_strip, write_plot
+from dtype_doctor.report.ranges import FP16_SUBNORMAL, module_ranges, plot_figure, write_plot
 
 
 def stats(absmax: float, smallest: float | None) -> ValueStats:
