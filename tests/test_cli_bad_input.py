@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -65,8 +66,13 @@ def run_cli(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, s
     return code, out, err  # type: ignore[return-value]
 
 
+STAGE = re.compile(r"^dtype-doctor: \[\d+\.\d s\] ")  # a progress line on a pipe: `dtype-doctor: [3.2 s] tracing`
+
+
 def assert_one_error_line(err: str, *needles: str) -> str:
-    lines = err.splitlines()
+    """One error line; before it, at most the stages the command reached (progress on a pipe).
+    A mistake on the command line is refused before any stage: see test_early_errors."""
+    lines = [line for line in err.splitlines() if not STAGE.match(line)]
     assert len(lines) == 1, err
     assert lines[0].startswith(PREFIX), err
     assert "Traceback" not in err and "internal error" not in err, err
