@@ -199,6 +199,12 @@ def empty_csv(tmp: Path) -> list[str]:
     return ["scan", str(BERT), str(f)]
 
 
+def csv_bom_ragged(tmp: Path) -> list[str]:
+    f = tmp / "rows.csv"
+    f.write_bytes("\ufefftext,label\nhello,1\nworld,0,extra\nlast\n".encode("utf-8"))  # Excel's BOM, then ragged rows
+    return ["scan", str(BERT), str(f)]
+
+
 def unusable_columns(tmp: Path) -> list[str]:
     import datasets
 
@@ -261,6 +267,7 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], tuple[str, ...]]] = {
     "missing-dataset": (fixed("scan", str(BERT), "/nonexistent/data-dir"), ("/nonexistent/data-dir",)),
     "empty-save-to-disk": (empty_saved_dataset, ("no rows",)),
     "empty-csv": (empty_csv, ("no rows",)),
+    "csv-bom-ragged": (csv_bom_ragged, ("rows.csv", "could not be read", "line 3")),
     "unknown-split": (fixed(*S, "--split", "validation"), ("'validation'", "train, test")),
     "unusable-columns": (unusable_columns, ("foo", "--preprocess")),
     # preprocess
