@@ -268,14 +268,18 @@ def writable_file(flag: str, path: Path | str | None) -> None:
 
 
 def _in_hub_cache(spec: str, repo_type: str) -> bool:
-    """Whether the hub's cache holds `spec` (huggingface_hub only: no torch, no network)."""
+    """Whether the hub's cache may hold `spec`: its folder there (`models--org--name`, as
+    huggingface_hub lays the cache out) has snapshots. Read without importing huggingface_hub
+    (a third of a second); True where the cache cannot be read, so the loader decides."""
+    home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    root = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or os.path.join(home, "hub")
+    if not os.path.isdir(root):
+        return os.path.exists(root)  # no cache at all: nothing is in it; something else there: let the loader say
+    folder = os.path.join(root, f"{repo_type}s--{spec.replace('/', '--')}", "snapshots")
     try:
-        from huggingface_hub import snapshot_download
-
-        snap = snapshot_download(spec, repo_type=repo_type, local_files_only=True)
-    except Exception:  # noqa: BLE001 - not cached, or no huggingface_hub: the loader says the rest
+        return any(os.scandir(folder))
+    except OSError:
         return False
-    return bool(snap) and Path(snap).is_dir()
 
 
 def _maybe_in_datasets_cache(spec: str) -> bool:

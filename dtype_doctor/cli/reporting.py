@@ -24,10 +24,10 @@ from dtype_doctor.cli.output import OutputPlan, check_outputs, emit, exit_code, 
 def check_pipeline(model: str, dataset: str, batch: o.Batch, loading: o.Loading, machine: o.Machine, step: o.Step,
                    findings: o.Findings, general: o.General) -> Any:
     """MODEL DATASET and their options checked (no torch yet), as the ScanOptions they spell."""
-    check_values(loading, machine, step, findings)
-    checks.model_path(model)
+    checks.model_path(model)  # the paths first: a stat each, where the values' checks import the catalogue
     checks.dataset_path(dataset)
     checks.user_file("--preprocess", batch.preprocess, function=True)
+    check_values(loading, machine, step, findings)
     options = o.scan_options(batch, loading, machine, step, findings, general)
     options.validate()
     return options
