@@ -581,6 +581,19 @@ class Finding:
     # The fixes as data: what the fix strategies apply (extra to SPEC's finding keys).
     remedies: tuple[Remedy, ...] = ()
 
+    @property
+    def fingerprint(self) -> str:
+        """What stays the same when the same mismatch is found again (a baseline's key, SARIF's
+        partialFingerprints): the rule, where in the model, the op, the stage and the tensors'
+        names and roles. Not the message (it quotes measured values), the dtypes (they are the
+        finding), shapes (the batch size) or source lines (they move as the file is edited)."""
+        import hashlib
+
+        tensors = ",".join(sorted(f"{t.role}={t.name or ''}" for t in self.tensors))
+        source = self.source.file.replace("\\", "/") if self.source else ""
+        key = "\0".join(("v1", self.code, self.module, self.op or "", self.stage, tensors, source))
+        return hashlib.sha256(key.encode()).hexdigest()[:32]
+
     def to_dict(self) -> dict[str, Any]:
         d = {
             "code": self.code,
@@ -594,6 +607,7 @@ class Finding:
             "tensors": [t.to_dict() for t in self.tensors],
             "source": self.source.to_dict() if self.source else None,
             "fixes": [f.to_dict() for f in self.fixes],
+            "fingerprint": self.fingerprint,
         }
         if self.pytorch_error:
             d["pytorch_error"] = self.pytorch_error
@@ -816,6 +830,20 @@ def summarize(findings: tuple[Finding, ...] | list[Finding], trace: Trace | None
     return counts
 
 
+@dataclass(frozen=True, slots=True)
+class Suppressed:
+    """A finding held back from the report, and what held it: `comment` (the user's source line)
+    or `baseline` (a --baseline file)."""
+
+    finding: Finding
+    by: str
+
+    def to_dict(self) -> dict[str, Any]:
+        f = self.finding
+        return {"code": f.code, "severity": f.severity, "module": f.module, "message": f.message,
+                "source": f.source.to_dict() if f.source else None, "fingerprint": f.fingerprint, "by": self.by}
+
+
 @dataclass(frozen=True)
 class Report:
     findings: tuple[Finding, ...]
@@ -824,6 +852,8 @@ class Report:
     trace: Trace | None = None
     # The `fix` block of SPEC.md, set by `dtype-doctor fix` (a dtype_doctor.fix.outcome.FixOutcome).
     fix: FixOutcome | None = None
+    # Findings held back by a `# dtype-doctor: ignore[...]` comment or a --baseline (report/suppress.py).
+    suppressed: tuple[Suppressed, ...] = ()
 
     @property
     def lineage(self) -> Lineage:
@@ -892,6 +922,14 @@ class Report:
                 "module_type": fl.module_type,
                 "op": fl.op,
                 "phase": fl.phase,
+            }
+        if self.suppressed:
+            # Held back by a source comment or a baseline: counted, and listed so nothing is hidden silently.
+            d["suppressed"] = {
+                "total": len(self.suppressed),
+                "comment": sum(s.by == "comment" for s in self.suppressed),
+                "baseline": sum(s.by == "baseline" for s in self.suppressed),
+                "findings": [s.to_dict() for s in self.suppressed],
             }
         if self.fix is not None:
             # Top-level findings and summary describe the pipeline as scanned, before the fix;

@@ -83,9 +83,96 @@ def junit_errors(text: str) -> list[str]:
     return [str(e.reason or e) for e in _junit_schema().iter_errors(text)]
 
 
+# GitHub code scanning's ingestion rules, as its reference writes them (github/docs:
+# content/code-security/code-scanning/integrating-with-code-scanning/sarif-support-for-code-scanning.md,
+# "Supported SARIF output file properties" and "Validating your SARIF file"; the limits table of
+# troubleshooting-sarif-uploads/results-exceed-limit): required properties present and not empty,
+# and each count within what an upload may hold.
+GITHUB_LIMITS = {"runs": 20, "results": 25_000, "rules": 25_000, "locations": 10, "tags": 20, "gzip_bytes": 10 * 1000 * 1000,
+                 "description": 1024, "rule_name": 255}
+_LINE_HASH = re.compile(r"^[0-9a-f]+:\d+$")
+
+
+def github_sarif_errors(log: dict) -> list[str]:
+    import gzip
+
+    errors: list[str] = []
+
+    def need(value: Any, where: str) -> bool:
+        if value in (None, "", [], {}):
+            errors.append(f"{where}: required by GitHub and missing or empty")
+            return False
+        return True
+
+    need(log.get("$schema"), "$schema")
+    if log.get("version") != "2.1.0":
+        errors.append("version: GitHub takes SARIF 2.1.0 only")
+    runs = log.get("runs") or []
+    if not need(runs, "runs") or len(runs) > GITHUB_LIMITS["runs"]:
+        errors.append(f"runs: {len(runs)} (1 to {GITHUB_LIMITS['runs']})")
+    for i, run in enumerate(runs):
+        driver = (run.get("tool") or {}).get("driver") or {}
+        need(driver.get("name"), f"runs/{i}/tool/driver/name")
+        rules = driver.get("rules")
+        if not isinstance(rules, list) or len(rules) > GITHUB_LIMITS["rules"]:
+            errors.append(f"runs/{i}/tool/driver/rules: a list of at most {GITHUB_LIMITS['rules']} required")
+            rules = []
+        ids = [r.get("id") for r in rules]
+        for j, r in enumerate(rules):
+            w = f"runs/{i}/tool/driver/rules/{j}"
+            need(r.get("id"), f"{w}/id")
+            for key in ("shortDescription", "fullDescription"):
+                text = (r.get(key) or {}).get("text")
+                if need(text, f"{w}/{key}/text") and len(text) > GITHUB_LIMITS["description"]:
+                    errors.append(f"{w}/{key}/text: over {GITHUB_LIMITS['description']} characters")
+            need((r.get("help") or {}).get("text"), f"{w}/help/text")
+            if len(r.get("name", "")) > GITHUB_LIMITS["rule_name"]:
+                errors.append(f"{w}/name: over {GITHUB_LIMITS['rule_name']} characters")
+            if len((r.get("properties") or {}).get("tags", [])) > GITHUB_LIMITS["tags"]:
+                errors.append(f"{w}/properties/tags: over {GITHUB_LIMITS['tags']}")
+            level = (r.get("defaultConfiguration") or {}).get("level", "warning")
+            if level not in ("note", "warning", "error"):
+                errors.append(f"{w}/defaultConfiguration/level: {level!r}")
+        results = run.get("results")
+        if not isinstance(results, list) or len(results) > GITHUB_LIMITS["results"]:
+            errors.append(f"runs/{i}/results: a list of at most {GITHUB_LIMITS['results']} required")
+            results = []
+        for k, res in enumerate(results):
+            w = f"runs/{i}/results/{k}"
+            need((res.get("message") or {}).get("text"), f"{w}/message/text")
+            if res.get("ruleId") not in ids:
+                errors.append(f"{w}/ruleId: {res.get('ruleId')!r} is not a rule of the driver")
+            elif "ruleIndex" in res and ids[res["ruleIndex"]] != res["ruleId"]:
+                errors.append(f"{w}/ruleIndex: points at another rule")
+            locations = res.get("locations") or []
+            if not need(locations, f"{w}/locations") or len(locations) > GITHUB_LIMITS["locations"]:
+                errors.append(f"{w}/locations: {len(locations)} (1 to {GITHUB_LIMITS['locations']})")
+            for n, loc in enumerate(locations):
+                phys = loc.get("physicalLocation")
+                if not need(phys, f"{w}/locations/{n}/physicalLocation"):
+                    continue
+                uri = (phys.get("artifactLocation") or {}).get("uri")
+                if need(uri, f"{w}/locations/{n}/physicalLocation/artifactLocation/uri") and re.match(r"^[a-z][a-z0-9+.-]*:", uri, re.I) \
+                        and not uri.startswith("file:"):
+                    errors.append(f"{w}: uri {uri!r} is neither relative nor a file URI")
+                region = phys.get("region") or {}
+                for key in ("startLine", "startColumn", "endLine", "endColumn"):
+                    if not isinstance(region.get(key), int) or region[key] < 1:
+                        errors.append(f"{w}/locations/{n}/physicalLocation/region/{key}: required, at least 1")
+            fingerprints = res.get("partialFingerprints") or {}
+            if need(fingerprints, f"{w}/partialFingerprints") and not _LINE_HASH.match(fingerprints.get("primaryLocationLineHash", "")):
+                errors.append(f"{w}/partialFingerprints/primaryLocationLineHash: not hash:occurrence")
+    size = len(gzip.compress(json.dumps(log).encode()))
+    if size > GITHUB_LIMITS["gzip_bytes"]:
+        errors.append(f"gzip-compressed {size:,} bytes: over GitHub's 10 MB")
+    return errors
+
+
 def validate_sarif(text: str, where: str = "a SARIF report") -> None:
     errors = sarif_errors(text)
     assert not errors, f"{where} is not valid SARIF 2.1.0: {errors[:3]}"
+    github = github_sarif_errors(json.loads(text))
+    assert not github, f"{where} breaks GitHub code scanning's ingestion rules: {github[:3]}"
 
 
 def validate_junit(text: str, where: str = "a JUnit report") -> None:

@@ -116,6 +116,13 @@ def test_the_hooks_manifest_is_valid() -> None:
     hooks = {h["id"]: h for h in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
     assert hooks["dtype-doctor"]["language"] == "python" and hooks["dtype-doctor-system"]["language"] == "system"
     assert all(h["pass_filenames"] is False for h in hooks.values())
+    # The hook runs only when a commit touches what the pipeline is made of.
+    (HOOK_FILES,) = {h["files"] for h in hooks.values()}
+    assert all("types_or" not in h and "types" not in h for h in hooks.values())
+    runs_on = ("train.py", "models/bert/config.json", "models/bert/model.safetensors", "data/train.parquet", "pyproject.toml",
+               "accelerate_config.yaml", "ds_config.json", "vocab.txt", "rows.csv")
+    passes_by = ("README.md", "docs/index.md", "assets/logo.png", "LICENSE", ".gitignore", "notebook.ipynb")
+    assert all(re.search(HOOK_FILES, p) for p in runs_on) and not any(re.search(HOOK_FILES, p) for p in passes_by)
 
 
 def test_pre_commit_runs_the_hook_it_fails_on_a_mismatch_and_passes_a_clean_pipeline(tmp_path: Path) -> None:
@@ -156,7 +163,7 @@ ACTION = yaml.safe_load((ROOT / "action.yml").read_text())
 EXPR = re.compile(r"\$\{\{\s*(inputs|steps)\.([\w-]+)(?:\.outputs\.([\w-]+))?\s*\}\}")
 
 
-def _run_action(tmp: Path, inputs: dict[str, str]) -> tuple[int, dict[str, dict[str, str]], str, str]:
+def _run_action(tmp: Path, inputs: dict[str, str], path: str = "", extra: dict[str, str] | None = None) -> tuple[int, dict[str, dict[str, str]], str, str]:
     """Each of the action's `runs.steps` in order, as GitHub's runner runs a composite step:
     `bash --noprofile --norc -eo pipefail` on the step's script, its `env:` with the `${{ }}`
     expressions substituted, GITHUB_OUTPUT / GITHUB_STEP_SUMMARY files, GITHUB_ACTION_PATH.
@@ -167,6 +174,9 @@ def _run_action(tmp: Path, inputs: dict[str, str]) -> tuple[int, dict[str, dict[
     summary = tmp / "summary.md"
     stdout = ""
     for i, step in enumerate(ACTION["runs"]["steps"]):
+        if "uses" in step:  # another action (the download cache): GitHub's to run, not this harness's
+            assert step["uses"].startswith("actions/cache@") and step["if"] == "inputs.download == 'true'"
+            continue
         if "pip install" in step["run"]:
             assert importlib.util.find_spec("dtype_doctor") is not None
             continue
@@ -177,6 +187,9 @@ def _run_action(tmp: Path, inputs: dict[str, str]) -> tuple[int, dict[str, dict[
 
         env = _env(tmp, GITHUB_ACTION_PATH=str(ROOT), GITHUB_OUTPUT=str(tmp / f"output{i}"), GITHUB_STEP_SUMMARY=str(summary),
                    RUNNER_TEMP=str(tmp))
+        if path:
+            env["PATH"] = f"{path}{os.pathsep}{env['PATH']}"
+        env |= extra or {}
         env |= {k: EXPR.sub(value, str(v)) for k, v in step.get("env", {}).items()}
         (tmp / f"step{i}.sh").write_text(step["run"])
         (tmp / f"output{i}").write_text("")
@@ -273,3 +286,38 @@ def test_the_action_runs_a_script(tmp_path: Path) -> None:
     assert code == 1 and out["exit-code"] == "1", err
     results = json.loads((tmp_path / out["sarif"]).read_text())["runs"][0]["results"]
     assert "DD104" in {r["ruleId"] for r in results} and int(out["errors"]) >= 1
+
+
+def test_the_action_traces_once_for_the_sarif_and_the_annotations(tmp_path: Path) -> None:
+    """One dtype-doctor process writes both: a `dtype-doctor` on PATH that counts its calls."""
+    calls = tmp_path / "calls"
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "dtype-doctor").write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexec "{BIN / "dtype-doctor"}" "$@"\n')
+    (shim / "dtype-doctor").chmod(0o755)
+    code, outputs, stdout, _ = _run_action(tmp_path, {"model": DEMO[0], "dataset": DEMO[1]}, path=str(shim))
+    assert code == 1 and len(calls.read_text().splitlines()) == 1
+    assert "--format github --output sarif:dtype-doctor.sarif" in calls.read_text()
+    assert re.search(r"^::error .*title=DD101", stdout, re.M) and (tmp_path / "dtype-doctor.sarif").is_file()
+
+
+def test_the_action_downloads_a_hub_model_without_weights_when_simulating(tmp_path: Path) -> None:
+    """`hf download` as the download step calls it (a stand-in `hf` on PATH records the call and
+    places the snapshot in the cache, as the real one would; this test has no network)."""
+    calls = tmp_path / "hf-calls"
+    hub = tmp_path / "hf-home" / "hub"
+    snapshot = hub / "models--org--tiny-bert" / "snapshots" / "abc"
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "hf").write_text(
+        f'#!/bin/sh\necho "$@" >> {calls}\nmkdir -p {snapshot} {hub}/models--org--tiny-bert/refs\n'
+        f'cp {CLEAN[0]}/*.json {CLEAN[0]}/*.txt {snapshot}/ 2>/dev/null\nprintf abc > {hub}/models--org--tiny-bert/refs/main\n')
+    (shim / "hf").chmod(0o755)
+    code, outputs, _, err = _run_action(tmp_path, {"model": "org/tiny-bert", "dataset": CLEAN[1], "simulate": "true",
+                                                   "download": "true", "annotations": "false"},
+                                        path=str(shim), extra={"HF_HOME": str(tmp_path / "hf-home")})
+    (call,) = calls.read_text().splitlines()  # the model only: the dataset is a local path
+    assert call.startswith("download org/tiny-bert --repo-type model") and '--exclude *.safetensors' in call
+    assert code == 0 and _action_outputs(outputs)["exit-code"] == "0", err
+    log = json.loads((tmp_path / "dtype-doctor.sarif").read_text())
+    assert log["runs"][0]["properties"]["target"]["model"] == "org/tiny-bert"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -65,8 +66,13 @@ def run_cli(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, s
     return code, out, err  # type: ignore[return-value]
 
 
+STAGE = re.compile(r"^dtype-doctor: \[\d+\.\d s\] ")  # a progress line on a pipe: `dtype-doctor: [3.2 s] tracing`
+
+
 def assert_one_error_line(err: str, *needles: str) -> str:
-    lines = err.splitlines()
+    """One error line; before it, at most the stages the command reached (progress on a pipe).
+    A mistake on the command line is refused before any stage: see test_early_errors."""
+    lines = [line for line in err.splitlines() if not STAGE.match(line)]
     assert len(lines) == 1, err
     assert lines[0].startswith(PREFIX), err
     assert "Traceback" not in err and "internal error" not in err, err
@@ -193,6 +199,12 @@ def empty_csv(tmp: Path) -> list[str]:
     return ["scan", str(BERT), str(f)]
 
 
+def csv_bom_ragged(tmp: Path) -> list[str]:
+    f = tmp / "rows.csv"
+    f.write_bytes("\ufefftext,label\nhello,1\nworld,0,extra\nlast\n".encode("utf-8"))  # Excel's BOM, then ragged rows
+    return ["scan", str(BERT), str(f)]
+
+
 def unusable_columns(tmp: Path) -> list[str]:
     import datasets
 
@@ -255,6 +267,7 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], tuple[str, ...]]] = {
     "missing-dataset": (fixed("scan", str(BERT), "/nonexistent/data-dir"), ("/nonexistent/data-dir",)),
     "empty-save-to-disk": (empty_saved_dataset, ("no rows",)),
     "empty-csv": (empty_csv, ("no rows",)),
+    "csv-bom-ragged": (csv_bom_ragged, ("rows.csv", "could not be read", "line 3")),
     "unknown-split": (fixed(*S, "--split", "validation"), ("'validation'", "train, test")),
     "unusable-columns": (unusable_columns, ("foo", "--preprocess")),
     # preprocess

@@ -8,6 +8,7 @@ recommendation as pure functions of rows.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -224,7 +225,11 @@ def test_cli_json_on_every_fixture(capsys: pytest.CaptureFixture[str], model: st
     code, out, err = cli(
         capsys, "compare", MODELS / model, DATA / data, "--format", "json", "--repeat", "1", "--warmup", "0", "--variants", variants
     )
-    assert (code, err) == (0, "")
+    assert code == 0
+    said = [re.match(r"^dtype-doctor: \[\d+\.\d s\] (.+)$", line) for line in err.splitlines()]
+    assert all(said), err  # stderr: the stages, nothing from the libraries; a line per row measured
+    rows_said = [m.group(1) for m in said if "(row " in m.group(1)]
+    assert len(rows_said) == len(variants.split(",")) and rows_said[-1].endswith(f"(row {len(rows_said)} of {len(rows_said)})")
     d = json.loads(out)
     assert d["schema_version"] == 1 and d["tool"]["name"] == "dtype-doctor"
     assert d["target"]["model"].endswith(model) and d["target"]["split"] == "train" and d["target"]["device"] == "cpu"
@@ -257,7 +262,7 @@ def test_cli_json_on_every_fixture(capsys: pytest.CaptureFixture[str], model: st
 
 def test_cli_rich_table_at_100_columns(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "100")
-    code, out, err = cli(capsys, "compare", MODELS / "bert-tiny", DATA / "text-cls", "--variants", "half", "--repeat", "1")
+    code, out, err = cli(capsys, "compare", MODELS / "bert-tiny", DATA / "text-cls", "--rows", "half", "--repeat", "1", "-q")
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= 100

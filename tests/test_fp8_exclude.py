@@ -133,6 +133,6 @@ def test_a_torchao_script_is_fixed_and_the_patched_script_reruns_clean(capsys, t
     assert exc.value.code == 0 and fix["verified"] is True, fix
     assert {r["target"] for f in report["findings"] if f["code"] == "DD506" for r in f["remedies"]} == {"2"}  # the step stops there
     assert "DD506" not in {f["code"] for f in fix["after"]["findings"]}
-    assert out.err == ""  # torchao's import-time log lines held back
+    assert all(line.startswith("dtype-doctor: [") for line in out.err.splitlines()), out.err  # torchao's import-time log lines held back: our progress only
     patch = (tmp_path / "fp8.patch").read_text()
     assert '+convert_to_float8_training(model, module_filter_fn=lambda mod, fqn: fqn not in {"2", "4"})' in patch

@@ -42,6 +42,7 @@ from dtype_doctor.records import (
 from dtype_doctor.report import FORMATS, print_report, render, render_renderable, rule_doc, rules_table
 from dtype_doctor.report.common import is_failing, lineage_rows, summary_line, tensor_label
 from dtype_doctor.report.dtype_tree import dtype_tree
+from conftest import github_sarif_errors
 
 SNAPSHOTS = Path(__file__).parent / "snapshots" / "report"
 CONV = "resnet.embedder.embedder.convolution"
@@ -373,41 +374,74 @@ def test_sarif_is_structurally_valid_2_1_0():
     driver = run["tool"]["driver"]
     assert driver["name"] == "dtype-doctor" and driver["version"] == __version__
     rule_ids = [r["id"] for r in driver["rules"]]
-    assert rule_ids == ["DD101", "DD104", "DD108"]  # one per code that appears, in order of appearance
+    assert rule_ids == ["DD101", "DD104", "DD108"]  # without the catalogue: one per code that appears, in order
     for r in driver["rules"]:
-        assert isinstance(r["name"], str) and r["shortDescription"]["text"]
+        assert isinstance(r["name"], str) and r["shortDescription"]["text"] and r["help"]["text"]
+        assert r["helpUri"] == f"docs/rules.md#{r['id'].lower()}"
     assert len(run["results"]) == 3
     for res in run["results"]:
         assert res["ruleId"] == rule_ids[res["ruleIndex"]]
         assert res["level"] in ("error", "warning", "note")
         assert res["message"]["text"]
-        assert res["locations"] and all(
-            "physicalLocation" in loc or "logicalLocations" in loc for loc in res["locations"]
-        )
-        for loc in res["locations"]:
-            if "physicalLocation" in loc:
-                phys = loc["physicalLocation"]
-                assert phys["artifactLocation"]["uri"]
-                assert phys["region"]["startLine"] >= 1
-            for ll in loc.get("logicalLocations", ()):
-                assert ll["kind"] == "module" and ll["fullyQualifiedName"]
+        (loc,) = res["locations"]
+        phys = loc["physicalLocation"]
+        assert phys["artifactLocation"]["uri"] and phys["region"]["startLine"] >= 1
+        assert set(phys["region"]) == {"startLine", "startColumn", "endLine", "endColumn"}
+        for ll in loc["logicalLocations"]:
+            assert ll["kind"] == "module" and ll["fullyQualifiedName"]
         assert set(res["properties"]) >= {"stage", "op", "tensors"}
     assert run["invocations"][0]["executionSuccessful"] is True
+    assert github_sarif_errors(log) == []
 
 
-def test_sarif_levels_and_locations():
+def test_sarif_levels_and_locations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # The user's line, as the lineage found it; its region the whole line.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prep.py").write_text("\n" * 11 + "    x = x.half()\n")
     results = _sarif(full_report())["runs"][0]["results"]
     assert [r["level"] for r in results] == ["error", "warning", "note"]
     conv = results[0]["locations"][0]
-    assert conv["physicalLocation"] == {"artifactLocation": {"uri": "prep.py"}, "region": {"startLine": 12}}
+    assert conv["physicalLocation"] == {"artifactLocation": {"uri": "prep.py"},
+                                        "region": {"startLine": 12, "startColumn": 1, "endLine": 12, "endColumn": 17}}
     assert conv["logicalLocations"][0] == {"name": "convolution", "fullyQualifiedName": CONV, "kind": "module"}
-    # No source: a logical location only; the model boundary is named by the model class.
+    # No source and no local model or dataset: the config file of the check, its first line.
+    (tmp_path / "pyproject.toml").write_text("[tool.dtype-doctor]\n")
+    results = _sarif(full_report())["runs"][0]["results"]
     boundary = results[1]["locations"][0]
-    assert "physicalLocation" not in boundary
+    assert boundary["physicalLocation"]["artifactLocation"]["uri"] == "pyproject.toml"
     assert boundary["logicalLocations"][0]["fullyQualifiedName"] == "ResNetForImageClassification"
     assert results[0]["properties"]["stage"] == "formatter"
     assert results[0]["properties"]["tensors"][1]["dtype"] == "float16"
     assert results[0]["partialFingerprints"]["dtypeDoctor/v1"] != results[1]["partialFingerprints"]["dtypeDoctor/v1"]
+
+
+def test_sarif_locates_model_level_findings_in_the_model_config_then_the_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{\n  "architectures": ["X"],\n  "torch_dtype": "float16"\n}\n')
+    (tmp_path / "train.csv").write_text("text,label\na,1\n")
+    no_source = replace(DD104, source=None)
+    target = replace(TARGET, model=str(tmp_path / "model"), dataset="train.csv")
+    (res,) = _sarif(full_report(findings=(no_source,), target=target))["runs"][0]["results"]
+    phys = res["locations"][0]["physicalLocation"]
+    assert phys["artifactLocation"]["uri"] == "model/config.json"  # relative to the repository root
+    assert phys["region"]["startLine"] == 3  # the checkpoint's dtype line
+    target = replace(TARGET, model="org/hub-model", dataset="train.csv")
+    (res,) = _sarif(full_report(findings=(no_source,), target=target))["runs"][0]["results"]
+    assert res["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "train.csv"
+
+
+def test_sarif_fingerprints_are_stable_across_runs_lines_and_values():
+    moved = replace(DD101, source=SourceLoc("prep.py", 40), message=DD101.message.replace("float32", "float32 (again)"),
+                    tensors=tuple(replace(t, shape=(8, *t.shape[1:])) for t in DD101.tensors))
+    first = _sarif(full_report(findings=(DD101,)))["runs"][0]["results"][0]["partialFingerprints"]
+    again = _sarif(full_report(findings=(moved,)))["runs"][0]["results"][0]["partialFingerprints"]
+    assert first == again and first["primaryLocationLineHash"].endswith(":1")
+    other = replace(DD101, module="classifier.1")
+    assert _sarif(full_report(findings=(other,)))["runs"][0]["results"][0]["partialFingerprints"] != first
+    # Two results with one fingerprint in one file: GitHub's occurrence counter tells them apart.
+    twice = _sarif(full_report(findings=(DD101, DD101)))["runs"][0]["results"]
+    assert [r["partialFingerprints"]["primaryLocationLineHash"][-2:] for r in twice] == [":1", ":2"]
 
 
 def test_sarif_absolute_source_becomes_a_file_uri():
@@ -416,26 +450,68 @@ def test_sarif_absolute_source_becomes_a_file_uri():
     assert loc["physicalLocation"]["artifactLocation"]["uri"] == "file:///home/me/my%20proj/prep.py"
 
 
+def test_sarif_absolute_source_inside_the_repository_is_relative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    f = replace(DD101, source=SourceLoc(str(tmp_path / "src" / "prep.py"), 3))
+    loc = _sarif(full_report(findings=(f,)))["runs"][0]["results"][0]["locations"][0]
+    assert loc["physicalLocation"]["artifactLocation"]["uri"] == "src/prep.py"
+
+
 def test_sarif_trace_failure_is_a_tool_notification():
     inv = _sarif(full_report())["runs"][0]["invocations"][0]
     assert inv["toolExecutionNotifications"][0]["level"] == "error"
     assert CONV in inv["toolExecutionNotifications"][0]["message"]["text"]
 
 
-def test_sarif_describes_rules_from_the_catalogue_when_given():
+def test_sarif_describes_rules_from_the_catalogue_when_given(monkeypatch: pytest.MonkeyPatch):
     driver = _sarif(full_report(), rules=CATALOGUE)["runs"][0]["tool"]["driver"]
+    assert [r["id"] for r in driver["rules"]][:2] == ["DD101", "DD201"]  # the whole catalogue, then codes it lacks
+    assert {r["id"] for r in driver["rules"]} >= {"DD104", "DD108"}
     dd101 = driver["rules"][0]
     assert dd101["shortDescription"]["text"] == CATALOGUE[0].summary
     assert dd101["fullDescription"]["text"] == CATALOGUE[0].why
+    assert dd101["help"]["text"] == CATALOGUE[0].fix and CATALOGUE[0].why in dd101["help"]["markdown"]
     assert dd101["defaultConfiguration"] == {"level": "error"}
-    assert dd101["helpUri"] == CATALOGUE[0].references[0]
+    assert dd101["helpUri"] == "docs/rules.md#dd101"
+    monkeypatch.setenv("DTYPE_DOCTOR_DOCS_URL", "https://example.org/dtype-doctor/rules/")
+    driver = _sarif(full_report(), rules=CATALOGUE)["runs"][0]["tool"]["driver"]
+    assert driver["rules"][0]["helpUri"] == "https://example.org/dtype-doctor/rules/#dd101"
     # Without the catalogue, the rule's name in words.
     assert _sarif(full_report())["runs"][0]["tool"]["driver"]["rules"][0]["shortDescription"]["text"] == "dtype mismatch in op"
 
 
-def test_sarif_with_no_findings_has_empty_rules_and_results():
+def test_sarif_with_no_findings_has_no_results_and_describes_the_catalogue():
     run = _sarif(clean_report())["runs"][0]
     assert run["results"] == [] and run["tool"]["driver"]["rules"] == []
+    run = _sarif(clean_report(), rules=CATALOGUE)["runs"][0]
+    assert run["results"] == [] and [r["id"] for r in run["tool"]["driver"]["rules"]] == [r.code for r in CATALOGUE]
+
+
+def test_sarif_stays_within_githubs_result_limit(monkeypatch: pytest.MonkeyPatch):
+    from dtype_doctor.report import sarif
+
+    monkeypatch.setattr(sarif, "MAX_RESULTS", 5)  # 25,000 in production: the same code path, faster
+    many = tuple(replace(DD108, module=f"m{i}") for i in range(12)) + (DD101,)
+    log = _sarif(full_report(findings=many))
+    run = log["runs"][0]
+    assert len(run["results"]) == 5
+    assert run["results"][-1]["ruleId"] == "DD101"  # the most severe kept
+    notes = run["invocations"][0]["toolExecutionNotifications"]
+    assert any("8 less severe result(s) left out" in n["message"]["text"] for n in notes)
+
+
+def test_sarif_stays_within_githubs_size_limit(monkeypatch: pytest.MonkeyPatch):
+    import gzip
+
+    from dtype_doctor.report import sarif
+
+    monkeypatch.setattr(sarif, "MAX_GZIP_BYTES", 6_000)  # 10 MB in production
+    many = tuple(replace(DD108, module=f"m{i}", message=f"{i} " + "x" * 50) for i in range(200))
+    text = render(full_report(findings=many), "sarif")
+    assert len(gzip.compress(json.dumps(json.loads(text)).encode())) <= 6_000
+    run = json.loads(text)["runs"][0]
+    assert 0 < len(run["results"]) < 200 and "properties" not in run["results"][0]
+    assert "left out" in run["invocations"][0]["toolExecutionNotifications"][-1]["message"]["text"]
 
 
 # ----------------------------------------------------------------------------- junit

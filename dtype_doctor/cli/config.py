@@ -8,8 +8,16 @@
     [tool.dtype-doctor.scan]     # a table per command overrides the shared keys for it
     dtype = "float16"
 
+The pipeline itself can be named too, so a bare `dtype-doctor scan` (or `run`) checks it:
+
+    model = "models/classifier"  # MODEL of scan, fix and compare
+    dataset = "data/train.parquet"   # DATASET of scan, fix and compare
+    preprocess = "prep.py:tokenize"
+    script = "train.py --epochs 1"   # run's command: `python train.py --epochs 1` (or "torchrun ...")
+
 A shared key applies to every command that has the option; a key no command has is an
-error (exit 2), so a typo never passes silently. Nothing here imports torch.
+error (exit 2), so a typo never passes silently. Paths are read from the working directory,
+as on the command line. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -21,6 +29,10 @@ from dtype_doctor.errors import UsageError
 
 PYPROJECT = "pyproject.toml"
 COMMANDS = ("scan", "fix", "compare", "run")
+# Arguments a key may give: MODEL and DATASET, and run's COMMAND as the `script` key.
+KEYED_ARGUMENTS = ("model", "dataset", "command")
+_KEY_NAMES = {"script": "command"}  # `script` names run's COMMAND; fix's --script stays an option of fix alone
+_LAUNCHERS = ("python", "python3", "accelerate", "torchrun")
 
 
 def config_path(args: list[str]) -> tuple[Path | None, bool]:
@@ -39,8 +51,9 @@ def config_path(args: list[str]) -> tuple[Path | None, bool]:
     return (default, False) if default.is_file() else (None, False)
 
 
-def default_map(args: list[str], options: dict[str, set[str]]) -> dict[str, dict[str, Any]] | None:
-    """click's default_map for `options` (command → its option names) from the config file."""
+def default_map(args: list[str], params: dict[str, dict[str, str]]) -> dict[str, dict[str, Any]] | None:
+    """click's default_map for `params` (command → {parameter name: option|multiple|argument})
+    from the config file."""
     import tomllib
 
     path, explicit = config_path(args)
@@ -66,29 +79,47 @@ def default_map(args: list[str], options: dict[str, set[str]]) -> dict[str, dict
     unknown_tables = sorted(set(per_command) - set(COMMANDS))
     if unknown_tables:
         raise UsageError(f"{path}: unknown command table [{unknown_tables[0]}]; known: {', '.join(COMMANDS)}")
-    every = set().union(*options.values()) if options else set()
+    every = set().union(*(p.keys() for p in params.values())) if params else set()
     out: dict[str, dict[str, Any]] = {}
     for key, value in shared.items():
-        name = _name(key)
+        name = _name(key, shared=True)
         if name not in every:
-            raise UsageError(f"{path}: unknown option {key!r}")
-        for command, names in options.items():
-            if name in names:
-                out.setdefault(command, {})[name] = _value(value)
+            raise UsageError(f"{path}: unknown option {key!r}{_near(key, every)}")
+        for command, kinds in params.items():
+            if name in kinds:
+                out.setdefault(command, {})[name] = _value(value, kinds[name], name, path)
     for command, values in per_command.items():
+        kinds = params.get(command, {})
         for key, value in values.items():
-            name = _name(key)
-            if name not in options.get(command, set()):
+            name = _name(key, shared=command == "run")
+            if name not in kinds:
                 raise UsageError(f"{path}: {command} has no option {key!r}")
-            out.setdefault(command, {})[name] = _value(value)
+            out.setdefault(command, {})[name] = _value(value, kinds[name], name, path)
     return out
 
 
-def _name(key: str) -> str:
-    return key.removeprefix("--").replace("-", "_")
+def _name(key: str, *, shared: bool) -> str:
+    name = key.removeprefix("--").replace("-", "_")
+    return _KEY_NAMES.get(name, name) if shared else name
 
 
-def _value(value: Any) -> Any:
+def _near(key: str, names: set[str]) -> str:
+    from dtype_doctor.cli.checks import did_you_mean
+
+    shown = {n.replace("_", "-") for n in names if n != "command"} | {"script"}
+    return did_you_mean(key, sorted(shown))
+
+
+def _value(value: Any, kind: str, name: str, path: Path) -> Any:
+    if kind == "multiple":
+        return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+    if kind == "argument" and name == "command":  # the `script` key
+        import shlex
+
+        if not isinstance(value, (str, list)) or not value:
+            raise UsageError(f"{path}: script must be a command line, e.g. \"train.py --epochs 1\"")
+        words = shlex.split(value) if isinstance(value, str) else [str(v) for v in value]
+        return words if words[0] in _LAUNCHERS or words[0] == "-m" else ["python", *words]
     if isinstance(value, list):
         return ",".join(str(v) for v in value)  # --select / --ignore take comma-separated codes
     return value

@@ -1,15 +1,15 @@
-"""`dtype-doctor fix MODEL DATASET`."""
+"""`dtype-doctor fix MODEL DATASET` and `dtype-doctor fix --run -- python SCRIPT.py ARGS`."""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from dtype_doctor.cli import options as o
-from dtype_doctor.cli.run import Steps
 from dtype_doctor.fix import strategies
 
 EXAMPLES = """
@@ -25,141 +25,133 @@ Examples:
   dtype-doctor fix ./model ./data --script train.py --strategy autocast \\
       --write-patch fix.patch && git apply fix.patch
 """
-Strategy = Annotated[str, typer.Option("--strategy", metavar="NAME", help=strategies.help_text() + ".")]
-UnsafeFixes = Annotated[bool, typer.Option("--unsafe-fixes", help="Let auto use fixes that change weight precision (half-model).")]
-Force = Annotated[bool, typer.Option("--force", help="Overwrite an existing --write-patch file; apply half-model despite fp16 overflow evidence.")]
-WritePatch = Annotated[Optional[Path], typer.Option("--write-patch", metavar="PATH", help="Write the verified fix as a unified diff (git apply) to PATH.")]
-Script = Annotated[Optional[Path], typer.Option("--script", metavar="FILE.py", help="Your pipeline script: the patch changes it (from_pretrained dtype=, autocast, batch casts).")]
-MaxRounds = Annotated[int, typer.Option("--max-rounds", metavar="N", help="Apply / re-trace rounds before giving up.")]
-Run = Annotated[bool, typer.Option("--run", help="Fix your own script instead of MODEL DATASET: trace its first step as `run` does; the patch edits your files.")]
+FIX = "Fix"
+Strategy = Annotated[str, typer.Option("--strategy", metavar="NAME", rich_help_panel=FIX, help=strategies.help_text() + ".")]
+UnsafeFixes = Annotated[bool, typer.Option("--unsafe-fixes", rich_help_panel=FIX, help="Let auto use fixes that change weight precision (half-model).")]
+Force = Annotated[bool, typer.Option("--force", rich_help_panel=FIX, help="Overwrite an existing --write-patch file; apply half-model despite fp16 overflow evidence.")]
+WritePatch = Annotated[Optional[Path], typer.Option("--write-patch", metavar="PATH", rich_help_panel=FIX, help="Write the verified fix as a unified diff (git apply) to PATH.")]
+Script = Annotated[Optional[Path], typer.Option("--script", metavar="FILE.py", rich_help_panel=FIX, help="Your pipeline script: the patch changes it (from_pretrained dtype=, autocast, batch casts).")]
+MaxRounds = Annotated[int, typer.Option("--max-rounds", metavar="N", rich_help_panel=FIX, help="Apply / re-trace rounds before giving up.")]
+Run = Annotated[bool, typer.Option("--run", rich_help_panel=FIX, help="Fix your own script instead of MODEL DATASET: trace its first step as `run` does; the patch edits your files.")]
+FixSteps = Annotated[int, typer.Option("--steps", metavar="N", rich_help_panel=FIX, help="With --run: steps traced, as `run --steps`.")]
 # With --run, MODEL and DATASET give way to the command after --: `fix --run -- python train.py ARGS`.
 FixModel = Annotated[Optional[str], typer.Argument(metavar="MODEL", help="Model directory (config.json + weights) or a hub id in the local cache.", show_default=False)]
 FixDataset = Annotated[Optional[str], typer.Argument(metavar="DATASET", help="save_to_disk directory, data file/folder (csv, json, jsonl, parquet, arrow, images) or a cached hub id.", show_default=False)]
 Command = Annotated[Optional[list[str]], typer.Argument(metavar="COMMAND", help="With --run, after --: python FILE ARGS or python -m MODULE ARGS, as you run your script.", show_default=False)]
 
 
-def fix_command(
-    model: FixModel = None,
-    dataset: FixDataset = None,
-    command: Command = None,
-    run: Run = False,
-    strategy: Strategy = "auto",
-    unsafe_fixes: UnsafeFixes = False,
-    force: Force = False,
-    write_patch: WritePatch = None,
-    script: Script = None,
-    max_rounds: MaxRounds = 5,
-    split: o.Split = None,
-    batch_size: o.BatchSize = 2,
-    preprocess: o.Preprocess = None,
-    preprocess_mode: o.PreprocessMode = "map",
-    dataset_format: o.DatasetFormat = "torch",
-    collator: o.Collator = "auto",
-    device: o.Device = "auto",
-    dtype: o.Dtype = "auto",
-    autocast: o.Autocast = "off",
-    train: o.Train = False,
-    simulate: o.Simulate = False,
-    gpu: o.Gpu = None,
-    steps: Steps = 1,
-    format: o.Format = None,
-    output: o.Output = None,
-    fail_on: o.FailOn = "error",
-    select: o.Select = None,
-    ignore: o.Ignore = None,
-    trust_remote_code: o.TrustRemoteCode = False,
-    allow_pickle: o.AllowPickle = False,
-    load_in_4bit: o.LoadIn4bit = False,
-    load_in_8bit: o.LoadIn8bit = False,
-    bnb_compute_dtype: o.BnbComputeDtype = None,
-    bnb_quant_type: o.BnbQuantType = "nf4",
-    timeout: o.Timeout = o.DEFAULT_TIMEOUT,
-    debug: o.Debug = False,
-    config: o.Config = None,  # noqa: ARG001 - read by cli/config.py before parsing
-) -> None:
+@dataclass(frozen=True)
+class FixOptions:
+    """How to fix: the strategy, how far it may go, where the patch goes."""
+
+    strategy: Strategy = "auto"
+    unsafe_fixes: UnsafeFixes = False
+    force: Force = False
+    write_patch: WritePatch = None
+    script: Script = None
+    max_rounds: MaxRounds = 5
+    run: Run = False
+    steps: FixSteps = 1
+
+    def check(self) -> None:
+        from dtype_doctor.cli import checks
+        from dtype_doctor.errors import UsageError
+
+        checks.choice("--strategy", self.strategy, strategies.NAMES)
+        if self.max_rounds < 1:
+            raise UsageError(f"--max-rounds must be at least 1, not {self.max_rounds}")
+        checks.writable_file("--write-patch", self.write_patch)
+        checks.user_file("--script", str(self.script) if self.script is not None else None)
+
+    def engine(self, fail_on: str) -> dict[str, Any]:
+        """The keywords pipeline.fix and run.fix.fix_script share; `never` still fixes errors."""
+        return {"strategy": self.strategy, "fail_on": fail_on if fail_on != "never" else "error",
+                "unsafe_fixes": self.unsafe_fixes, "force": self.force, "max_rounds": self.max_rounds}
+
+
+@o.flat(omit=("gpus", "device_map", "max_memory"))
+def fix_command(model: FixModel = None, dataset: FixDataset = None, command: Command = None, *, fix: FixOptions, batch: o.Batch,
+                loading: o.Loading, machine: o.Machine, step: o.Step, findings: o.Findings, outputs: o.Outputs,
+                general: o.General) -> None:
     """Fix the mismatches in memory, re-run the trace to verify, and show what the fix costs.
 
     With --run, your own script is traced as `dtype-doctor run` traces it, the fix is written
     as a patch against your files, and the patched script is run again to verify it.
     Exit 0 when the re-run trace is clean at --fail-on, 1 when not.
     """
-    from dtype_doctor.cli.output import check_format, check_outputs, emit, exit_code, progress, quiet_libraries
+    from dtype_doctor.cli.reporting import Reporting, check_pipeline, import_libraries, libraries
+
+    fix.check()
+    words = [w for w in (model, dataset, *(command or [])) if w is not None]
+    writes = (("--write-patch", fix.write_patch),)
+    if fix.run:
+        script, options = _check_script(words, fix, batch, loading, step, machine, findings, general)
+        reporting = Reporting.prepare(outputs, findings, reads=(script.target,) if script.kind == "file" else (),
+                                      writes=writes, config=general.config)
+        from dtype_doctor.run.fix import fix_script
+
+        import_libraries(outputs)  # the script's own output follows on stderr
+        report = fix_script(script, options, **fix.engine(findings.fail_on),
+                            write_patch=fix.write_patch.resolve() if fix.write_patch else None)
+    else:
+        model, dataset = _model_and_dataset(model, dataset, command)
+        options = check_pipeline(model, dataset, batch, loading, machine, step, findings, general)
+        reporting = Reporting.prepare(outputs, findings, writes=writes, model=model, dataset=dataset,
+                                      preprocess=batch.preprocess, script=fix.script, config=general.config)
+        from dtype_doctor.pipeline import fix as fix_pipeline
+
+        with libraries(outputs) as say:
+            report = fix_pipeline(model, dataset, options, **fix.engine(findings.fail_on),
+                                  write_patch=str(fix.write_patch) if fix.write_patch else None,
+                                  script=str(fix.script) if fix.script else None, progress=say)
+    report = reporting.finish(report)
+    raise typer.Exit(_exit_code(report, fix, findings.fail_on))
+
+
+def _model_and_dataset(model: str | None, dataset: str | None, command: list[str] | None) -> tuple[str, str]:
     from dtype_doctor.errors import UsageError
 
-    check_format(format)
-    exit_code(None, fail_on)
-    if max_rounds < 1:
-        raise UsageError(f"--max-rounds must be at least 1, not {max_rounds}")
-    check_outputs(locals(), reads=_script_files([w for w in (model, dataset, *(command or [])) if w is not None]) if run else ())
-    if run:
-        report = _fix_script([w for w in (model, dataset, *(command or [])) if w is not None], locals())
-    else:
-        from dtype_doctor.pipeline import fix
+    if model is None or dataset is None:
+        raise UsageError(f"Missing argument '{'MODEL' if model is None else 'DATASET'}' (or --run -- python SCRIPT.py to fix your own script)")
+    if command:
+        raise UsageError(f"Got unexpected extra argument ({command[0]}); a script to fix goes after --run --")
+    return model, dataset
 
-        if model is None or dataset is None:
-            raise UsageError(f"Missing argument '{'MODEL' if model is None else 'DATASET'}' (or --run -- python SCRIPT.py to fix your own script)")
-        if command:
-            raise UsageError(f"Got unexpected extra argument ({command[0]}); a script to fix goes after --run --")
-        opts = o.scan_options(locals())
-        quiet_libraries()
-        report = fix(
-            model, dataset, opts, strategy=strategy, fail_on=fail_on if fail_on != "never" else "error",
-            unsafe_fixes=unsafe_fixes, force=force, max_rounds=max_rounds,
-            write_patch=str(write_patch) if write_patch else None, script=str(script) if script else None,
-            progress=progress(),
-        )
-    emit(report, format, output, fail_on)
+
+def _exit_code(report: Any, fix: FixOptions, fail_on: str) -> int:
+    """0 when the fix verified (or --fail-on never); 1 when not, or when an asked-for patch was not written whole."""
     outcome = report.fix
     assert outcome is not None
     patch = outcome.patch
-    if write_patch and not (patch and patch.path):
+    if fix.write_patch and not (patch and patch.path):
         print(f"dtype-doctor: no patch written: {outcome.patch_skipped or outcome.detail}", file=sys.stderr)
         if outcome.patch_skipped:
-            raise typer.Exit(1)  # a patch was asked for and the fix could not be written as one
+            return 1  # a patch was asked for and the fix could not be written as one
     if patch and patch.path and patch.unwritten:
         print(f"dtype-doctor: {patch.path} leaves out: {'; '.join(patch.unwritten)}", file=sys.stderr)
-        raise typer.Exit(1)  # a patch without every verified change is not the fix
+        return 1  # a patch without every verified change is not the fix
     if fail_on == "never":
-        raise typer.Exit(0)
-    raise typer.Exit(0 if outcome.verified else 1)
+        return 0
+    return 0 if outcome.verified else 1
 
 
-def _fix_script(words: list[str], values: dict) -> object:
-    """`fix --run -- python SCRIPT ARGS`: trace the script's step, fix it, patch the user's files, verify."""
-    from dtype_doctor.cli.output import quiet_libraries
+def _check_script(words: list[str], fix: FixOptions, batch: o.Batch, loading: o.Loading, step: o.Step,
+                  machine: o.Machine, findings: o.Findings, general: o.General) -> tuple[Any, Any]:
+    """`fix --run -- python SCRIPT ARGS`: the script command and its RunOptions, checked; the
+    options that shape a MODEL DATASET batch refused (the script builds its own)."""
+    from dtype_doctor.cli.reporting import check_values
     from dtype_doctor.cli.run import check_command
     from dtype_doctor.errors import UsageError
     from dtype_doctor.run.command import parse_command
-    from dtype_doctor.run.fix import fix_script
-    from dtype_doctor.run.runner import RunOptions
 
-    # Options that shape a MODEL DATASET batch mean nothing for a script, which builds its own.
-    for name, flag, default in (("script", "--script", None), ("preprocess", "--preprocess", None), ("split", "--split", None),
-                                ("batch_size", "--batch-size", 2), ("dtype", "--dtype", "auto"), ("autocast", "--autocast", "off"),
-                                ("train", "--train", False)):
-        if values[name] != default:
+    defaults = (("--script", fix.script, None), ("--preprocess", batch.preprocess, None), ("--split", batch.split, None),
+                ("--batch-size", batch.batch_size, 2), ("--dtype", loading.dtype, "auto"), ("--autocast", step.autocast, "off"),
+                ("--train", step.train, False))
+    for flag, value, default in defaults:
+        if value != default:
             raise UsageError(f"{flag} is for MODEL DATASET; with --run the script's own code decides it (its patch edits the script itself)")
+    check_values(None, machine, None, findings)
     check_command(words, "fix")
-    command = parse_command(words)
-    options = RunOptions(steps=values["steps"], select=o.split_codes(values["select"]), ignore=o.split_codes(values["ignore"]),
-                         simulate=values["simulate"], device=values["device"], gpu=values["gpu"], timeout=values["timeout"])
+    options = o.run_options(machine, findings, general, steps=fix.steps)
     options.validate()
-    quiet_libraries()
-    fail_on = values["fail_on"]
-    write_patch = values["write_patch"]
-    return fix_script(
-        command, options, strategy=values["strategy"], fail_on=fail_on if fail_on != "never" else "error",
-        unsafe_fixes=values["unsafe_fixes"], force=values["force"], max_rounds=values["max_rounds"],
-        write_patch=write_patch.resolve() if write_patch else None,
-    )
-
-
-def _script_files(words: list[str] | None) -> tuple[str, ...]:
-    """The script file of `python FILE ARGS` (after --), which fix --run reads and patches."""
-    from dtype_doctor.run.command import parse_command
-
-    try:
-        command = parse_command(list(words or []))
-    except Exception:  # noqa: BLE001 - a bad command is reported where it is parsed
-        return ()
-    return (command.target,) if command.kind == "file" else ()
+    return parse_command(words), options

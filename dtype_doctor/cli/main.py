@@ -6,6 +6,7 @@ code (the traceback only with --debug). Nothing here imports torch at import tim
 
 from __future__ import annotations
 
+import re
 import sys
 
 import typer
@@ -15,7 +16,7 @@ from dtype_doctor.cli.compare import EXAMPLES as COMPARE_EXAMPLES
 from dtype_doctor.cli.compare import compare_command
 from dtype_doctor.cli.fix import EXAMPLES as FIX_EXAMPLES
 from dtype_doctor.cli.fix import fix_command
-from dtype_doctor.cli.help import Command
+from dtype_doctor.cli.help import EXIT_CODES, Command
 from dtype_doctor.cli.init import EXAMPLES as INIT_EXAMPLES, init_command
 from dtype_doctor.cli.rules import rule_command, rules_command
 from dtype_doctor.cli.run import EXAMPLES as RUN_EXAMPLES
@@ -31,11 +32,13 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=EXIT_CODES,
 )
-app.command("scan", epilog=SCAN_EXAMPLES, cls=Command)(scan_command)
-app.command("fix", epilog=FIX_EXAMPLES, cls=Command)(fix_command)
-app.command("compare", epilog=COMPARE_EXAMPLES, cls=Command)(compare_command)
-app.command("run", epilog=RUN_EXAMPLES, cls=Command, context_settings=RUN_SETTINGS)(run_command)
+app.command("scan", epilog=SCAN_EXAMPLES + EXIT_CODES, cls=Command)(scan_command)
+app.command("fix", epilog=FIX_EXAMPLES + EXIT_CODES, cls=Command)(fix_command)
+app.command("compare", epilog=COMPARE_EXAMPLES + EXIT_CODES.replace(" nothing at or above --fail-on", " measured (whatever the rows show)"), cls=Command)(compare_command)
+app.command("run", epilog=RUN_EXAMPLES + EXIT_CODES, cls=Command, context_settings=RUN_SETTINGS)(run_command)
 app.command("rule", cls=Command)(rule_command)
 app.command("rules", cls=Command)(rules_command)
 app.command("init", epilog=INIT_EXAMPLES, cls=Command)(init_command)
@@ -79,16 +82,22 @@ def _click_exceptions(name: str) -> tuple[type[BaseException], ...]:
 
 def _config(args: list[str]) -> dict | None:
     """--config PATH (or [tool.dtype-doctor] in ./pyproject.toml) as click's default_map."""
-    from dtype_doctor.cli.config import COMMANDS, default_map
+    from dtype_doctor.cli.config import COMMANDS, KEYED_ARGUMENTS, default_map
 
     if not args or args[0] not in COMMANDS or any(a in ("--help", "-h") for a in args):
         return None
     group = typer.main.get_command(app)
-    options = {
-        name: {p.name for p in group.commands[name].params if getattr(p, "param_type_name", "") == "option"}  # type: ignore[attr-defined]
-        for name in COMMANDS
-    }
-    return default_map(args, options)
+    params: dict[str, dict[str, str]] = {}
+    for name in COMMANDS:
+        kinds = {}
+        for p in group.commands[name].params:  # type: ignore[attr-defined]
+            kind = getattr(p, "param_type_name", "")
+            if kind == "option":
+                kinds[p.name] = "multiple" if getattr(p, "multiple", False) else "option"
+            elif kind == "argument" and p.name in KEYED_ARGUMENTS and (name, p.name) != ("fix", "command"):
+                kinds[p.name] = "argument"
+        params[name] = kinds
+    return default_map(args, params)
 
 
 def _one_line(text: str) -> str:
@@ -127,6 +136,8 @@ def run(argv: list[str] | None = None) -> None:
         ctx = getattr(exc, "ctx", None)
         hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
         message = _one_line(exc.format_message())  # type: ignore[attr-defined]
+        # click's "(Possible options: --batch-size)" said as every other near name is
+        message = re.sub(r" \(Possible options?: ([^)]*)\)", lambda m: f"; did you mean {m.group(1)}?", message)
         code = _fail((message.rstrip(".") if hint else message) + hint, 2)
     except click_error_types as exc:
         code = _fail(_one_line(exc.format_message()), getattr(exc, "exit_code", 1) or 1)  # type: ignore[attr-defined]

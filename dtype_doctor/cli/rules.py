@@ -12,8 +12,10 @@ def rule_command(
     format: Annotated[Optional[str], typer.Option("--format", "-f", metavar="FORMAT", help="rich or json.")] = None,
 ) -> None:
     """Explain one rule: what it flags, why it matters, an example, the fix."""
+    from dtype_doctor.cli import checks
     from dtype_doctor.rules import get_rule
 
+    checks.rule(code)
     rule = get_rule(code)
     if format == "json":
         _print_json(_rule_dict(rule))
@@ -48,9 +50,9 @@ def rules_command(
 
 def _check_format(fmt: str | None) -> None:
     if fmt not in (None, "rich"):
-        from dtype_doctor.errors import UsageError
+        from dtype_doctor.cli import checks
 
-        raise UsageError(f"unknown format {fmt!r} for rule pages; choose rich or json")
+        checks.formats(fmt, ("rich", "json", "markdown"), " for rule pages")
 
 
 def _rule_dict(rule: object) -> dict:

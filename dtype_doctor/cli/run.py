@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -16,7 +16,7 @@ Examples:
   dtype-doctor run -- python train.py --epochs 3
 
 \b
-  dtype-doctor run --steps 2 --format json -o report.json -- python -m mypkg.train
+  dtype-doctor run --steps 2 -o report.json -o results.sarif -- python -m mypkg.train
 
 \b
   dtype-doctor run --keep-running -- python train.py
@@ -24,32 +24,19 @@ Examples:
 \b
   dtype-doctor run --simulate --device cuda --gpu t4 -- python train.py
 """
+SCRIPT = "Your script"
 Command = Annotated[Optional[list[str]], typer.Argument(metavar="COMMAND", help="After --: python FILE ARGS, python -m MODULE ARGS, accelerate launch [...] FILE ARGS or torchrun [...] FILE ARGS, as you run your script.", show_default=False)]
-Steps = Annotated[int, typer.Option("--steps", metavar="N", help="Steps traced: calls of the model, each with its loss, backward and optimizer step.")]
-KeepRunning = Annotated[bool, typer.Option("--keep-running", help="Let the script go on after the traced steps (unwatched) instead of stopping it.")]
-Simulate = Annotated[bool, typer.Option("--simulate", help="The script sees a CUDA machine: .cuda(), .to('cuda'), device='cuda' give tensors without data, autocast('cuda') applies CUDA's lists; no GPU needed.")]
-Device = Annotated[str, typer.Option("--device", metavar="DEVICE", help="auto|cpu|cuda|cuda:N — the machine the script sees (cuda without a GPU needs --simulate; cpu hides a GPU).")]
+Steps = Annotated[int, typer.Option("--steps", metavar="N", rich_help_panel=SCRIPT, help="Steps traced: calls of the model, each with its loss, backward and optimizer step.")]
+KeepRunning = Annotated[bool, typer.Option("--keep-running", rich_help_panel=SCRIPT, help="Let the script go on after the traced steps (unwatched) instead of stopping it.")]
+Simulate = Annotated[bool, typer.Option("--simulate", rich_help_panel=o.MACHINE, help="The script sees a CUDA machine: .cuda(), .to('cuda'), device='cuda' give tensors without data, autocast('cuda') applies CUDA's lists; no GPU needed.")]
+Device = Annotated[str, typer.Option("--device", metavar="DEVICE", rich_help_panel=o.MACHINE, help="auto|cpu|cuda|cuda:N — the machine the script sees (cuda without a GPU needs --simulate; cpu hides a GPU).")]
 
 SETTINGS = {"allow_interspersed_args": False, "ignore_unknown_options": True}
 
 
-def run_command(
-    command: Command = None,
-    steps: Steps = 1,
-    keep_running: KeepRunning = False,
-    simulate: Simulate = False,
-    device: Device = "auto",
-    gpu: o.Gpu = None,
-    gpus: o.Gpus = 1,
-    format: o.Format = None,
-    output: o.Output = None,
-    fail_on: o.FailOn = "error",
-    select: o.Select = None,
-    ignore: o.Ignore = None,
-    timeout: o.Timeout = o.DEFAULT_TIMEOUT,
-    debug: o.Debug = False,
-    config: o.Config = None,  # noqa: ARG001 - read by cli/config.py before parsing
-) -> None:
+@o.flat(omit=("device_map", "max_memory"), override={"simulate": Simulate, "device": Device})
+def run_command(*, command: Command = None, steps: Steps = 1, keep_running: KeepRunning = False, machine: o.Machine,
+                findings: o.Findings, outputs: o.Outputs, general: o.General) -> None:
     """Run your script unmodified, trace the first step(s) of the model it calls, report every mismatch.
 
     The script runs in this process with its own sys.argv, __main__ and working directory.
@@ -58,32 +45,30 @@ def run_command(
     traced on tensors without data; where the script asks one for a value (loss.item()),
     the simulation ends and the script is stopped.
     """
-    from dtype_doctor.cli.output import check_format, check_outputs, emit, exit_code, quiet_libraries
+    from dtype_doctor.cli.reporting import Reporting, check_values, import_libraries
     from dtype_doctor.run.command import parse_command
     from dtype_doctor.machine.user_code import user_frame
-    from dtype_doctor.run.runner import RunOptions, run_script
-
-    check_format(format)
-    exit_code(None, fail_on)
-    check_command(command, "run")
     from dtype_doctor.run.launchers import split_launcher
+    from dtype_doctor.run.runner import run_script
 
-    words, launch = split_launcher(list(command or []), gpus)
+    check_values(None, machine, None, findings)
+    check_command(command, "run")
+    words, launch = split_launcher(list(command or []), machine.gpus)
     script = parse_command(words)
-    check_outputs(locals(), reads=(script.target,) if script.kind == "file" else ())
-    options = RunOptions(steps=steps, keep_running=keep_running, select=o.split_codes(select), ignore=o.split_codes(ignore),
-                         simulate=simulate, device=device, gpu=gpu, gpus=gpus, launch=launch, timeout=timeout)
+    options = o.run_options(machine, findings, general, steps=steps, keep_running=keep_running, launch=launch)
     options.validate()
-    output = output.resolve() if output is not None else None  # the invoking cwd's, whatever the script does with its own
-    quiet_libraries()
+    reporting = Reporting.prepare(_resolved(outputs), findings, reads=(script.target,) if script.kind == "file" else (),
+                                  config=general.config)
     stdout = sys.stdout  # the script's prints go to stderr while it runs; the report does not
+    shown: list[Any] = []
 
-    def on_report(report: object) -> None:
+    def on_report(report: Any) -> None:
         import contextlib
 
         with contextlib.redirect_stdout(stdout):
-            emit(report, format, output, fail_on)
+            shown.append(reporting.finish(report))
 
+    import_libraries(outputs)  # the one stage said: the script's own output follows on stderr
     result = run_script(script, options=options, on_report=on_report)
     if result.note:
         print(f"dtype-doctor: {result.note}", file=sys.stderr)
@@ -93,10 +78,34 @@ def run_command(
 
         print(f"dtype-doctor: {script.display} raised {type(error).__name__}{user_frame(error)}: {first_line(error)}",
               file=sys.stderr)
-    code = exit_code(result.report, fail_on)
-    if code == 0 and keep_running:
+    report = shown[-1] if shown else result.report
+    code = reporting.exit_code(report)
+    if code == 0 and keep_running and not findings.write_baseline:
         code = result.outcome.exit_code
     raise typer.Exit(code)
+
+
+def _resolved(outputs: o.Outputs) -> o.Outputs:
+    """Output paths of the invoking directory, whatever the script does with its own."""
+    import dataclasses
+    from pathlib import Path
+
+    from dtype_doctor.cli.output import format_prefix
+    from dtype_doctor.report import FORMATS
+
+    def absolute(spec: str) -> str:
+        if spec == "-":
+            return spec
+        prefixed = format_prefix(spec, FORMATS)
+        if prefixed is not None:
+            return f"{prefixed[0]}:{Path(prefixed[1]).resolve()}"
+        return str(Path(spec).resolve())
+
+    return dataclasses.replace(
+        outputs,
+        output=[absolute(s) for s in outputs.output] if outputs.output else outputs.output,
+        plot=outputs.plot.resolve() if outputs.plot is not None else None,
+    )
 
 
 def check_command(command: list[str] | None, name: str) -> None:

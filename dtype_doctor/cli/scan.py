@@ -14,55 +14,25 @@ Examples:
 
 \b
   dtype-doctor scan ./my-model ./data.parquet --dtype float16 \\
-      --format json -o report.json
+      -o report.json -o results.sarif
 
 \b
   dtype-doctor scan ./my-model ./images --preprocess prep.py:transform \\
       --simulate --device cuda
 """
 
-def scan_command(
-    model: o.Model,
-    dataset: o.Dataset,
-    split: o.Split = None,
-    batch_size: o.BatchSize = 2,
-    preprocess: o.Preprocess = None,
-    preprocess_mode: o.PreprocessMode = "map",
-    dataset_format: o.DatasetFormat = "torch",
-    collator: o.Collator = "auto",
-    device: o.Device = "auto",
-    dtype: o.Dtype = "auto",
-    autocast: o.Autocast = "off",
-    train: o.Train = False,
-    simulate: o.Simulate = False,
-    gpu: o.Gpu = None,
-    gpus: o.Gpus = 1,
-    device_map: o.DeviceMap = None,
-    max_memory: o.MaxMemory = None,
-    format: o.Format = None,
-    output: o.Output = None,
-    fail_on: o.FailOn = "error",
-    select: o.Select = None,
-    ignore: o.Ignore = None,
-    trust_remote_code: o.TrustRemoteCode = False,
-    allow_pickle: o.AllowPickle = False,
-    load_in_4bit: o.LoadIn4bit = False,
-    load_in_8bit: o.LoadIn8bit = False,
-    bnb_compute_dtype: o.BnbComputeDtype = None,
-    bnb_quant_type: o.BnbQuantType = "nf4",
-    timeout: o.Timeout = o.DEFAULT_TIMEOUT,
-    debug: o.Debug = False,
-    config: o.Config = None,  # noqa: ARG001 - read by cli/config.py before parsing
-) -> None:
+
+@o.flat()
+def scan_command(model: o.Model, dataset: o.Dataset, batch: o.Batch, loading: o.Loading, machine: o.Machine,
+                 step: o.Step, findings: o.Findings, outputs: o.Outputs, general: o.General) -> None:
     """Trace one batch through MODEL and report every dtype and device mismatch."""
-    from dtype_doctor.cli.output import check_format, check_outputs, emit, exit_code, progress, quiet_libraries
+    from dtype_doctor.cli.reporting import Reporting, check_pipeline, libraries
     from dtype_doctor.pipeline import scan
 
-    check_format(format)
-    opts = o.scan_options(locals())
-    exit_code(None, fail_on)  # validate --fail-on before the slow part
-    check_outputs(locals())
-    quiet_libraries()
-    report = scan(model, dataset, opts, progress=progress())
-    emit(report, format, output, fail_on)
-    raise typer.Exit(exit_code(report, fail_on))
+    options = check_pipeline(model, dataset, batch, loading, machine, step, findings, general)
+    reporting = Reporting.prepare(outputs, findings, model=model, dataset=dataset, preprocess=batch.preprocess,
+                                  config=general.config)
+    with libraries(outputs) as say:
+        report = scan(model, dataset, options, progress=say)
+    report = reporting.finish(report)
+    raise typer.Exit(reporting.exit_code(report))

@@ -71,8 +71,9 @@ def run(model: torch.nn.Module, inputs: Mapping[str, Any], request: CompareReque
         raise InputError(f"the fp32 forward fails, so there is nothing to compare against ({error_line(exc)}); `dtype-doctor scan` says why") from exc
     ref = Reference(ref_model, ref_inputs, name, out.detach(), numerics, device)
     rows = []
-    for v in request.rows():
-        say(f"measuring {v.label}")
+    wanted = request.rows()
+    for i, v in enumerate(wanted, 1):
+        say(f"measuring {v.label} (row {i} of {len(wanted)})")
         row = _row(v, ref, request)
         rows.append(replace(row, verdict=verdict(row)))
     return Comparison(

@@ -66,9 +66,9 @@ def _check_fail_on(fail_on: str) -> None:
         raise UsageError(f"unknown --fail-on {fail_on!r}; choose one of: {', '.join(FAIL_ON)}")
 
 
-def _options(width: int | None, color: bool, fail_on: str, rules: Iterable[Any] | None) -> RenderOptions:
+def _options(width: int | None, color: bool, fail_on: str, rules: Iterable[Any] | None, plot: str | None = None) -> RenderOptions:
     _check_fail_on(fail_on)
-    return RenderOptions(width=width or DEFAULT_WIDTH, color=color, fail_on=fail_on, rules=tuple(rules or ()))
+    return RenderOptions(width=width or DEFAULT_WIDTH, color=color, fail_on=fail_on, rules=tuple(rules or ()), plot=plot)
 
 
 def _format_module(fmt: str) -> Any:
@@ -85,15 +85,17 @@ def render(
     color: bool = False,
     fail_on: str = "error",
     rules: Iterable[Any] | None = None,
+    plot: str | None = None,
 ) -> str:
     """The report as text in format `fmt`, ending in a newline.
 
     width and color matter to `rich` only (default 100 columns, no escape codes); fail_on
     decides which findings are JUnit failures; rules (the catalogue) lets SARIF describe
-    each rule in its own words.
+    each rule in its own words; plot (the --plot picture, as the output should link it) is
+    embedded by markdown.
     """
     module = _format_module(fmt)
-    return module.render(report, _options(width, color, fail_on, rules))
+    return module.render(report, _options(width, color, fail_on, rules, plot))
 
 
 def print_report(

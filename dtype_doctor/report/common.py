@@ -64,6 +64,8 @@ class RenderOptions:
     # The rule catalogue (objects with code, name, summary, …) when the caller has it;
     # formats that describe rules (SARIF) fall back to the finding's own name without it.
     rules: tuple[Any, ...] = ()
+    # The --plot picture's path as the output should link it (markdown embeds it), if one was drawn.
+    plot: str | None = None
 
 
 def dtype_style(dtype: str | None) -> str:

@@ -58,6 +58,7 @@ from dtype_doctor.report.common import (
     values_note,
 )
 from dtype_doctor.report.dtype_tree import DtypeNode, DtypeTree, dtype_tree
+from dtype_doctor.report.ranges import range_strip
 
 FORMAT = "rich"  # the name --format knows this module by
 
@@ -130,6 +131,9 @@ def report_renderable(report: Report) -> RenderableType:
         sections.append(findings_table(report.findings))
     if report.lineage:
         sections.append(lineage_view(report.lineage, report.blamed()))
+    strip = range_strip(report)
+    if strip is not None:
+        sections.append(strip)
     tree = dtype_tree(report.trace.model) if report.trace else None
     if tree is not None:
         sections.append(module_tree(tree))
@@ -387,13 +391,20 @@ def summary(report: Report) -> Text:
     failure = report.trace.failure if report.trace else None
     if not report.findings:
         if failure is not None:
-            return Text.assemble((NO_PROBLEMS_BUT_STOPPED, "bold yellow"), (f" · {traced_line(s)}{values_note(report)}", "dim"))
+            return Text.assemble((NO_PROBLEMS_BUT_STOPPED, "bold yellow"), (f" · {traced_line(s)}{values_note(report)}{_held(report)}", "dim"))
         partial = partial_trace(report)
         if partial is not None:  # a partial trace is never a bare "no problems found"
-            return Text.assemble((partial, "bold yellow"), (f" · {traced_line(s)}{values_note(report)}", "dim"))
-        return Text.assemble(("✓ ", "bold green"), (NO_PROBLEMS, "bold green"), (f" · {traced_line(s)}{values_note(report)}", "dim"))
+            return Text.assemble((partial, "bold yellow"), (f" · {traced_line(s)}{values_note(report)}{_held(report)}", "dim"))
+        return Text.assemble(("✓ ", "bold green"), (NO_PROBLEMS, "bold green"), (f" · {traced_line(s)}{values_note(report)}{_held(report)}", "dim"))
     worst = next((sev for sev in ("error", "warning", "info") if s.get(sev)), "info")
-    return Text.assemble((counts_line(s), SEVERITY_STYLE[worst]), (f" · {traced_line(s)}{values_note(report)}", "dim"))
+    return Text.assemble((counts_line(s), SEVERITY_STYLE[worst]), (f" · {traced_line(s)}{values_note(report)}{_held(report)}", "dim"))
+
+
+def _held(report: Report) -> str:
+    from dtype_doctor.report.suppress import counted
+
+    text = counted(report.suppressed)
+    return f" · {text}" if text else ""
 
 
 

@@ -40,7 +40,10 @@ _CONTROL = re.compile("[\x00-\x08\x0e-\x1b\x7f]")
 def render(report: Report, options: RenderOptions) -> str:
     out: list[str] = [f"## {TOOL_NAME}: {_code(report.target.model)}", ""]
     summary = report.summary
-    out += [f"**{summary_line(summary)}**", ""]
+    from dtype_doctor.report.suppress import counted
+
+    held = counted(report.suppressed)
+    out += [f"**{summary_line(summary)}**" + (f" · {held}" if held else ""), ""]
     if report.fix is not None:
         verified, outcome, before = fix_outcome(report.fix, summary)
         out += [f"**{'✓' if verified else '✗'} {outcome}** ({before})", ""]
@@ -68,6 +71,8 @@ def render(report: Report, options: RenderOptions) -> str:
     else:
         out += [f"{NO_PROBLEMS_BUT_STOPPED if failure else NO_PROBLEMS}.", ""]
 
+    out += _value_ranges(report, options.plot)
+
     if report.lineage:
         out += ["### Lineage", ""]
         blamed = report.blamed()
@@ -83,6 +88,26 @@ def render(report: Report, options: RenderOptions) -> str:
     if report.fix is not None:
         out += _fix(report.fix)
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _value_ranges(report: Report, plot: str | None) -> list[str]:
+    """The --plot picture, embedded, and the modules beyond fp16's range, when values were measured."""
+    from dtype_doctor.report.ranges import module_ranges
+
+    ranges = module_ranges(report.trace)
+    if not ranges:
+        return []
+    out = ["### Value ranges", ""]
+    if plot:
+        out += [f"![each module's smallest and peak |x| against fp16's and bf16's limits]({plot.replace(' ', '%20')})", ""]
+    over = [r for r in ranges if r.beyond_fp16 or r.below_fp16_normal]
+    out.append(f"{len(ranges)} modules measured; {sum(r.beyond_fp16 for r in ranges)} beyond float16's 65504, "
+               f"{sum(r.below_fp16_normal for r in ranges)} with values below its smallest normal 6.1e-5.")
+    out.append("")
+    if over:
+        out += _table(("module", "smallest non-zero \\|x\\|", "peak \\|x\\|", "in fp16"),
+                      ((_code(r.name), f"{r.smallest:.3g}" if r.smallest else "", f"{r.peak:.4g}", r.verdict) for r in over))
+    return out
 
 
 def _details(i: int, f: Finding) -> list[str]:
