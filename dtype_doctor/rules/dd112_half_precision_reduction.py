@@ -92,7 +92,7 @@ def check(trace: Trace) -> Iterator[Finding]:
         seen |= {(f.module, "cross_entropy") for f in fsdp_loss(trace)}
     for op in trace.ops:
         base = base_op(op.op)
-        if op.phase != "forward":
+        if op.phase != "forward" or (t := _half_input(op)) is None:
             continue
         if base in QUANTILE:
             if op.error is None or op.level != "function":
@@ -112,9 +112,6 @@ def check(trace: Trace) -> Iterator[Finding]:
         elif base in STATISTICS:
             kind, severity = "statistic", "info"
         else:
-            continue
-        t = _half_input(op)
-        if t is None:
             continue
         axis = _axis(op, t)
         if kind in ("loss", "log-probabilities", "statistic") and t.dtype == "float16":

@@ -30,7 +30,9 @@ def check(trace: Trace) -> Iterator[Finding]:
         stage="model-loading",
         pytorch_error=error,
         hints=("use attn_implementation='sdpa': on GPUs before sm80 torch runs it with the memory-efficient or math "
-               "backend (target.attention says which)",),
+               "backend (target.attention says which)",
+               *(("or, when the job runs on a GPU, trace that target: --simulate --device cuda --gpu NAME",)
+                 if not trace.device.startswith("cuda") else ())),
     )
 
 
