@@ -3,12 +3,16 @@ each shown in plain PyTorch (or plain transformers) first, then mended.
 
 - diagnose() left transformers' output-capturing hooks on the model: the next call installed them
   again and collected every hidden state twice (segformer's decode head then met the wrong one).
+- A value read the simulation stepped over in the forward (`if mask.any():`) hid every refusal
+  of the backward (DD100 took it for a refused forward); and a backward's own mixed-dtype matmul
+  was dropped in any trace (DD101, which explains matmuls, reports forward ops only).
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
 import dtype_doctor
 
@@ -36,3 +40,40 @@ def test_diagnose_leaves_no_hooks_behind(simulate: bool) -> None:
     # transformers installs its hooks on the model's first call: once, so each hidden state once.
     assert len(model(**ids, output_hidden_states=True).hidden_states) == 3
     assert len(model(**ids, output_hidden_states=True).hidden_states) == 3
+
+
+class HalfBackward(torch.autograd.Function):
+    """A backward that computes in float32 against a half weight: refused on any device."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+        ctx.save_for_backward(w)
+        return x @ w
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # noqa: ANN001, ANN205
+        (w,) = ctx.saved_tensors
+        return grad.float() @ w.t(), None
+
+
+class BranchThenHalfBackward(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.rand(4, 4, dtype=torch.float16), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (x > 0).any():  # a value read: the simulation takes one branch (DD001 info)
+            x = x * 2
+        return HalfBackward.apply(x, self.w)
+
+
+def test_a_value_read_in_the_forward_does_not_hide_a_backward_refusal() -> None:
+    model, x = BranchThenHalfBackward(), torch.rand(2, 4, dtype=torch.float16, requires_grad=True)
+    with pytest.raises(RuntimeError):
+        model(x).float().sum().backward()  # the real step refuses in its backward
+    # DD101 explains a mixed-dtype matmul in the forward only: the backward's is DD100's.
+    assert errors(dtype_doctor.diagnose(model, {"x": x}, train=True)) == ["DD100"]
+    report = dtype_doctor.diagnose(model, {"x": x}, train=True, simulate=True, device="cuda")
+    assert "DD001" in {f.code for f in report.findings if f.severity == "info"}
+    refused = [f for f in report.findings if f.severity == "error"]
+    assert refused and {t.dtype for f in refused for t in f.tensors} >= {"float32", "float16"}
