@@ -6,15 +6,19 @@ each shown in plain PyTorch (or plain transformers) first, then mended.
 - A value read the simulation stepped over in the forward (`if mask.any():`) hid every refusal
   of the backward (DD100 took it for a refused forward); and a backward's own mixed-dtype matmul
   was dropped in any trace (DD101, which explains matmuls, reports forward ops only).
+- `_grouped_mm`'s fake kernel takes bfloat16 only; this CPU's kernel and CUDA's take any float
+  (CUDA's `_grouped_mm_fallback`, GroupedBlas.cpp): a float16 or float32 MoE step was refused.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import dtype_doctor
+from helpers_models import Call
 
 
 def errors(report) -> list[str]:  # noqa: ANN001
@@ -77,3 +81,17 @@ def test_a_value_read_in_the_forward_does_not_hide_a_backward_refusal() -> None:
     assert "DD001" in {f.code for f in report.findings if f.severity == "info"}
     refused = [f for f in report.findings if f.severity == "error"]
     assert refused and {t.dtype for f in refused for t in f.tensors} >= {"float32", "float16"}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
+def test_grouped_mm_of_any_float_runs_here_and_on_a_simulated_gpu(dtype: torch.dtype) -> None:
+    x, w = torch.rand(16, 32, dtype=dtype), torch.rand(2, 32, 64, dtype=dtype)
+    offs = torch.tensor([8, 16], dtype=torch.int32)
+    assert F.grouped_mm(x, w, offs=offs).dtype == dtype  # this CPU's kernel runs it
+    with pytest.raises(RuntimeError):  # the fake (meta) kernel wants bfloat16
+        torch._grouped_mm(x.to("meta"), w.to("meta"), offs=offs.to("meta"))
+    call = Call(lambda x, w, offs: F.grouped_mm(x, w, offs=offs))
+    report = dtype_doctor.diagnose(call, {"x": x, "w": w, "offs": offs}, simulate=True, device="cuda")
+    assert errors(report) == []
+    [op] = [o for o in report.trace.ops if o.op == "aten._grouped_mm.default"]
+    assert op.error is None and [t.dtype for t in op.outputs] == [str(dtype).removeprefix("torch.")]

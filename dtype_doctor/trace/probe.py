@@ -46,9 +46,12 @@ class KernelProbe:
         self.accepted_on_cuda: set[tuple] = set()  # signatures whose CPU verdict CUDA accepts too
         self.counts: Counter = Counter()  # probes run, cache hits, undecided
         self.last_accepted = False  # the last call's real kernel ran the op
+        self.last_output_dtypes: tuple[torch.dtype, ...] | None = None  # and the dtypes of its tensor outputs
+        self._output_dtypes: dict[tuple, tuple[torch.dtype, ...]] = {}
 
     def __call__(self, func: Any, args: tuple, kwargs: dict, op: OpCall) -> str | None:
         self.last_accepted = False
+        self.last_output_dtypes = None
         if self.cuda and op.op.split(".")[:2] in (["aten", "embedding"], ["aten", "index_select"]):
             # Meta kernels do not check devices here; CUDA's index_select refuses a CPU index (seen on an H100).
             gpu = next((t.device for t in op.operands if t.role != "index" and t.device != "cpu"), None)
@@ -73,7 +76,7 @@ class KernelProbe:
         verdict = self.cache.get(key, _UNDECIDED)
         if verdict is _UNDECIDED and key not in self.cache:
             self.counts["probes"] += 1
-            verdict = self._run(func, args, kwargs)
+            verdict = self._run(func, args, kwargs, key)
             self.cache[key] = verdict
         else:
             self.counts["cached"] += 1
@@ -90,6 +93,7 @@ class KernelProbe:
             self.counts["undecided"] += 1
             return self.fallback(op) if self.fallback else None
         self.last_accepted = verdict is None
+        self.last_output_dtypes = self._output_dtypes.get(key)
         if not self.cuda:
             return verdict
         # CUDA's acceptance reads the operands' dtypes, roles, devices and which are 0-dim (never
@@ -174,7 +178,7 @@ class KernelProbe:
             self.cache[key] = found
         return found
 
-    def _run(self, func: Any, args: tuple, kwargs: dict) -> Any:
+    def _run(self, func: Any, args: tuple, kwargs: dict, key: tuple | None = None) -> Any:
         tensors = [t for t in _flat(args, kwargs) if isinstance(t, torch.Tensor)]
         shrink = _shrinker(tensors) if sum(t.numel() for t in tensors) > _SMALL else None
         # Outside every mode, and outside the Python dispatcher fake tensors turn on (which
@@ -189,7 +193,7 @@ class KernelProbe:
             inner = _InFlight() if not isinstance(func, torch._ops.OpOverload) and func not in _MODE_DEPENDENT else None
             try:
                 with inner if inner is not None else contextlib.nullcontext():
-                    func(*real_args, **real_kwargs)
+                    out = func(*real_args, **real_kwargs)
             except Exception as exc:  # noqa: BLE001 - the verdict is what the kernel says
                 message = first_line(exc, 500)
                 if message.startswith("Could not run") and "'CPU' backend" in message:
@@ -197,6 +201,8 @@ class KernelProbe:
                 if classify_error(message, ()) in ("dtype", "overflow") or isinstance(exc, NotImplementedError):
                     return _DEFERRED if inner is not None and inner.raised else message
                 return _UNDECIDED
+        if key is not None:
+            self._output_dtypes[key] = tuple(t.dtype for t in _flat(out) if isinstance(t, torch.Tensor))
         return None
 
 
