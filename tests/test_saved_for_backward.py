@@ -126,3 +126,22 @@ def test_every_row_names_cudas_source_and_refuses_only_other_dtypes() -> None:
     assert saved_refusal(layer_norm, {"input": "float16", "mean": "float32", "rstd": "float32"}) is None
     assert saved_refusal(layer_norm, {"input": "float64", "mean": "float64", "rstd": "float64"}) is None
     assert names_dtypes(saved_refusal(layer_norm, {"input": "float16", "mean": "float16", "rstd": "float16"}), "float32", "float16")
+
+
+@pytest.mark.parametrize("dtype,gpu", [("bfloat16", "a100"), ("float16", "t4")])
+def test_the_readme_ci_example_trains_clean_on_a_simulated_gpu(capsys: pytest.CaptureFixture[str], dtype: str, gpu: str) -> None:
+    """`scan bert-tiny text-cls --simulate --device cuda --dtype bfloat16 --train` reported DD100 at
+    native_layer_norm_backward; a real CPU scan of the same model is clean."""
+    import json
+    from pathlib import Path
+
+    from dtype_doctor.cli.main import run
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        run(["scan", str(fixtures / "models" / "bert-tiny"), str(fixtures / "data" / "text-cls"), "--simulate", "--device", "cuda",
+             "--dtype", dtype, "--gpu", gpu, "--train", "--format", "json"])
+    report = json.loads(capsys.readouterr().out)
+    assert exit_.value.code == 0 and report["summary"]["error"] == 0, report["findings"]
+    assert report["coverage"]["complete"]
