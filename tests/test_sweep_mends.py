@@ -95,3 +95,27 @@ def test_grouped_mm_of_any_float_runs_here_and_on_a_simulated_gpu(dtype: torch.d
     assert errors(report) == []
     [op] = [o for o in report.trace.ops if o.op == "aten._grouped_mm.default"]
     assert op.error is None and [t.dtype for t in op.outputs] == [str(dtype).removeprefix("torch.")]
+
+
+def test_a_target_refusal_of_an_op_whose_fake_kernel_is_stricter_is_still_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Were CUDA to refuse what this CPU runs (the table's verdict) on an op whose fake kernel is
+    stricter still, the refusal stands: the fake kernel's own strictness is no reason to drop it."""
+    from dtype_doctor.trace.probe import KernelProbe
+
+    plain = KernelProbe.__call__
+
+    def refusing(self, func, args, kwargs, op):  # noqa: ANN001, ANN202
+        verdict = plain(self, func, args, kwargs, op)
+        if op.op == "aten._grouped_mm.default":
+            assert self.last_accepted  # this CPU's kernel ran it
+            return "\"_grouped_mm\" has no CUDA kernel for float16 (a stand-in for a table row)"
+        return verdict
+
+    monkeypatch.setattr(KernelProbe, "__call__", refusing)
+    x, w = torch.rand(16, 32, dtype=torch.float16), torch.rand(2, 32, 64, dtype=torch.float16)
+    call = Call(lambda x, w, offs: F.grouped_mm(x, w, offs=offs))
+    report = dtype_doctor.diagnose(call, {"x": x, "w": w, "offs": torch.tensor([8, 16], dtype=torch.int32)},
+                                   simulate=True, device="cuda")
+    assert errors(report) == ["DD107"]  # reported, and the trace went on past it
+    [op] = [o for o in report.trace.ops if o.op == "aten._grouped_mm.default"]
+    assert op.error is not None and op.recovered

@@ -248,14 +248,16 @@ class Recorder:
                 kind = classify_error(_first_line(exc), operands)
                 if kind == "dtype" and getattr(self.predict, "last_accepted", False):
                     # A fake kernel (a Python decomposition) stricter than the real one, which the
-                    # probe just ran: not a refusal. Go on as the repair would, recording nothing.
+                    # probe just ran: not a refusal. Go on as the repair would, recording only the
+                    # target's own refusal, if it had one (the CPU ran it, CUDA would not).
                     out = self._run_repaired(op_name, operand_tensors, args, kwargs, kind, run)
                     if out is _FAILED:
                         out = self._run_as_accepted(args, kwargs, run)
                     if out is not _FAILED:
                         outputs = self._tag_outputs(func, op_name, out, operand_tensors, module)
                         self._observe_op(func, out, operand_tensors)
-                        self.ops.append(OpCall(len(self.ops), op_name, module, module_type, operands, outputs, phase, autocast, None, False, level, self._attrs(op_name, args, kwargs)))
+                        self.ops.append(OpCall(len(self.ops), op_name, module, module_type, operands, outputs, phase, autocast,
+                                               predicted, predicted is not None, level, self._attrs(op_name, args, kwargs)))
                         return out
                 if self.recover and kind in ("dtype", "device", "overflow") and predicted is None:
                     out = self._run_repaired(op_name, operand_tensors, args, kwargs, kind, run)
