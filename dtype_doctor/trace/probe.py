@@ -48,6 +48,7 @@ class KernelProbe:
         self.last_accepted = False  # the last call's real kernel ran the op
         self.last_output_dtypes: tuple[torch.dtype, ...] | None = None  # and the dtypes of its tensor outputs
         self._output_dtypes: dict[tuple, tuple[torch.dtype, ...]] = {}
+        self._ran_outputs: tuple[torch.dtype, ...] | None = None  # the last _run's, when its kernel ran
 
     def __call__(self, func: Any, args: tuple, kwargs: dict, op: OpCall) -> str | None:
         self.last_accepted = False
@@ -76,8 +77,11 @@ class KernelProbe:
         verdict = self.cache.get(key, _UNDECIDED)
         if verdict is _UNDECIDED and key not in self.cache:
             self.counts["probes"] += 1
-            verdict = self._run(func, args, kwargs, key)
+            self._ran_outputs = None
+            verdict = self._run(func, args, kwargs)
             self.cache[key] = verdict
+            if self._ran_outputs is not None:
+                self._output_dtypes[key] = self._ran_outputs
         else:
             self.counts["cached"] += 1
         if verdict is _DEFERRED:
@@ -178,7 +182,7 @@ class KernelProbe:
             self.cache[key] = found
         return found
 
-    def _run(self, func: Any, args: tuple, kwargs: dict, key: tuple | None = None) -> Any:
+    def _run(self, func: Any, args: tuple, kwargs: dict) -> Any:
         tensors = [t for t in _flat(args, kwargs) if isinstance(t, torch.Tensor)]
         shrink = _shrinker(tensors) if sum(t.numel() for t in tensors) > _SMALL else None
         # Outside every mode, and outside the Python dispatcher fake tensors turn on (which
@@ -201,8 +205,7 @@ class KernelProbe:
                 if classify_error(message, ()) in ("dtype", "overflow") or isinstance(exc, NotImplementedError):
                     return _DEFERRED if inner is not None and inner.raised else message
                 return _UNDECIDED
-        if key is not None:
-            self._output_dtypes[key] = tuple(t.dtype for t in _flat(out) if isinstance(t, torch.Tensor))
+        self._ran_outputs = tuple(t.dtype for t in _flat(out) if isinstance(t, torch.Tensor))
         return None
 
 
