@@ -24,16 +24,25 @@ def unexplained(op: OpCall) -> bool:
         return False
     rule = rejected_by(op)
     # An op refused for its dtypes whose operands also sit on two devices: DD201 explains the
-    # devices, not the dtypes (a real GPU raises for both, one after the other).
-    return rule is None or (kind == "dtype" and rule.code == "DD201")
+    # devices, not the dtypes (a real GPU raises for both, one after the other). The specific
+    # dtype rules explain forward ops only: a backward's own refusal (a custom autograd
+    # Function's, a kernel pair's) is this rule's to report.
+    return rule is None or (kind == "dtype" and rule.code == "DD201") or (op.phase == "backward" and rule.code in _FORWARD_ONLY)
+
+
+_FORWARD_ONLY = frozenset({"DD101", "DD103", "DD104", "DD106"})
 
 
 def check(trace: Trace) -> Iterator[Finding]:
     seen: set[tuple] = set()
     # The recorder repairs a refused forward op below autograd, so its backward meets the
     # original operands again and may fail too: a consequence of the repair, which PyTorch
-    # would never reach. Backward refusals count only when the forward had none.
-    forward_refused = any(op.error and op.phase == "forward" for op in trace.ops)
+    # would never reach. Backward refusals count only when the forward had none (a refusal:
+    # a simulated trace's value read it stepped over, `if mask.any():`, is not one).
+    forward_refused = any(
+        op.error and op.phase == "forward" and classify_error(op.error, op.operands) in ("dtype", "device", "overflow")
+        for op in trace.ops
+    )
     for op in trace.ops:
         if not unexplained(op) or reraised(trace, op) or (op.phase == "backward" and forward_refused):
             continue

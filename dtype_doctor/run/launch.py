@@ -71,7 +71,7 @@ def launch(command: ScriptCommand, sources: Mapping[str, str] | None = None) -> 
     except SystemExit as exc:
         return ScriptOutcome(_exit_code(exc))
     except (KeyboardInterrupt, UserCodeTimeout):
-        raise  # the doctor's to report (run.control), not the script's failure
+        raise  # the doctor's to report (machine.control), not the script's failure
     except BaseException as exc:  # noqa: BLE001 - the script's own failure is reported, not the doctor's
         return ScriptOutcome(1, error=exc)
     finally:

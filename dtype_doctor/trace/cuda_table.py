@@ -20,6 +20,7 @@ to CUDA except in these documented cases, each grounded in PyTorch itself:
 | `embedding` / `index_select` with a CPU index and a CUDA weight | — (one device) | refused: "…index is on cpu, different from other tensors on cuda:0" | measured on an H100; meta kernels do not check it, the probe does (trace/probe.py) |
 | an RNN's hidden state of another dtype than its input | refused by the CPU kernels | refused: "Input and hidden tensors are not the same dtype" | `_cudnn_rnn` (a CUDA build routes fake CUDA tensors there; no CPU kernel to probe); measured on an H100 |
 | integer `max_unpool1d/2d/3d` | refused: floating kernels only | runs | the CUDA kernels dispatch `AT_DISPATCH_ALL_TYPES_AND(Half)` (MaxUnpooling.cu); op_db samples floating types only; measured on an H100 |
+| the statistics a forward saves for its backward (layer_norm's mean/rstd, batch norm's save_mean/save_invstd, weight_norm's norms), float16/bfloat16 input | layer_norm and batch norm save them in the input's dtype (float32 when the parameters are float32), and the CPU backward refuses float32 ones: "expected scalar type BFloat16 but found Float"; weight_norm saves float32 norms, as CUDA does, but the fake kernel a simulation runs saves float16 ones for a float16 weight | saved in float32 (the accumulate type), and the backward reads them as float32 | `layer_norm_cuda` / `LayerNormBackwardKernelImplInternal` (aten/src/ATen/native/cuda/layer_norm_kernel.cu: `at::toAccumulateType(input.scalar_type(), /*is_cuda=*/true)`, `mean.data_ptr<T_ACC>()`); `batch_norm_cuda` / `batch_norm_backward_cuda` (aten/src/ATen/native/cuda/Normalization.cu); `weight_norm_cuda` (aten/src/ATen/native/cuda/WeightNorm.cu: "If Half or BFloat16, stash norms as float"). A simulated backward is probed on the CPU with the statistics its CPU forward would have saved, once CUDA's own check (float32 statistics) has passed (SAVED_FOR_BACKWARD) |
 
 Anything not in this table is assumed to behave on CUDA as on this CPU.
 """
@@ -27,8 +28,10 @@ Anything not in this table is assumed to behave on CUDA as on this CPU.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from typing import Any, Callable
 
 from dtype_doctor.ops import CONV_OPS, op_name
 from dtype_doctor.records import INTEGER, TensorMeta
@@ -40,6 +43,102 @@ _CUDA_ALSO = {"max_unpool2d": INTEGER, "max_unpool3d": INTEGER}
 _NORMS_SAME_TYPE = ("native_layer_norm", "native_group_norm")
 _BATCH_NORMS = ("cudnn_batch_norm", "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training")
 
+
+
+def _accumulate(dtype: str) -> str:
+    """at::toAccumulateType(dtype, /*is_cuda=*/true) for floating dtypes: float32, float64 for float64."""
+    return "float64" if dtype == "float64" else "float32"
+
+
+def _half_as_float(dtype: str) -> str:
+    return "float32" if dtype in ("float16", "bfloat16") else dtype
+
+
+@dataclass(frozen=True)
+class SavedForBackward:
+    """Tensors a CUDA forward saves for its backward in a dtype of its own (a row of the table).
+
+    `forwards` save their outputs `outputs`, which the `backwards` read as `arguments`. CUDA
+    makes them `cuda(dtype of reference)`, the reference being an argument of the forward
+    (`reference[0]`) and of the backward (`reference[1]`). This CPU's forward may save them in
+    another dtype, and its backward then refuses CUDA's: the probe asks the CPU backward with
+    what `cpu_forward(*cpu_arguments(backward's arguments))` saves instead.
+    """
+
+    forwards: frozenset[str]
+    outputs: tuple[int, ...]
+    backwards: frozenset[str]
+    arguments: tuple[str, ...]
+    reference: tuple[str, str]
+    cuda: Callable[[str], str]
+    cpu_forward: str
+    cpu_arguments: Callable[[dict[str, Any]], tuple]
+    source: str
+
+
+SAVED_FOR_BACKWARD = (
+    SavedForBackward(
+        forwards=frozenset({"native_layer_norm"}),
+        outputs=(1, 2),
+        backwards=frozenset({"native_layer_norm_backward"}),
+        arguments=("mean", "rstd"),
+        reference=("input", "input"),
+        cuda=_accumulate,
+        cpu_forward="native_layer_norm",
+        cpu_arguments=lambda a: (a["input"], a["normalized_shape"], a["weight"], a["bias"], 1e-5),
+        source="aten/src/ATen/native/cuda/layer_norm_kernel.cu: layer_norm_cuda, LayerNormBackwardKernelImplInternal",
+    ),
+    SavedForBackward(
+        forwards=frozenset({"native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+                            "_native_batch_norm_legit_functional", "_batch_norm_with_update", "_batch_norm_no_update"}),
+        outputs=(1, 2),
+        backwards=frozenset({"native_batch_norm_backward", "batch_norm_backward"}),
+        arguments=("save_mean", "save_invstd", "save_var"),
+        reference=("input", "input"),
+        cuda=_accumulate,
+        cpu_forward="native_batch_norm",
+        cpu_arguments=lambda a: (a["input"], a["weight"], None, a["running_mean"], a["running_var"],
+                                 bool(a.get("train", a.get("update", True))), 0.1, a["eps"]),
+        source="aten/src/ATen/native/cuda/Normalization.cu: batch_norm_cuda, batch_norm_backward_cuda",
+    ),
+    SavedForBackward(
+        forwards=frozenset({"_weight_norm_interface"}),
+        outputs=(1,),
+        backwards=frozenset({"_weight_norm_interface_backward"}),
+        arguments=("saved_norms",),
+        reference=("g", "saved_g"),
+        cuda=_half_as_float,
+        cpu_forward="_weight_norm_interface",
+        cpu_arguments=lambda a: (a["saved_v"], a["saved_g"], a["dim"]),
+        source="aten/src/ATen/native/cuda/WeightNorm.cu: weight_norm_cuda (\"If Half or BFloat16, stash norms as float\")",
+    ),
+)
+_SAVED_BY_FORWARD = {name: entry for entry in SAVED_FOR_BACKWARD for name in entry.forwards}
+_SAVED_BY_BACKWARD = {name: entry for entry in SAVED_FOR_BACKWARD for name in entry.backwards}
+
+
+def saved_by_forward(name: str) -> SavedForBackward | None:
+    """The table row of a forward op (its aten name without overload: "native_layer_norm"), if any."""
+    return _SAVED_BY_FORWARD.get(name)
+
+
+def saved_for_backward(name: str) -> SavedForBackward | None:
+    """The table row of a backward op ("native_layer_norm_backward"), if any."""
+    return _SAVED_BY_BACKWARD.get(name)
+
+
+def saved_refusal(entry: SavedForBackward, dtypes: dict[str, str]) -> str | None:
+    """CUDA's refusal of a backward given saved tensors not of the dtype its forward saves
+    (`dtypes`: the backward's tensor arguments by name), in its words (`data_ptr<T_ACC>()`)."""
+    reference = dtypes.get(entry.reference[1])
+    if reference is None:
+        return None
+    want = entry.cuda(reference)
+    for name in entry.arguments:
+        got = dtypes.get(name)
+        if got is not None and got != want:
+            return f"expected scalar type {scalar_type_name(want)} but found {scalar_type_name(got)}"
+    return None
 
 @lru_cache(maxsize=1)
 def op_dtypes() -> dict[str, dict]:

@@ -8,6 +8,10 @@ change each of them, and the ones that matter in practice:
 - buffers and attributes *replaced* (transformers' dynamic RoPE re-registers `inv_freq` and
   moves `max_seq_len_cached` past the cached length): each module's `__dict__`, `_buffers`,
   `_parameters` and `_modules` are restored to the objects they held;
+- hooks and other entries *added* to a dict the module holds (transformers 5 installs its
+  output-capturing forward hooks on the first call, then marks the model hooked in `__dict__`;
+  restoring the mark alone would leave the hooks, and the next call would install them twice):
+  each plain dict in a module's `__dict__` gets its entries back;
 - parameters written in place (`self.weight.data.mul_(2)`, a `copy_` into a weight), on the
   way to an exception or not: parameters are large, so nothing is copied up front; a dispatch
   mode sees every op that writes into a tensor and copies a parameter the first time an op is
@@ -24,6 +28,7 @@ touches the parameters, and runs without the write guard.
 from __future__ import annotations
 
 import contextlib
+from collections import OrderedDict
 from typing import Any, Iterator
 
 import torch
@@ -88,7 +93,8 @@ def preserved(model: torch.nn.Module, *, train: bool, guard_writes: bool = True,
     """
     modules = list(model.modules())
     flags = [(m, m.training) for m in modules]
-    attrs = [(m, dict(m.__dict__), dict(m._parameters), dict(m._buffers), dict(m._modules), set(m._non_persistent_buffers_set)) for m in modules]
+    attrs = [(m, dict(m.__dict__), dict(m._parameters), dict(m._buffers), dict(m._modules), set(m._non_persistent_buffers_set),
+              _dict_contents(m)) for m in modules]
     params = list(model.parameters())
     grads = [(p, p.grad, p.requires_grad) for p in params]
     # Buffers are small; a forward may update them in place (BatchNorm stats, counters, caches).
@@ -102,10 +108,12 @@ def preserved(model: torch.nn.Module, *, train: bool, guard_writes: bool = True,
         with config_kept(model), (guard if guard is not None and mode else contextlib.nullcontext()):
             yield guard
     finally:
-        for m, saved, parameters, own_buffers, children, non_persistent in attrs:
+        for m, saved, parameters, own_buffers, children, non_persistent, contents in attrs:
             _refill(m._parameters, parameters)
             _refill(m._buffers, own_buffers)
             _refill(m._modules, children)
+            for held, entries in contents:
+                _refill(held, entries)
             if m._non_persistent_buffers_set != non_persistent:
                 m._non_persistent_buffers_set.clear()
                 m._non_persistent_buffers_set.update(non_persistent)
@@ -125,6 +133,16 @@ def preserved(model: torch.nn.Module, *, train: bool, guard_writes: bool = True,
                 p.requires_grad_(requires_grad)
             for b, saved_values in buffers:
                 b.copy_(saved_values)
+
+
+_OWN_DICTS = frozenset({"_parameters", "_buffers", "_modules"})
+
+
+def _dict_contents(m: torch.nn.Module) -> list[tuple[dict, dict]]:
+    """Each plain dict a module holds (its hook tables, a cache) with a copy of its entries: a
+    step may add to them in place (transformers installs its output-capturing forward hooks on
+    the first call and marks the model as hooked; the mark goes with __dict__, the hooks would stay)."""
+    return [(v, dict(v)) for k, v in m.__dict__.items() if type(v) in (dict, OrderedDict) and k not in _OWN_DICTS]
 
 
 def _refill(target: dict, saved: dict) -> None:

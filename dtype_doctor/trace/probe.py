@@ -23,7 +23,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from dtype_doctor.errors import first_line
-from dtype_doctor.records import DTYPE_MAX, OpCall
+from dtype_doctor.records import DTYPE_MAX, OpCall, dtype_name
 from dtype_doctor.machine.gpus import GpuProfile
 from dtype_doctor.trace.recorder import _MODE_DEPENDENT
 from dtype_doctor.trace.verdicts import classify_error, unsupported_dtype
@@ -46,9 +46,13 @@ class KernelProbe:
         self.accepted_on_cuda: set[tuple] = set()  # signatures whose CPU verdict CUDA accepts too
         self.counts: Counter = Counter()  # probes run, cache hits, undecided
         self.last_accepted = False  # the last call's real kernel ran the op
+        self.last_output_dtypes: tuple[torch.dtype, ...] | None = None  # and the dtypes of its tensor outputs
+        self._output_dtypes: dict[tuple, tuple[torch.dtype, ...]] = {}
+        self._ran_outputs: tuple[torch.dtype, ...] | None = None  # the last _run's, when its kernel ran
 
     def __call__(self, func: Any, args: tuple, kwargs: dict, op: OpCall) -> str | None:
         self.last_accepted = False
+        self.last_output_dtypes = None
         if self.cuda and op.op.split(".")[:2] in (["aten", "embedding"], ["aten", "index_select"]):
             # Meta kernels do not check devices here; CUDA's index_select refuses a CPU index (seen on an H100).
             gpu = next((t.device for t in op.operands if t.role != "index" and t.device != "cpu"), None)
@@ -57,6 +61,11 @@ class KernelProbe:
                 where = f"cuda:{gpu.split(':')[1]}" if gpu.startswith("meta:") else gpu
                 return (f"Expected all tensors to be on the same device, but got index is on cpu, different from other "
                         f"tensors on {where} (when checking argument in method wrapper_CUDA__index_select)")
+        if self.cuda and isinstance(func, torch._ops.OpOverload):
+            # A backward reads what its forward saved, in the dtype CUDA's forward saved it.
+            refusal, args, kwargs = self._as_cpu_saved(func, args, kwargs)
+            if refusal is not None:
+                return refusal
         # A torch function the recorder watches (conv, SDPA, cross_entropy …) checks dtypes in
         # C++ before any aten op: run the function itself.
         function = getattr(func, "function", None)
@@ -68,8 +77,11 @@ class KernelProbe:
         verdict = self.cache.get(key, _UNDECIDED)
         if verdict is _UNDECIDED and key not in self.cache:
             self.counts["probes"] += 1
+            self._ran_outputs = None
             verdict = self._run(func, args, kwargs)
             self.cache[key] = verdict
+            if self._ran_outputs is not None:
+                self._output_dtypes[key] = self._ran_outputs
         else:
             self.counts["cached"] += 1
         if verdict is _DEFERRED:
@@ -85,6 +97,7 @@ class KernelProbe:
             self.counts["undecided"] += 1
             return self.fallback(op) if self.fallback else None
         self.last_accepted = verdict is None
+        self.last_output_dtypes = self._output_dtypes.get(key)
         if not self.cuda:
             return verdict
         # CUDA's acceptance reads the operands' dtypes, roles, devices and which are 0-dim (never
@@ -99,6 +112,75 @@ class KernelProbe:
         if refusal is None:
             self.accepted_on_cuda.add(accepted_key)
         return refusal
+
+    def as_made(self, func: Any, args: tuple, kwargs: dict, out: Any) -> Any:
+        """A forward's outputs as the target's kernel makes them: the tensors a CUDA forward saves
+        for its backward in CUDA's dtype where the fake kernel made another (weight_norm's float16
+        norms; CUDA's are float32: trace/cuda_table.py SAVED_FOR_BACKWARD)."""
+        if not self.cuda or not isinstance(out, tuple):
+            return out
+        from dtype_doctor.trace.cuda_table import saved_by_forward
+
+        entry = saved_by_forward(getattr(func, "_opname", ""))
+        if entry is None:
+            return out
+        reference = _named(func, args, kwargs).get(entry.reference[0])
+        if not isinstance(reference, torch.Tensor) or not reference.is_floating_point():
+            return out
+        want = getattr(torch, entry.cuda(dtype_name(reference.dtype)))
+        made = list(out)
+        for i in entry.outputs:
+            t = made[i] if i < len(made) else None
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != want:
+                with torch._C.DisableTorchFunction():
+                    made[i] = t.to(want)
+        return tuple(made)
+
+    def _as_cpu_saved(self, func: Any, args: tuple, kwargs: dict) -> tuple[str | None, tuple, dict]:
+        """A backward given the tensors its CUDA forward saved (trace/cuda_table.py SAVED_FOR_BACKWARD):
+        CUDA's refusal when they are not of CUDA's dtype; else the arguments with them in the dtype
+        this CPU's forward saves for the same operands, so the CPU kernel is asked CUDA's question."""
+        from dtype_doctor.trace.cuda_table import saved_for_backward, saved_refusal
+
+        entry = saved_for_backward(func._opname)
+        if entry is None:
+            return None, args, kwargs
+        named = _named(func, args, kwargs)
+        dtypes = {k: dtype_name(v.dtype) for k, v in named.items() if isinstance(v, torch.Tensor)}
+        refusal = saved_refusal(entry, dtypes)
+        if refusal is not None:
+            return refusal, args, kwargs
+        cpu = self._cpu_saved_dtypes(entry, named)
+        if cpu is None:
+            return None, args, kwargs
+        present = [n for n in entry.arguments if isinstance(named.get(n), torch.Tensor)]
+        with _disable_current_modes():
+            for name, dtype in zip(present, cpu):
+                t = named[name]
+                if t.dtype != dtype:
+                    named[name] = torch.empty(tuple(t.shape), dtype=dtype, device="meta")
+        return None, *_unnamed(func, named, len(args))
+
+    def _cpu_saved_dtypes(self, entry: Any, named: dict[str, Any]) -> tuple[torch.dtype, ...] | None:
+        """The dtypes this CPU's forward saves `entry.outputs` in, for the forward operands `named`
+        stands for (the forward run once on small tensors, per signature); None when it cannot run."""
+        forward = getattr(torch.ops.aten, entry.cpu_forward).default
+        try:
+            arguments = entry.cpu_arguments(named)
+        except KeyError:
+            return None
+        key = ("saved", _signature(forward, arguments, {}))
+        found = self.cache.get(key, _UNDECIDED)
+        if found is _UNDECIDED:
+            found = None
+            with _disable_current_modes(), torch._C._DisablePythonDispatcher(), torch.no_grad():
+                try:
+                    out = forward(*_materialise(arguments, _shrinker([t for t in _flat(arguments) if isinstance(t, torch.Tensor)])))
+                    found = tuple(out[i].dtype for i in entry.outputs)
+                except Exception:  # noqa: BLE001 - a forward the CPU refuses decides nothing here
+                    found = None
+            self.cache[key] = found
+        return found
 
     def _run(self, func: Any, args: tuple, kwargs: dict) -> Any:
         tensors = [t for t in _flat(args, kwargs) if isinstance(t, torch.Tensor)]
@@ -115,7 +197,7 @@ class KernelProbe:
             inner = _InFlight() if not isinstance(func, torch._ops.OpOverload) and func not in _MODE_DEPENDENT else None
             try:
                 with inner if inner is not None else contextlib.nullcontext():
-                    func(*real_args, **real_kwargs)
+                    out = func(*real_args, **real_kwargs)
             except Exception as exc:  # noqa: BLE001 - the verdict is what the kernel says
                 message = first_line(exc, 500)
                 if message.startswith("Could not run") and "'CPU' backend" in message:
@@ -123,6 +205,7 @@ class KernelProbe:
                 if classify_error(message, ()) in ("dtype", "overflow") or isinstance(exc, NotImplementedError):
                     return _DEFERRED if inner is not None and inner.raised else message
                 return _UNDECIDED
+        self._ran_outputs = tuple(t.dtype for t in _flat(out) if isinstance(t, torch.Tensor))
         return None
 
 
@@ -139,6 +222,20 @@ class _InFlight(TorchDispatchMode):
         except Exception:
             self.raised = True
             raise
+
+
+def _named(func: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """An aten op's arguments by their schema names."""
+    named = dict(kwargs)
+    for argument, value in zip(func._schema.arguments, args):
+        named[argument.name] = value
+    return named
+
+
+def _unnamed(func: Any, named: dict[str, Any], positional: int) -> tuple[tuple, dict]:
+    """`_named` undone: the first `positional` arguments by position, the rest by keyword."""
+    names = [a.name for a in func._schema.arguments]
+    return tuple(named[n] for n in names[:positional]), {n: v for n, v in named.items() if n not in names[:positional]}
 
 
 def _metadata_only(func: Any) -> bool:

@@ -248,6 +248,11 @@ class Recorder:
             else None
         )
         out = _FAILED
+        made = getattr(self.predict, "as_made", None)
+        if made is not None:
+            # A simulated target's forward saves what its own kernel saves (the probe knows).
+            plain_run = run
+            run = lambda a, k: made(func, a, k, plain_run(a, k))  # noqa: E731
         if self.values is not None:
             with _NoTorchFunction():
                 self._observe_written(func, operand_tensors, kwargs)
@@ -264,12 +269,17 @@ class Recorder:
                 kind = classify_error(_first_line(exc), operands)
                 if kind == "dtype" and getattr(self.predict, "last_accepted", False):
                     # A fake kernel (a Python decomposition) stricter than the real one, which the
-                    # probe just ran: not a refusal. Go on as the repair would, recording nothing.
+                    # probe just ran: not a refusal. Go on as the repair would, recording only the
+                    # target's own refusal, if it had one (the CPU ran it, CUDA would not).
                     out = self._run_repaired(op_name, operand_tensors, args, kwargs, kind, run)
+                    if out is _FAILED:
+                        out = self._run_as_accepted(args, kwargs, run)
                     if out is not _FAILED:
                         outputs = self._tag_outputs(func, op_name, out, operand_tensors, module)
                         self._observe_op(func, out, operand_tensors)
-                        self.ops.append(OpCall(len(self.ops), op_name, module, module_type, operands, outputs, phase, autocast, None, False, level, self._attrs(op_name, args, kwargs, self._in_root)))
+                        self.ops.append(OpCall(len(self.ops), op_name, module, module_type, operands, outputs, phase, autocast,
+                                               predicted, predicted is not None, level,
+                                               self._attrs(op_name, args, kwargs, self._in_root)))
                         return out
                 if self.recover and kind in ("dtype", "device", "overflow") and predicted is None:
                     out = self._run_repaired(op_name, operand_tensors, args, kwargs, kind, run)
@@ -405,6 +415,40 @@ class Recorder:
                 return run(*attempt)
             except Exception:  # noqa: BLE001 - try the next repair
                 continue
+
+    def _run_as_accepted(self, args: tuple, kwargs: dict, run: Callable[[tuple, dict], Any]) -> Any:
+        """An op the real kernel just ran (the probe) whose fake kernel wants other dtypes than any
+        repair gives (_grouped_mm's meta kernel takes bfloat16 only; the CPU kernel and CUDA's
+        fallback take any float): its output shapes do not depend on the dtype, so it runs with
+        the floating operands in a dtype it takes, and its outputs get the real kernel's dtypes."""
+        real = getattr(self.predict, "last_output_dtypes", None)
+        if not real:
+            return _FAILED
+        from dtype_doctor.trace.recovery import _rebuild
+
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            self._suspended += 1
+            try:
+                with _NoTorchFunction():
+                    a, k = _rebuild(args, kwargs, lambda t, d=dtype: t.to(d) if t.is_floating_point() and t.dtype != d else t)
+            finally:
+                self._suspended -= 1
+            try:
+                out = run(a, k)
+            except Exception:  # noqa: BLE001 - not a dtype this fake kernel takes
+                continue
+            outs = out if isinstance(out, tuple) else (out,)
+            if len([o for o in outs if isinstance(o, torch.Tensor)]) != len(real):
+                return _FAILED
+            wanted = iter(real)
+            self._suspended += 1
+            try:
+                with _NoTorchFunction():
+                    made = tuple(_as_dtype(o, next(wanted)) if isinstance(o, torch.Tensor) else o for o in outs)
+            finally:
+                self._suspended -= 1
+            return made if isinstance(out, tuple) else made[0]
+        return _FAILED
 
     @staticmethod
     def _attrs(op_name: str, args: tuple, kwargs: dict, in_root: int = 1) -> tuple[tuple[str, Any], ...]:
@@ -601,6 +645,10 @@ def _no_modes() -> Any:
 
 
 _FAILED = object()
+
+
+def _as_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return t if t.dtype == dtype else t.to(dtype)
 
 
 class _DispatchRecorder(TorchDispatchMode):

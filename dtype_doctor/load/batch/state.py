@@ -78,7 +78,7 @@ class BatchContext:
     device: str = "cpu"
     max_length: int = 128
     collator: str = "auto"
-    timeout: float | None = None  # seconds the user's preprocess code may take (run.control)
+    timeout: float | None = None  # seconds the user's preprocess code may take (machine.control)
 
     @property
     def forward(self) -> frozenset[str]:
