@@ -400,6 +400,20 @@ class StandIn:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldWrite:
+    """A file a simulated run wrote into its scratch directory instead of the user's file system:
+    the path as the script named it (relative to the working directory when below it), its size
+    at the end of the run, and the user's line that wrote it last."""
+
+    path: str
+    bytes: int
+    source: SourceLoc | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "bytes": self.bytes, "source": self.source.to_dict() if self.source else None}
+
+
+@dataclass(frozen=True, slots=True)
 class Coverage:
     """How much of a step the trace saw: the phases reached of those the step has, the model's
     modules called, ops recorded, stand-ins taken, and where and why it stopped early."""
@@ -463,6 +477,8 @@ class Trace:
     stand_ins: tuple[StandIn, ...] = ()
     # What the trace reached of the step (None: worked out from the ops, see coverage_of).
     coverage: Coverage | None = None
+    # Files a simulated run held back from the user's file system (None: not a run under --simulate).
+    writes: tuple[HeldWrite, ...] | None = None
 
     @property
     def values_measured(self) -> bool:
@@ -859,6 +875,8 @@ class Report:
             # What the trace reached of the step, and the values a simulation stood in for (additions to SPEC).
             d["coverage"] = coverage_of(self.trace).to_dict()
             d["stand_ins"] = [s.to_dict() for s in self.trace.stand_ins]
+        if self.trace is not None and self.trace.writes is not None:
+            d["writes"] = [w.to_dict() for w in self.trace.writes]  # held back by a simulated run (machine/disk.py)
         if self.trace and self.trace.failure:
             fl = self.trace.failure
             d["trace_failure"] = {

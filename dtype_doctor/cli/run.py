@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -28,6 +29,7 @@ Command = Annotated[Optional[list[str]], typer.Argument(metavar="COMMAND", help=
 Steps = Annotated[int, typer.Option("--steps", metavar="N", help="Steps traced: calls of the model, each with its loss, backward and optimizer step.")]
 KeepRunning = Annotated[bool, typer.Option("--keep-running", help="Let the script go on after the traced steps (unwatched) instead of stopping it.")]
 Simulate = Annotated[bool, typer.Option("--simulate", help="The script sees a CUDA machine: .cuda(), .to('cuda'), device='cuda' give tensors without data, autocast('cuda') applies CUDA's lists; no GPU needed.")]
+KeepWrites = Annotated[Optional[Path], typer.Option("--keep-writes", metavar="DIR", help="With --simulate: keep the files the script wrote (held back from your file system) under DIR.", show_default=False)]
 Device = Annotated[str, typer.Option("--device", metavar="DEVICE", help="auto|cpu|cuda|cuda:N — the machine the script sees (cuda without a GPU needs --simulate; cpu hides a GPU).")]
 
 SETTINGS = {"allow_interspersed_args": False, "ignore_unknown_options": True}
@@ -41,6 +43,7 @@ def run_command(
     device: Device = "auto",
     gpu: o.Gpu = None,
     gpus: o.Gpus = 1,
+    keep_writes: KeepWrites = None,
     format: o.Format = None,
     output: o.Output = None,
     fail_on: o.FailOn = "error",
@@ -71,7 +74,8 @@ def run_command(
     script = parse_command(words)
     check_outputs(locals(), reads=(script.target,) if script.kind == "file" else ())
     options = RunOptions(steps=steps, keep_running=keep_running, select=o.split_codes(select), ignore=o.split_codes(ignore),
-                         simulate=simulate, device=device, gpu=gpu, gpus=gpus, launch=launch, timeout=timeout)
+                         simulate=simulate, device=device, gpu=gpu, gpus=gpus, launch=launch, timeout=timeout,
+                         keep_writes=str(keep_writes.resolve()) if keep_writes is not None else None)
     options.validate()
     output = output.resolve() if output is not None else None  # the invoking cwd's, whatever the script does with its own
     quiet_libraries()
@@ -86,6 +90,11 @@ def run_command(
     result = run_script(script, options=options, on_report=on_report)
     if result.note:
         print(f"dtype-doctor: {result.note}", file=sys.stderr)
+    held = result.report.trace.writes if result.report.trace is not None else None
+    if held:
+        where = f"kept under {keep_writes}" if keep_writes is not None else "dropped (--keep-writes DIR keeps them)"
+        print(f"dtype-doctor: the script wrote {len(held)} file(s); the simulation held them back from your files, {where}",
+              file=sys.stderr)
     error = result.outcome.error
     if error is not None:
         from dtype_doctor.errors import first_line

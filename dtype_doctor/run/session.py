@@ -78,6 +78,7 @@ class RunSession:
         hide_cuda: bool = False,
         gpus: int = 1,
         launch: Any = None,
+        keep_writes: str | None = None,
     ) -> None:
         self.label = label  # what the report names as the target: the script
         self.max_steps = steps
@@ -114,6 +115,10 @@ class RunSession:
         self._lineage_mode: LineageMode | None = None
         self._unpatch_datasets: Callable[[], None] = lambda: None
         self._simulation: CudaSimulation | None = None
+        # A simulated script writes into scratch (machine/disk.py); `keep_writes` is where to keep what it wrote.
+        self.disk: Any = None
+        self.keep_writes = keep_writes
+        self.kept: list[str] = []
         self._conversions = ConversionLog(lambda d: self.alias.get(d, d))
         self.grads = StepGrads(lambda: self._session, lambda: self.report is not None, lambda: self.watch.scale())
         self.watch = StepWatch(lambda: self.model is not None and self.report is None, self.grads.optimizer_stepping)
@@ -126,6 +131,12 @@ class RunSession:
     # ------------------------------------------------------------------ arming
 
     def __enter__(self) -> "RunSession":
+        if self.simulate:
+            from dtype_doctor.machine.disk import Overlay
+
+            self.disk = Overlay(site=user_site)
+            self._arms.callback(self._put_away_writes)
+            self._arms.enter_context(self.disk)
         self._arms.enter_context(self._conversions)
         if self.launch is not None:
             from dtype_doctor.run.launchers import launch_env
@@ -333,8 +344,17 @@ class RunSession:
                 report = self._report(failure)
         self.report = report
         if self.on_report is not None:
-            self.on_report(report)
+            with self.disk.paused() if self.disk is not None else contextlib.nullcontext():
+                self.on_report(report)  # the report file is the doctor's to write
         return report
+
+    def _put_away_writes(self) -> None:
+        """After the script: what it wrote is kept where --keep-writes says, and the scratch directory goes."""
+        try:
+            if self.keep_writes is not None:
+                self.kept = self.disk.keep(self.keep_writes)
+        finally:
+            self.disk.cleanup()
 
     def _report(self, failure: TraceFailure | None) -> Report:
         assert self._session is not None and self.model is not None
@@ -389,8 +409,10 @@ class RunSession:
 
             plan = plan_of(self.model, self.gpus, gpu)
         stand_ins = trace.stand_ins + (tuple(self._simulation.stand_ins.taken) if self._simulation is not None else ())
+        writes = self.disk.held() if self.disk is not None else ()
         return dataclasses.replace(trace, ops=ops, device=device, simulated=True, gpu=str(gpu) if gpu else None,
-                                   gpu_capability=gpu.capability if gpu else None, devices=plan, stand_ins=stand_ins)
+                                   gpu_capability=gpu.capability if gpu else None, devices=plan, stand_ins=stand_ins,
+                                   writes=writes)
 
     def _with_parameter_source(self, finding: Any) -> Any:
         """A finding about parameters names the user's line that converted them (model.half())."""
