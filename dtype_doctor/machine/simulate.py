@@ -191,13 +191,17 @@ def _to_host(args: tuple, kwargs: dict) -> bool:
 _ABSENT = object()
 
 
-def moved_keeping_identity(module: torch.nn.Module, move: Callable[[], Any]) -> Any:
-    """Run `move` (a Module.to / .cuda to the stand-in device) keeping each parameter one object."""
+def moved_keeping_identity(module: torch.nn.Module, move: Callable[[], Any], swap: bool = True) -> Any:
+    """Run `move` (a Module.to / .cuda to the stand-in device) keeping each parameter one object.
+
+    `swap` False (several GPUs, whose tensors are fake: the fake mode holds weak references to
+    them, and torch.utils.swap_tensors refuses those): the moved parameters are new objects, and
+    parameters tied before the move are tied again after it."""
     import weakref
 
     params = list(module.parameters())
     referenced = any(weakref.getweakrefcount(p) or (p.grad is not None and weakref.getweakrefcount(p.grad)) for p in params)
-    if not referenced:
+    if swap and not referenced:
         swap = torch.__future__.get_swap_module_params_on_conversion()
         torch.__future__.set_swap_module_params_on_conversion(True)
         try:
@@ -397,7 +401,7 @@ class CudaSimulation:
                     device = torch._C._nn._parse_to(*args, **kwargs)[0]
                     if device is None or not is_cuda(device):
                         return _original(module, *args, **kwargs)
-                return moved_keeping_identity(module, lambda: _original(module, *args, **kwargs))
+                return moved_keeping_identity(module, lambda: _original(module, *args, **kwargs), swap=not self.indexed)
 
             moving.__wrapped__ = original  # type: ignore[attr-defined]
             self._set(cls, name, moving)

@@ -238,7 +238,10 @@ class RunSession:
                             self.note = "--keep-running: a simulated script cannot go on after the traced steps (its CUDA tensors hold no data); stopped"
                         raise StopScript()
             elif self.model is not None and _has_parameters(module):
-                return self._unrecorded(original, module, args, kwargs)
+                if not self._on_step_tensors(args, kwargs):
+                    return self._unrecorded(original, module, args, kwargs)
+                assert self._session is not None
+                self._session.recorder.adopt(module, _script_name(module))
         self._depth += 1
         self._model_depth += is_model
         try:
@@ -250,6 +253,16 @@ class RunSession:
         finally:
             self._depth -= 1
             self._model_depth -= is_model
+
+    def _on_step_tensors(self, args: tuple, kwargs: dict) -> bool:
+        """A module called on what the step made (the script's own head on the model's hidden states) is
+        part of the step, and traced with it; one called on the batch (a teacher) is another model."""
+        session = self._session
+        if session is None:
+            return False
+        knows = session.recorder.knows
+        return any(isinstance(t, torch.Tensor) and not isinstance(t, torch.nn.Parameter) and knows(t) and t.grad_fn is not None
+                   for t in (*args, *kwargs.values()))
 
     def _unrecorded(self, original: Any, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
         """A second model called in the step (a teacher, a frozen encoder): its ops are not this model's."""
@@ -446,6 +459,19 @@ _REAL_IS_AVAILABLE = torch.cuda.is_available
 
 def _real_cuda_available() -> bool:
     return bool(_REAL_IS_AVAILABLE())
+
+
+def _script_name(module: torch.nn.Module) -> str:
+    """What the script calls a module it runs beside the model (`head`), else its class."""
+    from dtype_doctor.machine.user_code import first_user_frame, frames_above
+
+    frame = first_user_frame(frames_above(1))
+    if frame is not None:
+        for scope in (frame.f_locals, frame.f_globals):
+            name = next((k for k, v in scope.items() if v is module and not k.startswith("_")), None)
+            if name is not None:
+                return name
+    return type(module).__name__
 
 
 def _has_parameters(module: torch.nn.Module) -> bool:
