@@ -211,3 +211,30 @@ def test_bad_simulation_options_are_usage_errors(argv: list[str], says: str, wor
     script = _script(workdir, "import torch\ntorch.nn.Linear(2, 2)(torch.ones(1, 2))\n")
     code, _, err = _run(["run", *argv, "--", "python", script], capsys)
     assert code == 2 and says in err
+
+
+RESUME = """\
+import torch
+
+model = torch.nn.Linear(8, 4)
+checkpoint = torch.load("ckpt.pt", map_location="cuda")  # nanoGPT's resume: the checkpoint onto the GPU
+print("loaded on", checkpoint["model"]["weight"].device)
+model.load_state_dict(checkpoint["model"])  # a host model filled from CUDA tensors
+model.to("cuda")
+for step in range(2):
+    model(torch.randn(2, 8, device="cuda")).sum().backward()
+"""
+
+
+def test_a_checkpoint_loaded_onto_cuda_resumes(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    """A CPU-only torch refuses map_location="cuda" ("Attempting to deserialize object on a CUDA device");
+    the simulated machine loads it onto its data-less CUDA, and the host copy takes stand-in values."""
+    import torch
+
+    torch.save({"model": torch.nn.Linear(8, 4).state_dict()}, workdir / "ckpt.pt")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA"):
+            torch.load(workdir / "ckpt.pt", map_location="cuda")
+    code, report, err = _run(["run", "--simulate", "-f", "json", "--", "python", _script(workdir, RESUME)], capsys)
+    assert code == 0 and "loaded on cuda:0" in err and report["coverage"]["complete"]
+    assert {s["what"] for s in report["stand_ins"]} == {"Tensor.copy_ (from CUDA)"}

@@ -172,6 +172,10 @@ class _CudaMode(TorchFunctionMode):
                 args = (self.sim.faked(args[0]), *args[1:])  # a plain meta tensor forgets its GPU; a fake one keeps it
         elif func is torch.Tensor.pin_memory:
             return args[0]  # page-locked host memory is a CUDA-machine optimisation; the data is the same
+        elif func is torch.Tensor.copy_ and len(args) > 1 and not _simulated(args[0]) and _simulated(args[1]):
+            # A host tensor filled from simulated CUDA (load_state_dict of a checkpoint loaded to "cuda"): stand-in values.
+            copy = values.read(torch.Tensor.cpu, (args[1],), {}, "Tensor.copy_ (from CUDA)")
+            return func(args[0], copy, *args[2:], **kwargs)
         if args and _simulated(args[0]):
             if func in SCALAR_READS or func in COPY_READS or func in AGREE_READS:
                 return values.read(func, args, kwargs, _func_name(func))
@@ -433,6 +437,7 @@ class CudaSimulation:
         self._import_hook = patch_bitsandbytes(self.on_cuda, self._set)
         self._patch_autocast()
         self._patch_transformers()
+        self._patch_load()
         from dtype_doctor.machine.modes import push_function_mode
 
         push_function_mode(self._mode)
@@ -461,6 +466,11 @@ class CudaSimulation:
             os.environ.pop("HF_DEACTIVATE_ASYNC_LOAD", None)
         else:
             os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = self._env
+        import torch.serialization as serialization
+
+        entry = getattr(self, "_restore_entry", None)
+        if entry is not None and entry in serialization._package_registry:
+            serialization._package_registry.remove(entry)
         for owner, name, original in reversed(self._saved):
             if original is _ABSENT:
                 delattr(owner, name)
@@ -504,6 +514,24 @@ class CudaSimulation:
             return torch.device("cuda", sim.cuda_index(t))
 
         self._set(FakeTensor, "device", property(device))
+
+    def _patch_load(self) -> None:
+        """`torch.load(f, map_location="cuda")`, or a checkpoint saved on a GPU: its storages land on the
+        stand-in without their data, as a model moved to CUDA does (a CPU-only build refuses CUDA storages)."""
+        import torch.serialization as serialization
+
+        sim = self
+
+        def restore(storage: Any, location: str) -> Any:
+            if isinstance(location, str) and location.split(":")[0] == "cuda":
+                return torch.UntypedStorage(storage.nbytes(), device=sim.stand_in(location))
+            return None
+
+        entry = (19, lambda storage: None, restore)  # before torch's own cuda entry (20)
+        registry = serialization._package_registry
+        registry.insert(0, entry)
+        registry.sort(key=lambda e: e[0])
+        self._restore_entry = entry
 
     def _patch_module_moves(self) -> None:
         """`model.to("cuda")` / `model.cuda()` keep the model's tensors as a GPU does: each
