@@ -477,9 +477,14 @@ def _copy(src: str, dst: str) -> str:
 
 def _library_caches() -> list[str]:
     """Where libraries keep their caches: written as they are, the script's step is not in them."""
+    import getpass
+
     home = os.path.expanduser("~")
     env = os.environ.get
-    user = env("USER") or env("USERNAME") or "user"
+    try:
+        user = getpass.getuser()  # what inductor names its default cache directory after
+    except (KeyError, OSError):
+        user = env("USER") or env("USERNAME") or "user"
     caches = [env("XDG_CACHE_HOME") or os.path.join(home, ".cache"), os.path.join(home, ".triton"),
               os.path.join(tempfile.gettempdir(), f"torchinductor_{user}"), "/dev", "/proc"]
     for name in ("HF_HOME", "HF_HUB_CACHE", "HF_DATASETS_CACHE", "TRANSFORMERS_CACHE", "TORCH_HOME",
