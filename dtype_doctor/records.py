@@ -414,6 +414,30 @@ class HeldWrite:
 
 
 @dataclass(frozen=True, slots=True)
+class CompiledRegion:
+    """A region the script handed to torch.compile, which the trace ran eagerly, op by op.
+
+    torch.compile does not compile under a dispatch mode (dynamo skips such frames: "non-infra
+    torch dispatch mode present"), so the trace sees every op as eager PyTorch runs them; what the
+    compiled code computes can differ (DD304). `module` is the region's dotted name in the traced
+    model ("" the model itself), None for a function or a module outside the model."""
+
+    target: str  # what was compiled: the module's class, or the function's qualified name
+    kind: str  # module | function
+    module: str | None
+    backend: str  # "inductor" (torch.compile's default), "eager", "aot_eager", or a callable's name
+    mode: str | None = None
+    emulate_precision_casts: bool = False  # inductor rounds between fused half-precision ops as eager does
+    called: bool = False  # the region ran in the traced step
+    source: SourceLoc | None = None  # the script's torch.compile line
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "kind": self.kind, "module": self.module, "backend": self.backend, "mode": self.mode,
+                "emulate_precision_casts": self.emulate_precision_casts, "called": self.called, "traced": "eagerly",
+                "source": self.source.to_dict() if self.source else None}
+
+
+@dataclass(frozen=True, slots=True)
 class Coverage:
     """How much of a step the trace saw: the phases reached of those the step has, the model's
     modules called, ops recorded, stand-ins taken, and where and why it stopped early."""
@@ -426,6 +450,7 @@ class Coverage:
     stand_ins: int = 0
     steps: int = 1  # optimizer steps traced (forward calls where there is no optimizer)
     stopped: str | None = None  # where and why the trace ended before the step's end
+    compiled: tuple[CompiledRegion, ...] = ()  # regions torch.compile would have compiled, traced eagerly
 
     @property
     def missing(self) -> tuple[str, ...]:
@@ -445,6 +470,7 @@ class Coverage:
             "stand_ins": self.stand_ins,
             "steps": self.steps,
             "stopped": self.stopped,
+            **({"compiled": [r.to_dict() for r in self.compiled]} if self.compiled else {}),
         }
 
 

@@ -122,6 +122,9 @@ class RunSession:
         self._conversions = ConversionLog(lambda d: self.alias.get(d, d))
         self.grads = StepGrads(lambda: self._session, lambda: self.report is not None, lambda: self.watch.scale())
         self.watch = StepWatch(lambda: self.model is not None and self.report is None, self.grads.optimizer_stepping)
+        from dtype_doctor.run.compiled import CompileWatch
+
+        self.compiles = CompileWatch(lambda: self.model is not None and self.report is None)  # torch.compile's regions
         self._arms = contextlib.ExitStack()
         self._closed = False
         # Lineage is the pipeline's: inside the model the recorder sees everything.
@@ -144,6 +147,7 @@ class RunSession:
 
             self._arms.enter_context(fake_launch(self.launch.processes, self.launch.launcher, launch_env(self.launch)))
         self._arms.enter_context(self.watch)
+        self._arms.enter_context(self.compiles)
         self._arms.enter_context(self.trainer_args)
         if self.simulate:
             from dtype_doctor.machine.gpus import gpu_profile
@@ -377,8 +381,9 @@ class RunSession:
         values = self._session.recorder.values
         if values is not None and self.grads.handles:
             trace = dataclasses.replace(trace, grads=self.grads.stats(values), grad_scaler=bool(self.watch.scaler_calls))
-        trace = dataclasses.replace(trace, coverage=self.watch.coverage(trace, self.forwards, getattr(self, "_stopped", None)),
-                                    scaler=self.watch.scaler_class())
+        coverage = self.watch.coverage(trace, self.forwards, getattr(self, "_stopped", None))
+        coverage = dataclasses.replace(coverage, compiled=self.compiles.regions(self.model, {m.name for m in trace.modules}))
+        trace = dataclasses.replace(trace, coverage=coverage, scaler=self.watch.scaler_class())
         if self.launch is not None:
             trace = self._launched(trace)
         if self.trainer_args.launch is not None:  # the script's TrainingArguments: their precision and DeepSpeed config
