@@ -50,7 +50,7 @@ with torch.device("cuda"):
 scaler = torch.cuda.amp.GradScaler()
 print("scaler", scaler.is_enabled())
 print("params", {p.device.type for p in [*model.parameters(), *head.parameters()]}, "x", x.device.type, "bias", bias.device.type)
-print("x on", x.device, "is_cuda", x.is_cuda, "is_meta", x.is_meta, "get_device", x.get_device())
+print("x on", x.device, "is_cuda", x.is_cuda, "is_meta", x.is_meta, "get_device", x.get_device(), "type", x.type())
 with torch.device("meta"):  # the script's own empty init stays on meta
     skeleton = torch.nn.Linear(8, 4)
 print("skeleton", skeleton.weight.device, skeleton.weight.is_meta)
@@ -69,7 +69,7 @@ def test_the_script_sees_a_cuda_machine(workdir: Path, capsys: pytest.CaptureFix
     assert "scaler True" in err  # GradScaler is on, as on a GPU
     # Every placement landed on the data-less stand-in, which the script reads as the CUDA device it stands for.
     assert "params {'cuda'} x cuda bias cuda" in err
-    assert "x on cuda:0 is_cuda True is_meta False get_device 0" in err and "cuda branch" in err
+    assert "x on cuda:0 is_cuda True is_meta False get_device 0 type torch.cuda.FloatTensor" in err and "cuda branch" in err
     assert "skeleton meta True" in err
     assert "step 0 out torch.Size([2, 2])" in err and "step 1" not in err  # stopped before step 2
     assert code == 0 and report["target"]["device"] == "cuda:0" and report["target"]["simulated"] is True

@@ -104,7 +104,9 @@ def _where_read(func: Any) -> str | None:
     """"device", "is_cuda", "is_meta" or "get_device" when `func` reads where a tensor lives, else None."""
     if type(func) is _METHOD_WRAPPER:
         return _GETTERS.get(func.__self__)
-    return "get_device" if func is torch._C.TensorBase.get_device else None
+    if func is torch._C.TensorBase.get_device:
+        return "get_device"
+    return "type" if func is torch._C.TensorBase.type else None
 
 
 def _read_by_script(frame: Any, func: Any = None) -> bool:
@@ -146,7 +148,7 @@ class _CudaMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
         read = _where_read(func)
-        if read is not None:
+        if read is not None and (read != "type" or (len(args) == 1 and not kwargs)):  # x.type(), not x.type(torch.half)
             return self.sim.where_read(read, args[0], func, args, kwargs)
         values = self.sim.stand_ins
         placed = False
@@ -414,6 +416,8 @@ class CudaSimulation:
                 or not self.sees_cuda(t):
             return real
         index = self.cuda_index(t)
+        if read == "type":
+            return real.replace("torch.meta.", "torch.cuda.")  # "torch.cuda.FloatTensor", as PyTorch's errors name it
         return {"device": torch.device("cuda", index), "is_cuda": True, "is_meta": False, "get_device": index}[read]
 
     def on_cuda(self, t: torch.Tensor) -> bool:
