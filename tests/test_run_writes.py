@@ -124,3 +124,21 @@ def test_a_real_run_writes_as_the_script_does(gpt: Path, capsys: pytest.CaptureF
     with pytest.raises(SystemExit) as exit_info:
         run(["run", "--keep-writes", "kept", "--", "python", "gpt_trainer.py"])
     assert exit_info.value.code == 2 and "a real run writes as the script does" in capsys.readouterr().err
+
+
+def test_a_fast_tokenizer_saved_and_loaded_again_stays_in_scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """save_pretrained of a fast tokenizer writes tokenizer.json from Rust (tokenizers.Tokenizer.save), past
+    Python's open: it is routed by name, and from_pretrained of that directory reads the scratch copy."""
+    from transformers import AutoTokenizer
+
+    monkeypatch.chdir(tmp_path)
+    tok = AutoTokenizer.from_pretrained(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "bert-tiny")
+    tok.save_pretrained("saved")
+    user = {p.name: p.read_bytes() for p in (tmp_path / "saved").iterdir()}
+    with Overlay() as disk:
+        tok.add_tokens(["<new>"])
+        tok.save_pretrained("saved")
+        assert "<new>" in AutoTokenizer.from_pretrained("saved").get_vocab()
+        assert os.path.join("saved", "tokenizer.json") in {w.path for w in disk.held()}
+    disk.cleanup()
+    assert {p.name: p.read_bytes() for p in (tmp_path / "saved").iterdir()} == user

@@ -53,6 +53,8 @@ COMPILED: tuple[tuple[str, str, int, str, str], ...] = (
     ("pyarrow", "input_stream", 0, "source", "read"),
     ("pyarrow.parquet", "write_table", 1, "where", "write"),
     ("pyarrow.parquet", "read_table", 0, "source", "read"),
+    ("tokenizers", "Tokenizer.save", 1, "path", "write"),  # a fast tokenizer's save_pretrained writes tokenizer.json in Rust
+    ("tokenizers", "Tokenizer.from_file", 0, "path", "read"),
 )
 
 
@@ -390,7 +392,9 @@ class Overlay:
 
     def _route_compiled(self, module: Any, rows: list[tuple[str, int, str, str]]) -> None:
         for attr, index, keyword, kind in rows:
-            original = getattr(module, attr, None)
+            owner_name, _, attr = attr.rpartition(".")
+            owner = getattr(module, owner_name, None) if owner_name else module
+            original = getattr(owner, attr, None) if owner is not None else None
             if original is None:
                 continue
 
@@ -402,7 +406,7 @@ class Overlay:
                     kwargs[_keyword] = route(kwargs[_keyword])
                 return _original(*args, **kwargs)
 
-            self._set(module, attr, routed)
+            self._set(owner, attr, routed)
 
     def _set(self, owner: Any, name: str, value: Any) -> None:
         self._saved.append((owner, name, getattr(owner, name)))
