@@ -142,3 +142,22 @@ def test_a_fast_tokenizer_saved_and_loaded_again_stays_in_scratch(tmp_path: Path
         assert os.path.join("saved", "tokenizer.json") in {w.path for w in disk.held()}
     disk.cleanup()
     assert {p.name: p.read_bytes() for p in (tmp_path / "saved").iterdir()} == user
+
+
+def test_a_run_that_cannot_arm_leaves_the_file_system_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session that fails while it arms (after the overlay, before the script) takes the overlay off
+    again: __exit__ never runs for a failed __enter__, and an armed overlay would keep the process's open()."""
+    import builtins
+
+    from dtype_doctor.run.runner import RunOptions, run_script
+    from dtype_doctor.run.trainer_args import TrainerArgsWatch
+
+    def refuse(self: object) -> None:
+        raise RuntimeError("arming refused")
+
+    monkeypatch.setattr(TrainerArgsWatch, "__enter__", refuse)
+    (tmp_path / "train.py").write_text("import torch\n")
+    before = builtins.open
+    with pytest.raises(RuntimeError, match="arming refused"):
+        run_script(["python", str(tmp_path / "train.py")], options=RunOptions(simulate=True))
+    assert builtins.open is before

@@ -366,6 +366,9 @@ class Overlay:
     def __enter__(self) -> "Overlay":
         global _ARMED
         self.root = tempfile.mkdtemp(prefix="dtype-doctor-writes-")
+        import atexit
+
+        atexit.register(self.cleanup)  # the scratch goes with the process, whatever ended the run
         self._exempt = tuple(os.path.join(os.path.abspath(p), "") for p in (self.root, *_library_caches()))
         patches = {
             (builtins, "open"): self.open, (io, "open"): self.open,
@@ -460,6 +463,9 @@ class Overlay:
         if self.root:
             _rmtree(self.root, ignore_errors=True)
             self.root = ""
+            import atexit
+
+            atexit.unregister(self.cleanup)
 
 
 class _Paused:

@@ -134,6 +134,17 @@ class RunSession:
     # ------------------------------------------------------------------ arming
 
     def __enter__(self) -> "RunSession":
+        try:
+            return self._arm()
+        except BaseException:
+            # An arm that fails (a launch refused, a process group already there) leaves nothing armed:
+            # __exit__ never runs for a failed __enter__, and an armed overlay would keep the process's open().
+            self._closed = True
+            self._disarm()
+            self._arms.close()
+            raise
+
+    def _arm(self) -> "RunSession":
         if self.simulate:
             from dtype_doctor.machine.disk import Overlay
 
