@@ -91,14 +91,18 @@ def evaluating(model: torch.nn.Module) -> Iterator[None]:
 
 
 def forward(model: torch.nn.Module, inputs: Mapping[str, Any], autocast: str | None) -> tuple[str, torch.Tensor]:
-    """One eval-mode, no-grad forward (under autocast in that dtype, if given): its primary output."""
+    """One eval-mode forward (under autocast in that dtype, if given): its primary output, detached.
+
+    It runs in the caller's grad mode, as the plain `model(**inputs)` does: libraries choose their
+    kernels by it (bitsandbytes' CPU path for 4-bit weights differs with and without grad)."""
     state = next(itertools.chain(model.parameters(), model.buffers()), None)
     device = state.device if state is not None else torch.device("cpu")
-    with evaluating(model), torch.no_grad(), contextlib.ExitStack() as stack:
+    with evaluating(model), contextlib.ExitStack() as stack:
         if autocast:
             stack.enter_context(torch.autocast(device.type, dtype=getattr(torch, autocast)))
         out = model(**inputs)
-    return primary_output(out)
+    name, primary = primary_output(out)
+    return name, primary.detach()
 
 
 PRIMARY_KEYS = ("logits", "last_hidden_state", "prediction_logits", "start_logits")

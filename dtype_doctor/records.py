@@ -451,6 +451,44 @@ class StandIn:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldWrite:
+    """A file a simulated run wrote into its scratch directory instead of the user's file system:
+    the path as the script named it (relative to the working directory when below it), its size
+    at the end of the run, and the user's line that wrote it last."""
+
+    path: str
+    bytes: int
+    source: SourceLoc | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "bytes": self.bytes, "source": self.source.to_dict() if self.source else None}
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledRegion:
+    """A region the script handed to torch.compile, which the trace ran eagerly, op by op.
+
+    torch.compile does not compile under a dispatch mode (dynamo skips such frames: "non-infra
+    torch dispatch mode present"), so the trace sees every op as eager PyTorch runs them; what the
+    compiled code computes can differ (DD304). `module` is the region's dotted name in the traced
+    model ("" the model itself), None for a function or a module outside the model."""
+
+    target: str  # what was compiled: the module's class, or the function's qualified name
+    kind: str  # module | function
+    module: str | None
+    backend: str  # "inductor" (torch.compile's default), "eager", "aot_eager", or a callable's name
+    mode: str | None = None
+    emulate_precision_casts: bool = False  # inductor rounds between fused half-precision ops as eager does
+    called: bool = False  # the region ran in the traced step
+    source: SourceLoc | None = None  # the script's torch.compile line
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "kind": self.kind, "module": self.module, "backend": self.backend, "mode": self.mode,
+                "emulate_precision_casts": self.emulate_precision_casts, "called": self.called, "traced": "eagerly",
+                "source": self.source.to_dict() if self.source else None}
+
+
+@dataclass(frozen=True, slots=True)
 class Coverage:
     """How much of a step the trace saw: the phases reached of those the step has, the model's
     modules called, ops recorded, stand-ins taken, and where and why it stopped early."""
@@ -463,6 +501,7 @@ class Coverage:
     stand_ins: int = 0
     steps: int = 1  # optimizer steps traced (forward calls where there is no optimizer)
     stopped: str | None = None  # where and why the trace ended before the step's end
+    compiled: tuple[CompiledRegion, ...] = ()  # regions torch.compile would have compiled, traced eagerly
 
     @property
     def missing(self) -> tuple[str, ...]:
@@ -482,6 +521,7 @@ class Coverage:
             "stand_ins": self.stand_ins,
             "steps": self.steps,
             "stopped": self.stopped,
+            **({"compiled": [r.to_dict() for r in self.compiled]} if self.compiled else {}),
         }
 
 
@@ -516,6 +556,8 @@ class Trace:
     coverage: Coverage | None = None
     # How the model was loaded, when the doctor saw the load (scan, run): its dtype's origin, the attention asked for.
     loaded: LoadFacts | None = None
+    # Files a simulated run held back from the user's file system (None: not a run under --simulate).
+    writes: tuple[HeldWrite, ...] | None = None
 
     @property
     def values_measured(self) -> bool:
@@ -913,6 +955,8 @@ class Report:
             # What the trace reached of the step, and the values a simulation stood in for (additions to SPEC).
             d["coverage"] = coverage_of(self.trace).to_dict()
             d["stand_ins"] = [s.to_dict() for s in self.trace.stand_ins]
+        if self.trace is not None and self.trace.writes is not None:
+            d["writes"] = [w.to_dict() for w in self.trace.writes]  # held back by a simulated run (machine/disk.py)
         if self.trace and self.trace.failure:
             fl = self.trace.failure
             d["trace_failure"] = {

@@ -38,8 +38,14 @@ def files(tmp_path, mixed: str, ds: dict) -> tuple[str, str]:
 
 def run(words, tmp_path, gpu=None):
     script, launch = split_launcher(words, 8)
-    result = run_script(script, options=RunOptions(simulate=True, gpus=8, gpu=gpu, launch=launch))
+    result = run_script(script, options=RunOptions(simulate=True, gpus=8, gpu=gpu, launch=launch, keep_writes=str(tmp_path / "kept")))
     return launch, result.report
+
+
+def written(tmp_path, out):
+    """What the simulated script wrote to `out`: held back from the file system, kept under kept/."""
+    assert not out.exists()
+    return (tmp_path / "kept" / str(out).lstrip("/")).read_text()
 
 
 def test_accelerate_refuses_bf16_against_a_deepspeed_fp16_block(tmp_path):
@@ -52,7 +58,7 @@ def test_accelerate_refuses_bf16_against_a_deepspeed_fp16_block(tmp_path):
     assert launch.zero_stage == 2 and launch.offload == ("optimizer:cpu",) and launch.ds_fp16 == "true"
     [f] = [f for f in report.findings if f.code == "DD610"]
     assert "cannot be set to `bf16` when `fp16`" in f.pytorch_error and f.stage == "launch"
-    assert out.read_text() == "8 0"  # the script ran as rank 0 of 8 on the fake process group
+    assert written(tmp_path, out) == "8 0"  # the script ran as rank 0 of 8 on the fake process group
     world = report.to_dict()["target"]["world"]
     assert {k: world[k] for k in ("size", "rank", "backend", "launcher")} == {"size": 8, "rank": 0, "backend": "fake", "launcher": "accelerate"}
     assert world["config"]["mixed_precision"] == "bf16" and world["config"]["zero_stage"] == 2
@@ -75,7 +81,7 @@ def test_torchrun_line_is_rank_0_of_its_world_and_bf16_on_a_t4_is_named(tmp_path
     (tmp_path / "train.py").write_text(SCRIPT)
     out = tmp_path / "rank.txt"
     launch, report = run(["torchrun", "--nproc-per-node", "4", str(tmp_path / "train.py"), str(out)], tmp_path)
-    assert launch.processes == 4 and out.read_text() == "4 0"
+    assert launch.processes == 4 and written(tmp_path, out) == "4 0"
     assert report.target.world.launcher == "torchrun" and report.target.world.size == 4
     cfg, train = files(tmp_path, "bf16", {"bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 1}})
     _, report = run(["accelerate", "launch", "--config_file", cfg, train, str(out)], tmp_path, gpu="t4")
@@ -88,7 +94,8 @@ def test_the_command_line_takes_a_torchrun_line(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text(SCRIPT)
     with pytest.raises(SystemExit) as code:
-        cli(["run", "--simulate", "--gpus", "8", "-f", "json", "--", "torchrun", "--nproc-per-node", "8", "train.py", "rank.txt"])
+        cli(["run", "--simulate", "--gpus", "8", "--keep-writes", "kept", "-f", "json", "--", "torchrun", "--nproc-per-node", "8", "train.py", "rank.txt"])
     report = json.loads(capsys.readouterr().out)
-    assert code.value.code == 0 and (tmp_path / "rank.txt").read_text() == "8 0"
+    assert code.value.code == 0 and (tmp_path / "kept" / "rank.txt").read_text() == "8 0"
+    assert [w["path"] for w in report["writes"]] == ["rank.txt"]
     assert report["target"]["world"]["size"] == 8 and report["target"]["world"]["launcher"] == "torchrun"

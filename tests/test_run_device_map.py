@@ -5,6 +5,7 @@ The clean control, the same model over 4 GPUs without the hook, is tests/test_de
 test_a_script_loading_with_device_map_auto_sees_the_gpus (no DD201)."""
 
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -45,3 +46,37 @@ def test_a_hook_adding_a_cuda0_tensor_on_another_gpu_is_found(tmp_path):
     first = mismatches[0]
     assert first.module == "model.layers.1" and {t.device for t in first.tensors} == {"cuda:0", last}
     assert "found at least two devices" in first.pytorch_error
+
+
+PLAIN = textwrap.dedent("""
+    import torch
+    model = torch.nn.Linear(8, 2).to("cuda:0")
+    x = torch.randn(4, 8, device="cuda:1").to("cuda:0")
+    model(x).sum().backward()
+    print("ran on", model.weight.device, x.device)
+""")
+
+
+def test_a_plain_module_moved_to_cuda0_runs_on_two_gpus(tmp_path):
+    """`--gpus 2` and `nn.Linear(8, 2).to("cuda:0")`: the move a single GPU takes, taken on either of two."""
+    (tmp_path / "train.py").write_text(PLAIN)
+    result = run_script(["python", str(tmp_path / "train.py")], options=RunOptions(simulate=True, gpus=2))
+    assert result.outcome.error is None and not result.report.findings
+    assert result.report.trace.coverage.complete
+
+
+@pytest.mark.parametrize("mode", ["moved", "left"])
+def test_a_device_map_model_with_the_scripts_own_head_on_cuda0(mode):
+    """The model dispatched by accelerate onto cuda:1, the script's head on cuda:0: with the hidden
+    state moved to the head it is clean; left on cuda:1, the head's matmul meets two devices (the
+    oracle above), found in the head, named as the script names it."""
+    script = Path(__file__).resolve().parent / "scripts" / "device_map_head.py"
+    result = run_script(["python", str(script), str(FIXTURE_MODELS / "llama-tiny"), mode], options=RunOptions(simulate=True, gpus=2))
+    report = result.report
+    assert report.trace.coverage.complete and report.target.device == "cuda:1"
+    if mode == "moved":
+        assert not report.findings
+        return
+    first = found(report, "DD201")[0]
+    assert first.module == "head" and {t.device for t in first.tensors} == {"cuda:0", "cuda:1"}
+    assert "found at least two devices" in first.pytorch_error and "meta" not in first.pytorch_error

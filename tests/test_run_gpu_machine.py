@@ -88,6 +88,15 @@ with torch.cuda.stream(stream):
 torch.cuda.current_stream().wait_stream(stream)
 torch.cuda.synchronize()
 print("elapsed", start.elapsed_time(end) >= 0, "raw stream", torch._C._cuda_getCurrentRawStream(0))
+torch.cuda.reset_peak_memory_stats()
+held = torch.cuda.memory_allocated()
+def activations():
+    return torch.empty(1024, 1024, device="cuda").sum()  # 4 MiB made and freed before anyone asks
+activations()
+print("after", torch.cuda.memory_allocated() - held, "peak", torch.cuda.max_memory_allocated() - held >= 4 * 2**20)
+with torch.device("meta"):
+    skeleton = torch.nn.Linear(4096, 4096)  # the script's own meta tensors are on no GPU
+print("meta counted", torch.cuda.memory_allocated() - held)
 """
 
 
@@ -108,6 +117,8 @@ def test_torch_cuda_answers_as_the_gpu_profile(gpu: str, props: str, bf16: str, 
     assert f"capability ({major}, {minor}) count 1 bf16 {bf16}" in err
     assert f"allocated {256 * 256 * 4 + 256 * 4 + 4 * 256 * 4} peak True" in err  # the weights and the batch
     assert "free True total True" in err and "elapsed True raw stream 0" in err
+    # The peak follows the allocations the script made, freed or not; memory the script put on meta is on no GPU.
+    assert "after 0 peak True" in err and "meta counted 0" in err
     assert report["target"]["gpu"].startswith(gpu)
 
 

@@ -151,7 +151,15 @@ def _id(case: object) -> str:
 
 @pytest.mark.parametrize(("argv", "where", "errors", "warnings", "ends"), LIBRARY_CASES, ids=[_id(c) for c in LIBRARY_CASES])
 def test_library_scripts(argv: tuple[str, ...], where: str, errors: list[str], warnings: list[str], ends: str,
-                         scripts: Path, capsys: pytest.CaptureFixture) -> None:
+                         scripts: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    if argv[0] == "qlora_loop.py" and where == "cpu":
+        # The script never calls model.train() and its frozen base sees inputs without grad: on a CPU with
+        # avx512_bf16 bitsandbytes packs the 4-bit weights for its fused kernel, which fails for llama-tiny's
+        # hidden size (32, below the block of 64) in the plain run too; tests/test_bnb_cpu_paths.py shows
+        # both paths, plain and traced. This case is about the half adapters, so it takes the path every CPU has.
+        import bitsandbytes
+
+        monkeypatch.setattr(bitsandbytes.nn.modules, "has_avx512bf16", lambda: False)
     code, report, err = _run(["run", *_machine(where), "-f", "json", "--", "python", *argv], capsys)
     assert _codes(report, "error") == errors, report["findings"]
     assert _codes(report, "warning") == warnings, report["findings"]

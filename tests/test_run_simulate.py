@@ -50,6 +50,12 @@ with torch.device("cuda"):
 scaler = torch.cuda.amp.GradScaler()
 print("scaler", scaler.is_enabled())
 print("params", {p.device.type for p in [*model.parameters(), *head.parameters()]}, "x", x.device.type, "bias", bias.device.type)
+print("x on", x.device, "is_cuda", x.is_cuda, "is_meta", x.is_meta, "get_device", x.get_device(), "type", x.type())
+with torch.device("meta"):  # the script's own empty init stays on meta
+    skeleton = torch.nn.Linear(8, 4)
+print("skeleton", skeleton.weight.device, skeleton.weight.is_meta)
+if x.device.type == "cuda":  # a script that branches on the device takes its CUDA branch
+    print("cuda branch")
 for step in range(2):
     out = head(model(x)) + bias
     print("step", step, "out", out.shape)
@@ -61,8 +67,10 @@ def test_the_script_sees_a_cuda_machine(workdir: Path, capsys: pytest.CaptureFix
     # A T4 as torch sees one: bfloat16 runs (emulated), but not natively (compute capability 7.5).
     assert "available True count 1 bf16 True native False" in err
     assert "scaler True" in err  # GradScaler is on, as on a GPU
-    # Every placement landed on the data-less stand-in; the report names it as the CUDA device.
-    assert "params {'meta'} x meta bias meta" in err
+    # Every placement landed on the data-less stand-in, which the script reads as the CUDA device it stands for.
+    assert "params {'cuda'} x cuda bias cuda" in err
+    assert "x on cuda:0 is_cuda True is_meta False get_device 0 type torch.cuda.FloatTensor" in err and "cuda branch" in err
+    assert "skeleton meta True" in err
     assert "step 0 out torch.Size([2, 2])" in err and "step 1" not in err  # stopped before step 2
     assert code == 0 and report["target"]["device"] == "cuda:0" and report["target"]["simulated"] is True
     assert report["target"]["gpu"].startswith("t4")
@@ -196,10 +204,37 @@ def test_a_value_read_before_the_model_gets_a_stand_in(workdir: Path, capsys: py
     [
         (["--simulate", "--device", "cpu"], "--device cpu contradicts it"),
         (["--gpu", "t4"], "add --simulate"),
-        (["--simulate", "--gpu", "z9"], "--gpu must be one of"),
+        (["--simulate", "--gpu", "z9"], "unknown --gpu 'z9'"),
     ],
 )
 def test_bad_simulation_options_are_usage_errors(argv: list[str], says: str, workdir: Path, capsys: pytest.CaptureFixture) -> None:
     script = _script(workdir, "import torch\ntorch.nn.Linear(2, 2)(torch.ones(1, 2))\n")
     code, _, err = _run(["run", *argv, "--", "python", script], capsys)
     assert code == 2 and says in err
+
+
+RESUME = """\
+import torch
+
+model = torch.nn.Linear(8, 4)
+checkpoint = torch.load("ckpt.pt", map_location="cuda")  # nanoGPT's resume: the checkpoint onto the GPU
+print("loaded on", checkpoint["model"]["weight"].device)
+model.load_state_dict(checkpoint["model"])  # a host model filled from CUDA tensors
+model.to("cuda")
+for step in range(2):
+    model(torch.randn(2, 8, device="cuda")).sum().backward()
+"""
+
+
+def test_a_checkpoint_loaded_onto_cuda_resumes(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    """A CPU-only torch refuses map_location="cuda" ("Attempting to deserialize object on a CUDA device");
+    the simulated machine loads it onto its data-less CUDA, and the host copy takes stand-in values."""
+    import torch
+
+    torch.save({"model": torch.nn.Linear(8, 4).state_dict()}, workdir / "ckpt.pt")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA"):
+            torch.load(workdir / "ckpt.pt", map_location="cuda")
+    code, report, err = _run(["run", "--simulate", "-f", "json", "--", "python", _script(workdir, RESUME)], capsys)
+    assert code == 0 and "loaded on cuda:0" in err and report["coverage"]["complete"]
+    assert {s["what"] for s in report["stand_ins"]} == {"Tensor.copy_ (from CUDA)"}

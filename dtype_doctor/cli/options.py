@@ -244,10 +244,10 @@ def scan_options(batch: Batch, loading: Loading, machine: Machine, step: Step, f
 
 
 def run_options(machine: Machine, findings: Findings, general: General, *, steps: int, keep_running: bool = False,
-                launch: Any = None) -> "RunOptions":  # noqa: F821 - imported lazily
+                launch: Any = None, keep_writes: str | None = None) -> "RunOptions":  # noqa: F821 - imported lazily
     """The RunOptions of `run` and `fix --run`: the script's machine, its steps, the rules."""
     from dtype_doctor.run.runner import RunOptions
 
     return RunOptions(steps=steps, keep_running=keep_running, select=findings.selected, ignore=findings.ignored,
                       simulate=machine.simulate, device=machine.device, gpu=machine.gpu, gpus=machine.gpus, launch=launch,
-                      timeout=general.timeout_for(DEFAULT_TIMEOUT))
+                      timeout=general.timeout_for(DEFAULT_TIMEOUT), keep_writes=keep_writes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -30,20 +31,22 @@ Steps = Annotated[int, typer.Option("--steps", metavar="N", rich_help_panel=SCRI
 KeepRunning = Annotated[bool, typer.Option("--keep-running", rich_help_panel=SCRIPT, help="Let the script go on after the traced steps (unwatched) instead of stopping it.")]
 Simulate = Annotated[bool, typer.Option("--simulate", rich_help_panel=o.MACHINE, help="The script sees a CUDA machine: .cuda(), .to('cuda'), device='cuda' give tensors without data, autocast('cuda') applies CUDA's lists; no GPU needed.")]
 Device = Annotated[str, typer.Option("--device", metavar="DEVICE", rich_help_panel=o.MACHINE, help="auto|cpu|cuda|cuda:N — the machine the script sees (cuda without a GPU needs --simulate; cpu hides a GPU).")]
+KeepWrites = Annotated[Optional[Path], typer.Option("--keep-writes", metavar="DIR", rich_help_panel=SCRIPT, help="With --simulate: keep the files the script wrote (held back from your file system) under DIR.", show_default=False)]
 
 SETTINGS = {"allow_interspersed_args": False, "ignore_unknown_options": True}
 
 
 @o.flat(omit=("device_map", "max_memory"), override={"simulate": Simulate, "device": Device})
-def run_command(*, command: Command = None, steps: Steps = 1, keep_running: KeepRunning = False, machine: o.Machine,
+def run_command(*, command: Command = None, steps: Steps = 1, keep_running: KeepRunning = False, keep_writes: KeepWrites = None,
+                machine: o.Machine,
                 findings: o.Findings, outputs: o.Outputs, general: o.General) -> None:
     """Run your script unmodified, trace the first step(s) of the model it calls, report every mismatch.
 
     The script runs in this process with its own sys.argv, __main__ and working directory.
     Its output goes to stderr; stdout carries the report. Exit codes as scan; with
     --keep-running and no findings, the script's own exit code. With --simulate the step is
-    traced on tensors without data; where the script asks one for a value (loss.item()),
-    the simulation ends and the script is stopped.
+    traced on tensors without data; where the script asks one for a value (loss.item()), it
+    gets a stated stand-in and goes on, and what it writes is held back from your files.
     """
     from dtype_doctor.cli.reporting import Reporting, check_values, import_libraries
     from dtype_doctor.run.command import parse_command
@@ -55,7 +58,8 @@ def run_command(*, command: Command = None, steps: Steps = 1, keep_running: Keep
     check_command(command, "run")
     words, launch = split_launcher(list(command or []), machine.gpus)
     script = parse_command(words)
-    options = o.run_options(machine, findings, general, steps=steps, keep_running=keep_running, launch=launch)
+    options = o.run_options(machine, findings, general, steps=steps, keep_running=keep_running, launch=launch,
+                            keep_writes=str(keep_writes.resolve()) if keep_writes is not None else None)
     options.validate()
     reporting = Reporting.prepare(_resolved(outputs), findings, reads=(script.target,) if script.kind == "file" else (),
                                   config=general.config)
@@ -72,6 +76,11 @@ def run_command(*, command: Command = None, steps: Steps = 1, keep_running: Keep
     result = run_script(script, options=options, on_report=on_report)
     if result.note:
         print(f"dtype-doctor: {result.note}", file=sys.stderr)
+    held = result.report.trace.writes if result.report.trace is not None else None
+    if held:
+        where = f"kept under {keep_writes}" if keep_writes is not None else "dropped (--keep-writes DIR keeps them)"
+        print(f"dtype-doctor: the script wrote {len(held)} file(s); the simulation held them back from your files, {where}",
+              file=sys.stderr)
     error = result.outcome.error
     if error is not None:
         from dtype_doctor.errors import first_line

@@ -30,18 +30,79 @@ def device_properties(gpu: GpuProfile | None) -> Any:
                                  gcnArchName="", uuid="GPU-00000000-0000-0000-0000-000000000000")
 
 
-def simulated_bytes() -> int:
-    """Bytes held by live simulated tensors (their storages, each counted once)."""
-    seen: set[int] = set()
-    total = 0
-    for obj in gc.get_objects():
-        if issubclass(type(obj), torch.Tensor) and obj.device.type == "meta":
-            storage = obj.untyped_storage()
-            key = storage._cdata
-            if key not in seen:
-                seen.add(key)
-                total += storage.nbytes()
-    return total
+class SimulatedMemory:
+    """What `torch.cuda.memory_allocated` / `max_memory_allocated` read under the simulation: the bytes
+    of the live simulated CUDA tensors, per GPU.
+
+    The present is counted from the live tensors themselves (a walk of the garbage collector's
+    objects, as exact as the allocator's own count of storages). The peak also counts the storages
+    the script's ops made between two questions (activations freed before it asks): each is added
+    when the simulation sees it made, and taken off when it is freed.
+    """
+
+    def __init__(self, sees_cuda: Callable[[torch.Tensor], bool], index_of: Callable[[torch.Tensor], int]) -> None:
+        import weakref
+
+        self.sees_cuda = sees_cuda
+        self.index_of = index_of
+        self._counted: Any = weakref.WeakSet()
+        self._now: dict[int, int] = {}
+        self._peak: dict[int, int] = {}
+
+    def saw(self, out: Any) -> None:
+        """An op's output: a new storage on a simulated GPU counts until it is freed."""
+        import weakref
+
+        for t in (out,) if isinstance(out, torch.Tensor) else (out if isinstance(out, (list, tuple)) else ()):
+            if not isinstance(t, torch.Tensor) or t.device.type != "meta" or not self.sees_cuda(t):
+                continue
+            try:
+                storage = t.untyped_storage()
+            except (RuntimeError, NotImplementedError, TypeError):
+                continue
+            if storage in self._counted:
+                continue
+            self._counted.add(storage)
+            k, size = self.index_of(t), storage.nbytes()
+            self._now[k] = self._now.get(k, 0) + size
+            self._peak[k] = max(self._peak.get(k, 0), self._now[k])
+            weakref.finalize(storage, self._freed, k, size)
+
+    def _freed(self, k: int, size: int) -> None:
+        self._now[k] = self._now.get(k, 0) - size
+
+    def allocated(self, device: Any = None) -> int:
+        """Bytes of the live simulated tensors on GPU `device` (None: the current one)."""
+        k = _index(device, self._current)
+        seen: set[int] = set()
+        total = 0
+        for obj in gc.get_objects():
+            if issubclass(type(obj), torch.Tensor) and obj.device.type == "meta" and self.sees_cuda(obj) and self.index_of(obj) == k:
+                storage = obj.untyped_storage()
+                if storage._cdata not in seen:
+                    seen.add(storage._cdata)
+                    total += storage.nbytes()
+        self._peak[k] = max(self._peak.get(k, 0), total)
+        return total
+
+    def peak(self, device: Any = None) -> int:
+        self.allocated(device)
+        return self._peak.get(_index(device, self._current), 0)
+
+    def reset_peak(self, device: Any = None) -> None:
+        k = _index(device, self._current)
+        self._peak[k] = self._now[k] = self.allocated(device)
+
+    _current = 0
+
+
+def _index(device: Any, current: int) -> int:
+    if isinstance(device, int) and not isinstance(device, bool):
+        return device
+    if isinstance(device, (str, torch.device)):
+        d = torch.device(device)
+        return d.index if d.index is not None else current
+    return current
 
 
 class Stream:
@@ -97,27 +158,17 @@ class Event:
         return 0.0
 
 
-def cuda_answers(gpu: GpuProfile | None, index: int, gpus: int = 1) -> dict[str, Callable[..., Any] | type]:
+def cuda_answers(gpu: GpuProfile | None, index: int, gpus: int = 1, memory: SimulatedMemory | None = None) -> dict[str, Callable[..., Any] | type]:
     """`torch.cuda` attribute → what it is while the script sees the profile's GPU."""
     props = device_properties(gpu)
     capability = (props.major, props.minor)
-    peak = [0]
-
-    def allocated(device: Any = None) -> int:
-        now = simulated_bytes()
-        peak[0] = max(peak[0], now)
-        return now
-
-    def max_allocated(device: Any = None) -> int:
-        allocated()
-        return peak[0]
-
-    def reset_peak(device: Any = None) -> None:
-        peak[0] = 0
+    memory = memory or SimulatedMemory(lambda t: True, lambda t: index)
+    memory._current = index
 
     def mem_get_info(device: Any = None) -> tuple[int, int]:
-        return max(props.total_memory - allocated(), 0), props.total_memory
+        return max(props.total_memory - memory.allocated(device), 0), props.total_memory
 
+    allocated, max_allocated, reset_peak = memory.allocated, memory.peak, memory.reset_peak
     default = Stream()
     return {
         "is_available": lambda: True,
@@ -151,7 +202,24 @@ def cuda_answers(gpu: GpuProfile | None, index: int, gpus: int = 1) -> dict[str,
         "default_stream": lambda device=None: default,
         "set_stream": lambda stream: None,
         "stream": lambda stream=None: contextlib.nullcontext(stream),
+        # A simulated tensor reads as cuda:k (x.get_device() == k): torch.cuda.device(x.device) selects nothing.
+        "device": _SelectsNothing,
+        "device_of": _SelectsNothing,
+        "get_rng_state": lambda device="cuda": torch.zeros(16, dtype=torch.uint8),
+        "set_rng_state": lambda new_state, device="cuda": None,
+        "get_rng_state_all": lambda: [torch.zeros(16, dtype=torch.uint8) for _ in range(max(index + 1, gpus))],
+        "set_rng_state_all": lambda new_states: None,
+        "memory_stats": lambda device=None: {"allocated_bytes.all.current": memory.allocated(device),
+                                             "allocated_bytes.all.peak": memory.peak(device)},
     }
+
+
+class _SelectsNothing(contextlib.nullcontext):
+    """`torch.cuda.device(k)` / `device_of(t)`: there is one simulated machine, nothing to select."""
+
+    def __init__(self, device: Any = None) -> None:
+        super().__init__()
+        self.idx = _index(device, 0) if not isinstance(device, torch.Tensor) else 0
 
 
 def raw_stream(device: int = 0) -> int:

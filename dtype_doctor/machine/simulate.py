@@ -30,7 +30,7 @@ from torch.overrides import TorchFunctionMode
 from dtype_doctor.records import SourceLoc
 from dtype_doctor.errors import StopScript
 from dtype_doctor.machine.stand_ins import AGREE_READS, COPY_READS, SCALAR_READS, SIZE_OPS, STAND_IN, StandIns, sized
-from dtype_doctor.machine.user_code import display_path, first_outside_tool, first_user_frame, frames_above
+from dtype_doctor.machine.user_code import display_path, first_outside_tool, first_user_frame, frames_above, is_tool_file
 from dtype_doctor.machine.gpus import GpuProfile
 
 
@@ -95,6 +95,48 @@ def _is_device_arg(a: Any) -> bool:
     return isinstance(a, (str, torch.device)) or (isinstance(a, int) and not isinstance(a, bool))
 
 
+# Reads of where a tensor lives: the script reads a simulated tensor as the CUDA tensor it stands for.
+_GETTERS = {torch._C.TensorBase.__dict__[name]: name for name in ("device", "is_cuda", "is_meta")}
+_METHOD_WRAPPER = type(torch._C.TensorBase.__dict__["device"].__get__)
+
+
+def _where_read(func: Any) -> str | None:
+    """"device", "is_cuda", "is_meta" or "get_device" when `func` reads where a tensor lives, else None."""
+    if type(func) is _METHOD_WRAPPER:
+        return _GETTERS.get(func.__self__)
+    if func is torch._C.TensorBase.get_device:
+        return "get_device"
+    return "type" if func is torch._C.TensorBase.type else None
+
+
+def _read_by_script(frame: Any, func: Any = None) -> bool:
+    """Whether the code that read a tensor's device is the script's or a library's (not torch's, not the
+    doctor's). A mode above this one that hands the very read on (its __torch_function__ calling `func`)
+    is passed over; a mode's own reads, made for its own work, are the doctor's or torch's."""
+    while frame is not None and frame.f_code.co_name == "__torch_function__" and func is not None \
+            and _same_read(frame.f_locals.get("func"), func):
+        frame = frame.f_back
+    return frame is not None and not is_tool_file(frame.f_code.co_filename)
+
+
+def _same_read(a: Any, b: Any) -> bool:
+    return a is b or (type(a) is _METHOD_WRAPPER and type(b) is _METHOD_WRAPPER and a.__self__ is b.__self__)
+
+
+def _names_meta(device: Any) -> bool:
+    return isinstance(device, (str, torch.device)) and torch.device(device).type == STAND_IN.type
+
+
+def _tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    out = []
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out.extend(x for x in a if isinstance(x, torch.Tensor))
+    return out
+
+
 class _CudaMode(TorchFunctionMode):
     """Every CUDA placement the script asks for lands on the stand-in device (cuda:k on meta:k with
     several GPUs); every read of a simulated tensor's values gets a stand-in (machine/stand_ins.py)."""
@@ -105,8 +147,13 @@ class _CudaMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
+        read = _where_read(func)
+        if read is not None and (read != "type" or (len(args) == 1 and not kwargs)):  # x.type(), not x.type(torch.half)
+            return self.sim.where_read(read, args[0], func, args, kwargs)
         values = self.sim.stand_ins
         placed = False
+        # The script (or a library: transformers' empty init) asks for meta itself: those tensors are not CUDA's.
+        meta_asked = _names_meta(kwargs.get("device")) or (func is torch.Tensor.to and len(args) > 1 and _names_meta(args[1]))
         if func is torch.device and len(args) == 1 and isinstance(args[0], int) and not isinstance(args[0], bool):
             return torch.device("cuda", args[0])  # torch.device(3): the accelerator's, which a CPU-only build refuses
         if func is torch.Tensor.cuda:
@@ -127,6 +174,10 @@ class _CudaMode(TorchFunctionMode):
                 args = (self.sim.faked(args[0]), *args[1:])  # a plain meta tensor forgets its GPU; a fake one keeps it
         elif func is torch.Tensor.pin_memory:
             return args[0]  # page-locked host memory is a CUDA-machine optimisation; the data is the same
+        elif func is torch.Tensor.copy_ and len(args) > 1 and not _simulated(args[0]) and _simulated(args[1]):
+            # A host tensor filled from simulated CUDA (load_state_dict of a checkpoint loaded to "cuda"): stand-in values.
+            copy = values.read(torch.Tensor.cpu, (args[1],), {}, "Tensor.copy_ (from CUDA)")
+            return func(args[0], copy, *args[2:], **kwargs)
         if args and _simulated(args[0]):
             if func in SCALAR_READS or func in COPY_READS or func in AGREE_READS:
                 return values.read(func, args, kwargs, _func_name(func))
@@ -151,6 +202,10 @@ class _CudaMode(TorchFunctionMode):
             raise
         if out is not None or func is torch._amp_foreach_non_finite_check_and_unscale_:
             values.learn(func, args, kwargs, out)
+        if meta_asked or (self.sim.explicit and not placed and self.sim.all_explicit(args, kwargs)):
+            self.sim.mark_meta(out)
+        elif out is not None:
+            self.sim.memory.saw(out)
         return self.sim.place(out) if placed else out
 
 
@@ -191,13 +246,17 @@ def _to_host(args: tuple, kwargs: dict) -> bool:
 _ABSENT = object()
 
 
-def moved_keeping_identity(module: torch.nn.Module, move: Callable[[], Any]) -> Any:
-    """Run `move` (a Module.to / .cuda to the stand-in device) keeping each parameter one object."""
+def moved_keeping_identity(module: torch.nn.Module, move: Callable[[], Any], swap: bool = True) -> Any:
+    """Run `move` (a Module.to / .cuda to the stand-in device) keeping each parameter one object.
+
+    `swap` False (several GPUs, whose tensors are fake: the fake mode holds weak references to
+    them, and torch.utils.swap_tensors refuses those): the moved parameters are new objects, and
+    parameters tied before the move are tied again after it."""
     import weakref
 
     params = list(module.parameters())
     referenced = any(weakref.getweakrefcount(p) or (p.grad is not None and weakref.getweakrefcount(p.grad)) for p in params)
-    if not referenced:
+    if swap and not referenced:
         swap = torch.__future__.get_swap_module_params_on_conversion()
         torch.__future__.set_swap_module_params_on_conversion(True)
         try:
@@ -278,6 +337,14 @@ class CudaSimulation:
         self.stopped: SimulationStop | None = None
         self.stand_ins = StandIns(site=lambda: _reading_frame()[0])
         self._placed: set[int] = set()  # storages the script placed on (simulated) CUDA
+        import weakref
+
+        # Storages the script or a library put on meta itself (`with torch.device("meta")`, init_empty_weights):
+        # every other stand-in tensor is a CUDA tensor to the script (sees_cuda).
+        self.explicit: Any = weakref.WeakSet()
+        from dtype_doctor.machine.cuda_surface import SimulatedMemory
+
+        self.memory = SimulatedMemory(self.sees_cuda, self.cuda_index)
         self._import_hook: Any = None
         self._mode = _CudaMode(self)
         self._saved: list[tuple[Any, str, Any]] = []
@@ -307,6 +374,52 @@ class CudaSimulation:
             self._placed.add(out.untyped_storage()._cdata)
         return out
 
+    def sees_cuda(self, t: torch.Tensor) -> bool:
+        """`t` (a tensor on the stand-in device) is a CUDA tensor to the script: one it did not put on meta itself."""
+        if t.device.type != STAND_IN.type:
+            return False
+        if not self.explicit:
+            return True
+        try:
+            return t.untyped_storage() not in self.explicit
+        except (RuntimeError, NotImplementedError, TypeError):  # a tensor without storage (a functional wrapper)
+            return True
+
+    def cuda_index(self, t: torch.Tensor) -> int:
+        """The GPU a stand-in tensor is on: meta:k is cuda:k; plain meta is the simulated device."""
+        index = t.device.index
+        return index if index is not None and self.indexed else (self.label.index or 0)
+
+    def all_explicit(self, args: tuple, kwargs: dict) -> bool:
+        """An op on tensors the script put on meta itself (and on none of its CUDA ones) stays on meta."""
+        found = False
+        for t in _tensors(args, kwargs):
+            if t.device.type == STAND_IN.type:
+                if self.sees_cuda(t):
+                    return False
+                found = True
+        return found
+
+    def mark_meta(self, out: Any) -> None:
+        for t in _tensors((out,), {}) if not isinstance(out, torch.Tensor) else [out]:
+            if t.device.type == STAND_IN.type:
+                try:
+                    self.explicit.add(t.untyped_storage())
+                except (RuntimeError, NotImplementedError, TypeError):
+                    pass
+
+    def where_read(self, read: str, t: Any, func: Any, args: tuple, kwargs: dict) -> Any:
+        """`x.device`, `x.is_cuda`, `x.is_meta`, `x.get_device()`: a simulated CUDA tensor reads as CUDA's
+        to the script and its libraries; torch's own code and the doctor's read the stand-in."""
+        real = func(*args, **kwargs)
+        if not isinstance(t, torch.Tensor) or t.device.type != STAND_IN.type or not _read_by_script(sys._getframe(2), func) \
+                or not self.sees_cuda(t):
+            return real
+        index = self.cuda_index(t)
+        if read == "type":
+            return real.replace("torch.meta.", "torch.cuda.")  # "torch.cuda.FloatTensor", as PyTorch's errors name it
+        return {"device": torch.device("cuda", index), "is_cuda": True, "is_meta": False, "get_device": index}[read]
+
     def on_cuda(self, t: torch.Tensor) -> bool:
         return t.device.type == STAND_IN.type and t.untyped_storage()._cdata in self._placed
 
@@ -328,6 +441,7 @@ class CudaSimulation:
         self._import_hook = patch_bitsandbytes(self.on_cuda, self._set)
         self._patch_autocast()
         self._patch_transformers()
+        self._patch_load()
         from dtype_doctor.machine.modes import push_function_mode
 
         push_function_mode(self._mode)
@@ -336,6 +450,7 @@ class CudaSimulation:
         self._env = os.environ.get("HF_DEACTIVATE_ASYNC_LOAD")
         os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = "1"
         if self.indexed:
+            self._patch_fake_device()
             from dtype_doctor.machine.accelerate_hooks import accelerate_on_fakes
 
             self._accelerate = accelerate_on_fakes(self.faked)
@@ -355,6 +470,11 @@ class CudaSimulation:
             os.environ.pop("HF_DEACTIVATE_ASYNC_LOAD", None)
         else:
             os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = self._env
+        import torch.serialization as serialization
+
+        entry = getattr(self, "_restore_entry", None)
+        if entry is not None and entry in serialization._package_registry:
+            serialization._package_registry.remove(entry)
         for owner, name, original in reversed(self._saved):
             if original is _ABSENT:
                 delattr(owner, name)
@@ -369,7 +489,7 @@ class CudaSimulation:
     def _patch_cuda(self, index: int) -> None:
         from dtype_doctor.machine.cuda_surface import cuda_answers, raw_stream
 
-        for attr, fn in cuda_answers(self.gpu, index, self.gpus).items():
+        for attr, fn in cuda_answers(self.gpu, index, self.gpus, self.memory).items():
             self._set(torch.cuda, attr, fn)
         # bitsandbytes hands the current stream's raw handle to its kernels.
         self._set(torch._C, "_cuda_getCurrentRawStream", raw_stream)
@@ -382,6 +502,40 @@ class CudaSimulation:
                 original = getattr(module, name, None)
                 if original is not None:
                     self._set(module, name, lambda _original=original: [*_original(), STAND_IN.type])
+
+    def _patch_fake_device(self) -> None:
+        """Several GPUs: cuda:k lives on fake tensors on meta:k, whose `device` is a Python property of
+        their own (no torch function sees it read). The script reads it as cuda:k, as `where_read` answers."""
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        stand_in = FakeTensor.__dict__["device"]
+        sim = self
+
+        def device(t: Any) -> torch.device:
+            d = stand_in.__get__(t)
+            if d.type != STAND_IN.type or not _read_by_script(sys._getframe(1)) or not sim.sees_cuda(t):
+                return d
+            return torch.device("cuda", sim.cuda_index(t))
+
+        self._set(FakeTensor, "device", property(device))
+
+    def _patch_load(self) -> None:
+        """`torch.load(f, map_location="cuda")`, or a checkpoint saved on a GPU: its storages land on the
+        stand-in without their data, as a model moved to CUDA does (a CPU-only build refuses CUDA storages)."""
+        import torch.serialization as serialization
+
+        sim = self
+
+        def restore(storage: Any, location: str) -> Any:
+            if isinstance(location, str) and location.split(":")[0] == "cuda":
+                return torch.UntypedStorage(storage.nbytes(), device=sim.stand_in(location))
+            return None
+
+        entry = (19, lambda storage: None, restore)  # before torch's own cuda entry (20)
+        registry = serialization._package_registry
+        registry.insert(0, entry)
+        registry.sort(key=lambda e: e[0])
+        self._restore_entry = entry
 
     def _patch_module_moves(self) -> None:
         """`model.to("cuda")` / `model.cuda()` keep the model's tensors as a GPU does: each
@@ -397,7 +551,7 @@ class CudaSimulation:
                     device = torch._C._nn._parse_to(*args, **kwargs)[0]
                     if device is None or not is_cuda(device):
                         return _original(module, *args, **kwargs)
-                return moved_keeping_identity(module, lambda: _original(module, *args, **kwargs))
+                return moved_keeping_identity(module, lambda: _original(module, *args, **kwargs), swap=not self.indexed)
 
             moving.__wrapped__ = original  # type: ignore[attr-defined]
             self._set(cls, name, moving)

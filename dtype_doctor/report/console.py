@@ -141,6 +141,8 @@ def report_renderable(report: Report) -> RenderableType:
         sections.append(fix_panel(report.fix))
     if report.trace is not None and report.trace.stand_ins:
         sections.append(stand_ins_table(report))
+    if report.trace is not None and report.trace.writes:
+        sections.append(writes_table(report))
     line = coverage_line(report)
     if line is not None:
         sections.append(Text(line, style="dim"))
@@ -380,6 +382,19 @@ def stand_ins_table(report: Report) -> Table:
     table.add_column("why", style="dim", overflow="fold")
     for s in report.trace.stand_ins:
         table.add_row(Text(source_label(s.source) or UNKNOWN), Text(s.what), Text(s.value), Text(s.why))
+    return table
+
+
+def writes_table(report: Report) -> Table:
+    """The files a simulated run wrote into scratch instead of over the user's."""
+    assert report.trace is not None and report.trace.writes
+    table = Table(title=Text("writes held back (the simulation left your files as they were)", style="bold"),
+                  title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("where", no_wrap=True)
+    table.add_column("file")
+    table.add_column("bytes", justify="right")
+    for w in report.trace.writes:
+        table.add_row(Text(source_label(w.source) or UNKNOWN), Text(w.path), Text(str(w.bytes)))
     return table
 
 

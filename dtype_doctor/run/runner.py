@@ -24,6 +24,7 @@ class RunResult:
     steps: int  # steps traced (fewer than asked when the script called the model fewer times)
     capture: object | None = None  # run.session.StepCapture: the model and the first step's inputs
     note: str | None = None  # why the trace ended where it did, when the script did not decide it
+    kept: tuple[str, ...] = ()  # the files --keep-writes kept, where they are now
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class RunOptions:
     gpus: int = 1  # simulated GPUs the script sees (--gpus)
     launch: LaunchConfig | None = None  # a launcher line (accelerate launch, torchrun): rank 0 of its world
     timeout: float | None = DEFAULT_TIMEOUT  # seconds the script may run until its traced steps are done
+    keep_writes: str | None = None  # where a simulated run keeps the files the script wrote (else they are dropped)
 
     def validate(self) -> None:
         from dtype_doctor.machine.placement import parse_device
@@ -53,6 +55,13 @@ class RunOptions:
         parse_device(self.device)
         if self.simulate and self.device == "cpu":
             raise UsageError("--simulate makes the script see a CUDA machine; --device cpu contradicts it (use --device cuda, or leave --simulate out)")
+        if self.keep_writes is not None:
+            import os
+
+            if not self.simulate:
+                raise UsageError("--keep-writes keeps what a --simulate run held back; a real run writes as the script does")
+            if os.path.exists(self.keep_writes) and not os.path.isdir(self.keep_writes):
+                raise UsageError(f"--keep-writes {self.keep_writes}: not a directory")
         if self.gpu is not None:
             from dtype_doctor.machine.gpus import gpu_profile
 
@@ -72,7 +81,8 @@ class RunOptions:
 
         where = self.placement
         hide = not where.simulated and self.device == "cpu" and torch.cuda.is_available()
-        return {"placement": where, "hide_cuda": hide, "launch": self.launch}
+        return {"placement": where, "hide_cuda": hide, "launch": self.launch,
+                "keep_writes": self.keep_writes if where.simulated else None}
 
 
 def run_script(
@@ -151,7 +161,8 @@ def run_script(
             f"{command.display} ended (exit code {outcome.exit_code}) without calling a model "
             "(a torch.nn.Module with parameters)"
         )
-    return RunResult(command, session.report, outcome, min(session.steps, options.steps), session.capture, session.note)
+    return RunResult(command, session.report, outcome, min(session.steps, options.steps), session.capture, session.note,
+                     tuple(session.kept))
 
 
 def refused_load(error: BaseException, command: ScriptCommand, options: RunOptions) -> Report | None:

@@ -77,6 +77,7 @@ class RunSession:
         placement: Placement = HERE,
         hide_cuda: bool = False,
         launch: Any = None,
+        keep_writes: str | None = None,
     ) -> None:
         self.label = label  # what the report names as the target: the script
         self.max_steps = steps
@@ -111,9 +112,16 @@ class RunSession:
         self._lineage_mode: LineageMode | None = None
         self._unpatch_datasets: Callable[[], None] = lambda: None
         self._simulation: CudaSimulation | None = None
+        # A simulated script writes into scratch (machine/disk.py); `keep_writes` is where to keep what it wrote.
+        self.disk: Any = None
+        self.keep_writes = keep_writes
+        self.kept: list[str] = []
         self._conversions = ConversionLog(lambda d: self.alias.get(d, d))
         self.grads = StepGrads(lambda: self._session, lambda: self.report is not None, lambda: self.watch.scale())
         self.watch = StepWatch(lambda: self.model is not None and self.report is None, self.grads.optimizer_stepping)
+        from dtype_doctor.run.compiled import CompileWatch
+
+        self.compiles = CompileWatch(lambda: self.model is not None and self.report is None)  # torch.compile's regions
         self._arms = contextlib.ExitStack()
         self._closed = False
         # Lineage is the pipeline's: inside the model the recorder sees everything.
@@ -123,6 +131,23 @@ class RunSession:
     # ------------------------------------------------------------------ arming
 
     def __enter__(self) -> "RunSession":
+        try:
+            return self._arm()
+        except BaseException:
+            # An arm that fails (a launch refused, a process group already there) leaves nothing armed:
+            # __exit__ never runs for a failed __enter__, and an armed overlay would keep the process's open().
+            self._closed = True
+            self._disarm()
+            self._arms.close()
+            raise
+
+    def _arm(self) -> "RunSession":
+        if self.placement.simulated:
+            from dtype_doctor.machine.disk import Overlay
+
+            self.disk = Overlay(site=user_site)
+            self._arms.callback(self._put_away_writes)
+            self._arms.enter_context(self.disk)
         self._arms.enter_context(self._conversions)
         if self.launch is not None:
             from dtype_doctor.run.launchers import launch_env
@@ -130,6 +155,7 @@ class RunSession:
 
             self._arms.enter_context(fake_launch(self.launch.processes, self.launch.launcher, launch_env(self.launch)))
         self._arms.enter_context(self.watch)
+        self._arms.enter_context(self.compiles)
         self._arms.enter_context(self.trainer_args)
         if self.placement.simulated:
             from dtype_doctor.machine.gpus import gpu_profile
@@ -224,7 +250,10 @@ class RunSession:
                             self.note = "--keep-running: a simulated script cannot go on after the traced steps (its CUDA tensors hold no data); stopped"
                         raise StopScript()
             elif self.model is not None and _has_parameters(module):
-                return self._unrecorded(original, module, args, kwargs)
+                if not self._on_step_tensors(args, kwargs):
+                    return self._unrecorded(original, module, args, kwargs)
+                assert self._session is not None
+                self._session.recorder.adopt(module, _script_name(module))
         self._depth += 1
         self._model_depth += is_model
         try:
@@ -236,6 +265,16 @@ class RunSession:
         finally:
             self._depth -= 1
             self._model_depth -= is_model
+
+    def _on_step_tensors(self, args: tuple, kwargs: dict) -> bool:
+        """A module called on what the step made (the script's own head on the model's hidden states) is
+        part of the step, and traced with it; one called on the batch (a teacher) is another model."""
+        session = self._session
+        if session is None:
+            return False
+        knows = session.recorder.knows
+        return any(isinstance(t, torch.Tensor) and not isinstance(t, torch.nn.Parameter) and knows(t) and t.grad_fn is not None
+                   for t in (*args, *kwargs.values()))
 
     def _unrecorded(self, original: Any, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
         """A second model called in the step (a teacher, a frozen encoder): its ops are not this model's."""
@@ -330,8 +369,17 @@ class RunSession:
                 report = self._report(failure)
         self.report = report
         if self.on_report is not None:
-            self.on_report(report)
+            with self.disk.paused() if self.disk is not None else contextlib.nullcontext():
+                self.on_report(report)  # the report file is the doctor's to write
         return report
+
+    def _put_away_writes(self) -> None:
+        """After the script: what it wrote is kept where --keep-writes says, and the scratch directory goes."""
+        try:
+            if self.keep_writes is not None:
+                self.kept = self.disk.keep(self.keep_writes)
+        finally:
+            self.disk.cleanup()
 
     def _report(self, failure: TraceFailure | None) -> Report:
         assert self._session is not None and self.model is not None
@@ -341,8 +389,9 @@ class RunSession:
         values = self._session.recorder.values
         if values is not None and self.grads.handles:
             trace = dataclasses.replace(trace, grads=self.grads.stats(values), grad_scaler=bool(self.watch.scaler_calls))
-        trace = dataclasses.replace(trace, coverage=self.watch.coverage(trace, self.forwards, getattr(self, "_stopped", None)),
-                                    scaler=self.watch.scaler_class())
+        coverage = self.watch.coverage(trace, self.forwards, getattr(self, "_stopped", None))
+        coverage = dataclasses.replace(coverage, compiled=self.compiles.regions(self.model, {m.name for m in trace.modules}))
+        trace = dataclasses.replace(trace, coverage=coverage, scaler=self.watch.scaler_class())
         if self.launch is not None:
             trace = self._launched(trace)
         if self.trainer_args.launch is not None:  # the script's TrainingArguments: their precision and DeepSpeed config
@@ -386,8 +435,10 @@ class RunSession:
 
             plan = plan_of(self.model, self.placement.gpus, gpu)
         stand_ins = trace.stand_ins + (tuple(self._simulation.stand_ins.taken) if self._simulation is not None else ())
+        writes = self.disk.held() if self.disk is not None else ()
         return dataclasses.replace(trace, ops=ops, device=device, simulated=True, gpu=str(gpu) if gpu else None,
-                                   gpu_capability=gpu.capability if gpu else None, devices=plan, stand_ins=stand_ins)
+                                   gpu_capability=gpu.capability if gpu else None, devices=plan, stand_ins=stand_ins,
+                                   writes=writes)
 
     def _with_parameter_source(self, finding: Any) -> Any:
         """A finding about parameters names the user's line that converted them (model.half())."""
@@ -421,6 +472,19 @@ _REAL_IS_AVAILABLE = torch.cuda.is_available
 
 def _real_cuda_available() -> bool:
     return bool(_REAL_IS_AVAILABLE())
+
+
+def _script_name(module: torch.nn.Module) -> str:
+    """What the script calls a module it runs beside the model (`head`), else its class."""
+    from dtype_doctor.machine.user_code import first_user_frame, frames_above
+
+    frame = first_user_frame(frames_above(1))
+    if frame is not None:
+        for scope in (frame.f_locals, frame.f_globals):
+            name = next((k for k, v in scope.items() if v is module and not k.startswith("_")), None)
+            if name is not None:
+                return name
+    return type(module).__name__
 
 
 def _has_parameters(module: torch.nn.Module) -> bool:

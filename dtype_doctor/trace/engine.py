@@ -248,7 +248,10 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
             fake.enter_context(_quiet_fake_kernels())
             fake.enter_context(fake_mode)
         try:
-            with session.recording(), (torch.enable_grad() if request.train else torch.no_grad()):
+            # Without --train the forward runs in the caller's grad mode, as the plain `model(**inputs)` would:
+            # libraries choose kernels by it (bitsandbytes packs 4-bit weights for its CPU kernel when the input
+            # needs no grad, on CPUs with avx512_bf16), so a no_grad of the trace's own would change the path.
+            with session.recording(), (torch.enable_grad() if request.train else contextlib.nullcontext()):
                 with contextlib.ExitStack() as amp:
                     if autocast and emulate_cuda_amp:
                         amp.enter_context(session.cuda_autocast(AUTOCAST_DTYPES[autocast]))

@@ -17,7 +17,11 @@ change each of them, and the ones that matter in practice:
   mode sees every op that writes into a tensor and copies a parameter the first time an op is
   about to write into its storage (copy on first write), and the copy is written back after;
 - the config's attributes (`problem_type`, which a classification head decides from the first
-  labels it sees): numerics.config_kept.
+  labels it sees): numerics.config_kept;
+- parameters whose data a library replaces, with the state it keeps on them (bitsandbytes'
+  CPU kernel packs a 4-bit weight on its first eval forward without grad, on CPUs with
+  avx512_bf16: `weight.data` becomes the packed layout and its QuantState is rewritten in
+  place): each parameter's data and attributes, and those attributes' own fields, are put back.
 
 Not restored: tensors the forward writes to outside the model (a global cache, the inputs),
 and parameters written through a storage the dispatcher never sees (a C extension writing raw
@@ -99,6 +103,7 @@ def preserved(model: torch.nn.Module, *, train: bool, guard_writes: bool = True,
     grads = [(p, p.grad, p.requires_grad) for p in params]
     # Buffers are small; a forward may update them in place (BatchNorm stats, counters, caches).
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    kept = [_ParamState(p) for p in params if p.__dict__]  # plain parameters carry no state of a library's
     guard = WriteGuard(params) if guard_writes and params else None
     try:
         if train:
@@ -125,6 +130,8 @@ def preserved(model: torch.nn.Module, *, train: bool, guard_writes: bool = True,
         for m, flag in flags:
             if m.training != flag:  # Module.__setattr__ is slow: a step seldom changes a flag
                 m.training = flag
+        for state in kept:
+            state.restore()
         if guard is not None:
             guard.restore()
         with torch.no_grad():
@@ -143,6 +150,41 @@ def _dict_contents(m: torch.nn.Module) -> list[tuple[dict, dict]]:
     step may add to them in place (transformers installs its output-capturing forward hooks on
     the first call and marks the model as hooked; the mark goes with __dict__, the hooks would stay)."""
     return [(v, dict(v)) for k, v in m.__dict__.items() if type(v) in (dict, OrderedDict) and k not in _OWN_DICTS]
+
+
+class _ParamState:
+    """A parameter's data object and attributes (bitsandbytes' Params4bit: quant_state, ...), and the fields
+    of those attributes that are plain objects (a QuantState), as they were before the step."""
+
+    def __init__(self, p: torch.Tensor) -> None:
+        self.p = p
+        self.data = p.data
+        self.attrs = dict(p.__dict__)
+        self.fields = [(v, dict(v.__dict__)) for v in self.attrs.values() if _plain_object(v)]
+
+    def restore(self) -> None:
+        p = self.p
+        now = p.data
+        if now.dtype != self.data.dtype or now.shape != self.data.shape or _storage(now) != _storage(self.data):
+            p.data = self.data
+        for obj, fields in self.fields:
+            if obj.__dict__.keys() != fields.keys() or any(obj.__dict__[k] is not v for k, v in fields.items()):
+                obj.__dict__.clear()
+                obj.__dict__.update(fields)
+        if p.__dict__.keys() != self.attrs.keys() or any(p.__dict__[k] is not v for k, v in self.attrs.items()):
+            p.__dict__.clear()
+            p.__dict__.update(self.attrs)
+
+
+def _plain_object(v: Any) -> bool:
+    return hasattr(v, "__dict__") and not isinstance(v, (torch.Tensor, torch.nn.Module, type)) and not callable(v)
+
+
+def _storage(t: torch.Tensor) -> Any:
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):  # a tensor without storage
+        return id(t)
 
 
 def _refill(target: dict, saved: dict) -> None:

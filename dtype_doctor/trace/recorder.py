@@ -543,6 +543,18 @@ class Recorder:
             self._handles.append(mod.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
             self._handles.append(mod.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
 
+    def adopt(self, mod: torch.nn.Module, name: str) -> None:
+        """Trace `mod`, a module outside the model that the step runs (a script's own head), under `name`."""
+        if id(mod) in self._module_names:
+            return
+        for sub, p in mod.named_parameters(remove_duplicate=False):
+            if self.prov.get(p) is None:
+                self.prov[p] = Provenance("param", f"{name}.{sub}", f"param:{name}.{sub}")
+        for sub, child in mod.named_modules():
+            self._module_names[id(child)] = f"{name}.{sub}" if sub else name
+            self._handles.append(child.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
+            self._handles.append(child.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
+
     def module_name(self, mod: torch.nn.Module) -> str | None:
         return self._module_names.get(id(mod))
 

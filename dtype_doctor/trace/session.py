@@ -218,9 +218,19 @@ class TraceSession:
             if failure is not None:
                 failure = replace(failure, message=as_device(failure.message, label) or "")
         resolved = tuple(GradStats(n, d, s) for n, d, h in grads if rec.values is not None and (s := rec.values.get(h)) is not None)
+        modules = rec.finished_modules()
+        from dtype_doctor.trace.world import stood_in_values
+
+        stood_in = stood_in_values(seen["world"], rec.model, ops) if values == "measured" else None
+        if stood_in is not None:  # not the step's values: none is reported as measured (DD301-DD303 stay silent)
+            from dataclasses import replace
+
+            values, resolved = stood_in, ()
+            ops = tuple(replace(op, stats=None, operand_stats=None) if op.stats is not None or op.operand_stats is not None else op for op in ops)
+            modules = tuple(m.measured(None, None) if m.stats is not None or m.input_stats is not None else m for m in modules)
         return Trace(
             ops=ops,
-            modules=rec.finished_modules(),
+            modules=modules,
             model=info,
             lineage=dict(lineage or {}),
             failure=failure,

@@ -57,6 +57,26 @@ def world_of(shards: tuple[ShardGroup, ...] = (), model: torch.nn.Module | None 
     return World(dist.get_world_size(), dist.get_rank(), dist.get_backend(), _LAUNCHER[0], strategy)
 
 
+_COLLECTIVES = ("c10d.", "_c10d_functional.", "c10d_functional.", "_dtensor.")
+
+
+def stood_in_values(world: World | None, model: torch.nn.Module, ops: tuple[Any, ...]) -> str | None:
+    """Why the values of a step are not its own, when torch's fake process group stood in for the other
+    ranks of a distributed model (None when they are): its collectives move no data, so a gathered
+    parameter holds this rank's shard and stale memory for theirs, and a reduced gradient this rank's
+    alone. Measured: a 2-rank fully_shard'ed MLP's output differs from the same weights' unsharded by ~1.0."""
+    if world is None or world.backend != "fake" or world.size < 2:
+        return None
+    collective = next((op.op for op in ops if op.op.startswith(_COLLECTIVES)), None)
+    from torch.nn.parallel import DistributedDataParallel
+
+    if world.strategy is None and collective is None and not any(isinstance(m, DistributedDataParallel) for m in model.modules()):
+        return None  # a model that is not distributed: nothing of it went through the process group
+    how = f"{world.strategy or 'the distributed model'}" + (f", first collective {collective}" if collective else "")
+    return (f"not measured: a fake process group stood in for ranks 1 to {world.size - 1} ({how}); its collectives move "
+            "no data, so the gathered parameters and reduced gradients are not the step's values")
+
+
 def fsdp1_wrapped(model: torch.nn.Module) -> bool:
     """Whether `model` is, or holds, an FSDP1 FullyShardedDataParallel wrapper."""
     from torch.distributed.fsdp import FullyShardedDataParallel

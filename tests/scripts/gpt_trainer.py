@@ -3,7 +3,8 @@
 memmap batches pinned and moved with non_blocking, `dtype = 'bfloat16' if
 torch.cuda.is_bf16_supported() else 'float16'`, an autocast context, `GradScaler(enabled=(dtype ==
 'float16'))`, estimate_loss() with loss.item() before the first iteration, gradient accumulation,
-clipping, fused AdamW on CUDA, weight tying. Overrides as nanoGPT's configurator takes them
+clipping, fused AdamW on CUDA, weight tying, and nanoGPT's checkpoint after each evaluation but
+the first (`os.makedirs(out_dir)`, `torch.save(checkpoint, os.path.join(out_dir, "ckpt.pt"))`). Overrides as nanoGPT's configurator takes them
 (`--dtype=float16`); the flags the tests inject classic mistakes with:
     --half          model.half() on the fp16 branch (half weights under a GradScaler)
     --cpu-batch     the batch left on the CPU
@@ -22,6 +23,8 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 data_dir = "data"
+out_dir = "out"
+always_save_checkpoint = True
 max_iters = 2
 eval_iters = 2
 eval_interval = 100
@@ -117,6 +120,7 @@ class GPT(nn.Module):
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, **({"fused": True} if use_fused else {}))
 
 
+os.makedirs(out_dir, exist_ok=True)
 model = GPT()
 model.to(device)
 if dtype == "float16" and "--half" in flags:
@@ -148,12 +152,20 @@ def get_lr(it):
 
 X, Y = get_batch("train")
 iter_num = 0
+best_val_loss = 1e9
 while True:
     for param_group in optimizer.param_groups:
         param_group["lr"] = get_lr(iter_num)
     if iter_num % eval_interval == 0:
         losses = estimate_loss()
         print(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+        if losses["val"] < best_val_loss or always_save_checkpoint:
+            best_val_loss = losses["val"]
+            if iter_num > 0:
+                checkpoint = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "iter_num": iter_num,
+                              "best_val_loss": best_val_loss}
+                print(f"saving checkpoint to {out_dir}")
+                torch.save(checkpoint, os.path.join(out_dir, "ckpt.pt"))
     for micro_step in range(gradient_accumulation_steps):
         with ctx:
             logits, loss = model(X, Y)

@@ -1,0 +1,559 @@
+"""The file system a `--simulate` script sees: its writes land in a scratch directory, never on the user's files.
+
+A simulated step holds tensors without data. A script that saves them (`torch.save(ckpt,
+"out/ckpt.pt")` after its step) would replace a real checkpoint with meta tensors and stand-in
+values. So while a simulated script runs, the file system is an overlay: the user's files are
+the lower layer, read as they are; every write goes to the upper layer, a scratch directory;
+a removal or a move away of a user's file hides it (a whiteout) instead. Reads of a file the
+script wrote earlier in the run find the scratch copy, so a script that saves and loads again
+still runs. What the script wrote is listed in the report (`writes`), and `--keep-writes DIR`
+keeps it.
+
+The overlay sits at Python's file API, the one door of pure-Python writers (numpy, pickle,
+pathlib, logging, shutil, zipfile, fsspec): `open`, and `os`'s path functions that create,
+move, remove or describe files. Writers in compiled code that open a path themselves (torch's
+zip writer, safetensors) are routed by name (COMPILED). Behind both, an audit hook
+(`sys.addaudithook`) sees every file opened for writing, moved or removed through CPython;
+one that reaches a user's path unrouted is refused with PermissionError, so a path the overlay
+missed is an error in the script, never a changed file. Library caches (Hugging Face, torch's
+compile caches, `__pycache__`) and devices are written as they are: they belong to no script.
+"""
+
+from __future__ import annotations
+
+import builtins
+import errno
+import io
+import os
+import shutil
+import stat
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from dtype_doctor.records import HeldWrite, SourceLoc
+
+# The real functions, taken before any patch: the overlay's own work goes through these.
+_open = builtins.open
+_REAL = {name: getattr(os, name) for name in ("open", "stat", "lstat", "replace", "rename", "remove", "unlink", "rmdir",
+                                              "mkdir", "listdir", "chmod", "utime", "truncate")}
+_rmtree = shutil.rmtree
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+# Writers and readers in compiled code that open a path themselves: (module, attribute, index of the path argument,
+# its keyword, "write" | "read"). Each is wrapped when its module is imported.
+COMPILED: tuple[tuple[str, str, int, str, str], ...] = (
+    ("torch.serialization", "_open_zipfile_writer", 0, "name_or_buffer", "write"),  # torch.save: PyTorchFileWriter(path)
+    ("safetensors.torch", "serialize_file", 1, "filename", "write"),  # save_file / save_model / save_pretrained
+    ("safetensors.numpy", "serialize_file", 1, "filename", "write"),
+    ("safetensors.torch", "safe_open", 0, "filename", "read"),  # load_file of a file written in this run
+    ("transformers.modeling_utils", "safe_open", 0, "filename", "read"),  # from_pretrained of a directory saved in this run
+    ("pyarrow", "memory_map", 0, "path", "read"),  # datasets reads the cache files its map() wrote
+    ("pyarrow", "input_stream", 0, "source", "read"),
+    ("pyarrow.parquet", "write_table", 1, "where", "write"),
+    ("pyarrow.parquet", "read_table", 0, "source", "read"),
+    ("tokenizers", "Tokenizer.save", 1, "path", "write"),  # a fast tokenizer's save_pretrained writes tokenizer.json in Rust
+    ("tokenizers", "Tokenizer.from_file", 0, "path", "read"),
+)
+
+
+@dataclass(frozen=True)
+class _Written:
+    key: str  # the absolute path the script named
+    source: SourceLoc | None
+
+
+class Overlay:
+    """`with Overlay() as disk:` — while armed, the process's file writes go to `disk.root`.
+
+    `held()` lists what was written (the report's `writes`); `keep(dir)` copies it there;
+    `paused()` lets the doctor's own writes (the report file) through.
+    """
+
+    def __init__(self, site: Callable[[], SourceLoc | None] = lambda: None) -> None:
+        self.site = site
+        self.root = ""
+        self.written: dict[str, _Written] = {}  # key → the last write's source, in first-write order
+        self.hidden: set[str] = set()  # whiteouts: user paths the script removed or moved away
+        self._pause = 0
+        self._made = False  # the scratch layer holds something: reads and listings look there
+        self._exempt: tuple[str, ...] = ()
+        self._saved: list[tuple[Any, str, Any]] = []
+        self._hooks: list[Any] = []
+
+    # ------------------------------------------------------------ paths
+
+    def _key(self, path: Any) -> str | None:
+        if isinstance(path, int):
+            return None  # a file descriptor: already open
+        try:
+            return os.path.abspath(os.fsdecode(os.fspath(path)))
+        except TypeError:
+            return None
+
+    def _passes(self, key: str | None) -> bool:
+        """Written as it is: not a path, the doctor writing, scratch itself, a cache or a device."""
+        return key is None or self._pause > 0 or not self.root or key.startswith(self._exempt) \
+            or f"{os.sep}__pycache__{os.sep}" in key
+
+    def scratch(self, key: str) -> str:
+        return os.path.join(self.root, os.path.splitdrive(key)[1].lstrip(os.sep))
+
+    def _hidden(self, key: str) -> bool:
+        return any(key == h or key.startswith(h + os.sep) for h in self.hidden)
+
+    def _upper(self, key: str) -> os.stat_result | None:
+        try:
+            return _REAL["lstat"](self.scratch(key))
+        except OSError:
+            return None
+
+    def _lower(self, key: str) -> os.stat_result | None:
+        if self._hidden(key):
+            return None
+        try:
+            return _REAL["stat"](key)
+        except OSError:
+            return None
+
+    def _visible(self, key: str) -> bool:
+        return self._upper(key) is not None or self._lower(key) is not None
+
+    def _is_dir(self, key: str) -> bool:
+        up, low = self._upper(key), self._lower(key)
+        return (up is not None and stat.S_ISDIR(up.st_mode)) or (up is None and low is not None and stat.S_ISDIR(low.st_mode))
+
+    def _in_upper(self, key: str) -> bool:
+        up = self._upper(key)
+        return up is not None and not stat.S_ISDIR(up.st_mode)
+
+    def _touched(self) -> bool:
+        return self._made or bool(self.written or self.hidden)
+
+    @staticmethod
+    def _missing(path: Any) -> FileNotFoundError:
+        return FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), os.fsdecode(os.fspath(path)))
+
+    # ------------------------------------------------------------ routing
+
+    def read_path(self, path: Any) -> Any:
+        """The path a read of `path` opens: the scratch copy when the script wrote one."""
+        key = self._key(path)
+        if self._passes(key) or not self._touched():
+            return path
+        assert key is not None
+        if self._in_upper(key):
+            return self.scratch(key)
+        if self._hidden(key):
+            raise self._missing(path)
+        return path
+
+    def write_path(self, path: Any, *, update: bool = False, exclusive: bool = False) -> Any:
+        """The path a write of `path` opens: its place in scratch, made ready (`update`: the user's
+        content copied up first, as for "a" and "r+")."""
+        key = self._key(path)
+        if self._passes(key):
+            return path
+        assert key is not None
+        if exclusive and self._visible(key):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fsdecode(os.fspath(path)))
+        if self._is_dir(key):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fsdecode(os.fspath(path)))
+        parent = os.path.dirname(key)
+        if not self._is_dir(parent):
+            raise self._missing(path)
+        target = self.scratch(key)
+        self._mirror(parent)
+        if update and self._upper(key) is None and self._lower(key) is not None:
+            with _open(key, "rb") as src, _open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        self._note(key)
+        return target
+
+    def _mirror(self, parent: str) -> None:
+        """The scratch directories down to `parent`, which the script's view already has."""
+        missing = []
+        d = parent
+        while self._upper(d) is None:
+            missing.append(d)
+            up = os.path.dirname(d)
+            if up == d:
+                break
+            d = up
+        self._made = True
+        for d in reversed(missing):
+            try:
+                _REAL["mkdir"](self.scratch(d))
+            except FileExistsError:
+                pass
+
+    def _note(self, key: str) -> None:
+        self.written.pop(key, None)  # the last write's line; order by the first write stays below
+        self.written[key] = _Written(key, self.site())
+
+    def _forget(self, key: str) -> None:
+        for k in [k for k in self.written if k == key or k.startswith(key + os.sep)]:
+            del self.written[k]
+
+    # ------------------------------------------------------------ the script's os functions
+
+    def open(self, file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("opener") is not None or len(args) >= 6:
+            return _open(file, mode, *args, **kwargs)  # the opener opens the path (tempfile's calls os.open)
+        if isinstance(mode, str) and any(c in mode for c in "wax+"):
+            file = self.write_path(file, update=("a" in mode or "+" in mode) and "w" not in mode, exclusive="x" in mode)
+        else:
+            file = self.read_path(file)
+        return _open(file, mode, *args, **kwargs)
+
+    def os_open(self, path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        if dir_fd is None:
+            if flags & _WRITE_FLAGS:
+                path = self.write_path(path, update=not flags & os.O_TRUNC, exclusive=bool(flags & os.O_EXCL and flags & os.O_CREAT))
+            else:
+                path = self.read_path(path)
+        return _REAL["open"](path, flags, mode, dir_fd=dir_fd)
+
+    def stat(self, path: Any, *, dir_fd: int | None = None, follow_symlinks: bool = True) -> os.stat_result:
+        real = _REAL["stat"] if follow_symlinks else _REAL["lstat"]
+        key = self._key(path)
+        if dir_fd is not None or self._passes(key) or not self._touched():
+            return real(path, dir_fd=dir_fd) if follow_symlinks else real(path, dir_fd=dir_fd)
+        assert key is not None
+        if self._upper(key) is not None and (self._in_upper(key) or self._lower(key) is None):
+            return real(self.scratch(key))
+        if self._hidden(key):
+            raise self._missing(path)
+        return real(path)
+
+    def lstat(self, path: Any, *, dir_fd: int | None = None) -> os.stat_result:
+        return self.stat(path, dir_fd=dir_fd, follow_symlinks=False)
+
+    def listdir(self, path: Any = ".") -> list:
+        key = self._key(path)
+        if self._passes(key) or not self._touched():
+            return _REAL["listdir"](path)
+        assert key is not None
+        if not self._is_dir(key):
+            if self._visible(key):
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), os.fsdecode(os.fspath(path)))
+            raise self._missing(path)
+        names = set(_REAL["listdir"](key)) if self._lower(key) is not None else set()
+        names = {n for n in names if not self._hidden(os.path.join(key, n))}
+        if self._upper(key) is not None:
+            names |= set(_REAL["listdir"](self.scratch(key)))
+        out = sorted(names)
+        return [os.fsencode(n) for n in out] if isinstance(path, bytes) else out
+
+    def mkdir(self, path: Any, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
+        key = self._key(path)
+        if dir_fd is not None or self._passes(key):
+            return _REAL["mkdir"](path, mode, dir_fd=dir_fd)
+        assert key is not None
+        if self._visible(key):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fsdecode(os.fspath(path)))
+        if not self._is_dir(os.path.dirname(key)):
+            raise self._missing(path)
+        self._mirror(os.path.dirname(key))
+        _REAL["mkdir"](self.scratch(key), mode)
+
+    def replace(self, src: Any, dst: Any, *, src_dir_fd: int | None = None, dst_dir_fd: int | None = None) -> None:
+        s, d = self._key(src), self._key(dst)
+        if src_dir_fd is not None or dst_dir_fd is not None or (self._passes(s) and self._passes(d)):
+            return _REAL["replace"](src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+        assert s is not None and d is not None
+        if not self._visible(s):
+            raise self._missing(src)
+        if self._is_dir(d) and not self._is_dir(s):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fsdecode(os.fspath(dst)))
+        if not self._is_dir(os.path.dirname(d)):
+            raise self._missing(dst)
+        self._mirror(os.path.dirname(d))
+        target = self.scratch(d) if not self._passes(d) else d
+        if not self._passes(d) and self._upper(d) is not None and self._is_dir(d):
+            _rmtree(self.scratch(d))
+        moved = self._upper(s) is not None and not self._passes(s)
+        if moved:
+            _REAL["replace"](self.scratch(s), target)
+        elif self._passes(s):
+            _REAL["replace"](src, target)  # out of a cache or a temp area of the doctor's: the file is the script's now
+        elif self._is_dir(s):
+            shutil.copytree(s, target, copy_function=_copy, dirs_exist_ok=True)
+        else:
+            _copy(s, target)
+        if not self._passes(s):
+            if self._lower(s) is not None:
+                self.hidden.add(s)
+            written = [k for k in self.written if k == s or k.startswith(s + os.sep)]
+            for k in written:
+                del self.written[k]
+                if not self._passes(d):
+                    self._note(d + k[len(s):])
+        if not self._passes(d):
+            if self._is_dir(d):
+                for dirpath, _dirs, files in os.walk(self.scratch(d)):
+                    for f in files:
+                        rel = os.path.relpath(os.path.join(dirpath, f), self.scratch(d))
+                        if os.path.join(d, rel) not in self.written:
+                            self._note(os.path.join(d, rel))
+            else:
+                self._note(d)
+
+    def remove(self, path: Any, *, dir_fd: int | None = None) -> None:
+        key = self._key(path)
+        if dir_fd is not None or self._passes(key):
+            return _REAL["remove"](path, dir_fd=dir_fd)
+        assert key is not None
+        if self._is_dir(key):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fsdecode(os.fspath(path)))
+        if not self._visible(key):
+            raise self._missing(path)
+        if self._upper(key) is not None:
+            _REAL["remove"](self.scratch(key))
+            self._forget(key)
+        if self._lower(key) is not None:
+            self.hidden.add(key)
+
+    def rmdir(self, path: Any, *, dir_fd: int | None = None) -> None:
+        key = self._key(path)
+        if dir_fd is not None or self._passes(key):
+            return _REAL["rmdir"](path, dir_fd=dir_fd)
+        assert key is not None
+        if not self._is_dir(key):
+            raise self._missing(path) if not self._visible(key) else NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
+        if self.listdir(key):
+            raise OSError(errno.ENOTEMPTY, os.strerror(errno.ENOTEMPTY), os.fsdecode(os.fspath(path)))
+        if self._upper(key) is not None:
+            _REAL["rmdir"](self.scratch(key))
+        if self._lower(key) is not None:
+            self.hidden.add(key)
+
+    def rmtree(self, path: Any, ignore_errors: bool = False, onerror: Any = None, **kwargs: Any) -> None:
+        key = self._key(path)
+        if self._passes(key):
+            return _rmtree(path, ignore_errors, onerror, **kwargs)
+        assert key is not None
+        if not self._is_dir(key):
+            if ignore_errors:
+                return None
+            raise self._missing(path) if not self._visible(key) else NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
+        if self._upper(key) is not None:
+            _rmtree(self.scratch(key))
+        self._forget(key)
+        if self._lower(key) is not None:
+            self.hidden.add(key)
+
+    def metadata(self, name: str) -> Callable[..., Any]:
+        """os.chmod / os.utime / os.truncate: on a file the script wrote, its scratch copy; a user's file is copied up first."""
+        real = _REAL[name]
+
+        def change(path: Any, *args: Any, **kwargs: Any) -> Any:
+            key = self._key(path)
+            if kwargs.get("dir_fd") is not None or self._passes(key):
+                return real(path, *args, **kwargs)
+            assert key is not None
+            if self._is_dir(key):
+                if self._upper(key) is None:
+                    return None  # a user's directory keeps its mode and times
+                return real(self.scratch(key), *args, **kwargs)
+            return real(self.write_path(path, update=True), *args, **kwargs)
+
+        return change
+
+    # ------------------------------------------------------------ arming
+
+    def __enter__(self) -> "Overlay":
+        global _ARMED
+        self.root = tempfile.mkdtemp(prefix="dtype-doctor-writes-")
+        import atexit
+
+        atexit.register(self.cleanup)  # the scratch goes with the process, whatever ended the run
+        self._exempt = tuple(os.path.join(os.path.abspath(p), "") for p in (self.root, *_library_caches()))
+        patches = {
+            (builtins, "open"): self.open, (io, "open"): self.open,
+            (os, "open"): self.os_open, (os, "stat"): self.stat, (os, "lstat"): self.lstat, (os, "listdir"): self.listdir,
+            (os, "mkdir"): self.mkdir, (os, "replace"): self.replace, (os, "rename"): self.replace,
+            (os, "remove"): self.remove, (os, "unlink"): self.remove, (os, "rmdir"): self.rmdir,
+            (shutil, "rmtree"): self.rmtree,
+            (os, "chmod"): self.metadata("chmod"), (os, "utime"): self.metadata("utime"), (os, "truncate"): self.metadata("truncate"),
+        }
+        for (owner, name), fn in patches.items():
+            self._set(owner, name, fn)
+        from dtype_doctor.machine.libraries import after_import
+
+        by_module: dict[str, list[tuple[str, int, str, str]]] = {}
+        for module, attr, index, keyword, kind in COMPILED:
+            by_module.setdefault(module, []).append((attr, index, keyword, kind))
+        for module, rows in by_module.items():
+            hook = after_import(module, lambda m, rows=rows: self._route_compiled(m, rows))
+            if hook is not None:
+                self._hooks.append(hook)
+        _install_net()
+        _ARMED = self
+        return self
+
+    def _route_compiled(self, module: Any, rows: list[tuple[str, int, str, str]]) -> None:
+        for attr, index, keyword, kind in rows:
+            owner_name, _, attr = attr.rpartition(".")
+            owner = getattr(module, owner_name, None) if owner_name else module
+            original = getattr(owner, attr, None) if owner is not None else None
+            if original is None:
+                continue
+
+            def routed(*args: Any, _original: Any = original, _index: int = index, _keyword: str = keyword, _kind: str = kind, **kwargs: Any) -> Any:
+                route = self.write_path if _kind == "write" else self.read_path
+                if len(args) > _index and isinstance(args[_index], (str, bytes, os.PathLike)):
+                    args = (*args[:_index], route(args[_index]), *args[_index + 1:])
+                elif isinstance(kwargs.get(_keyword), (str, bytes, os.PathLike)):
+                    kwargs[_keyword] = route(kwargs[_keyword])
+                return _original(*args, **kwargs)
+
+            self._set(owner, attr, routed)
+
+    def _set(self, owner: Any, name: str, value: Any) -> None:
+        self._saved.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, value)
+
+    def __exit__(self, *exc: Any) -> None:
+        global _ARMED
+        _ARMED = None
+        for hook in self._hooks:
+            if hook in sys.meta_path:
+                sys.meta_path.remove(hook)
+        self._hooks.clear()
+        for owner, name, original in reversed(self._saved):
+            setattr(owner, name, original)
+        self._saved.clear()
+
+    def paused(self) -> "_Paused":
+        return _Paused(self)
+
+    # ------------------------------------------------------------ what was written
+
+    def held(self) -> tuple[HeldWrite, ...]:
+        """The files the script wrote that are still there at the end: path as the user named it, size, line."""
+        return tuple(w for _key, w in self._held())
+
+    def _held(self) -> list[tuple[str, HeldWrite]]:
+        from dtype_doctor.machine.user_code import display_path
+
+        out = []
+        for key, w in self.written.items():
+            try:
+                size = _REAL["stat"](self.scratch(key)).st_size
+            except OSError:
+                continue
+            out.append((key, HeldWrite(display_path(key), size, w.source)))
+        return out
+
+    def keep(self, directory: str) -> list[str]:
+        """Copy the held files into `directory`, each at its path as the report names it (relative
+        to the working directory, or the absolute path below `directory`)."""
+        kept = []
+        with self.paused():
+            for key, w in self._held():
+                target = os.path.join(directory, os.path.splitdrive(w.path)[1].lstrip(os.sep))
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                _copy(self.scratch(key), target)
+                kept.append(target)
+        return kept
+
+    def cleanup(self) -> None:
+        if self.root:
+            _rmtree(self.root, ignore_errors=True)
+            self.root = ""
+            import atexit
+
+            atexit.unregister(self.cleanup)
+
+
+class _Paused:
+    def __init__(self, disk: Overlay) -> None:
+        self.disk = disk
+
+    def __enter__(self) -> None:
+        self.disk._pause += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        self.disk._pause -= 1
+
+
+def _copy(src: str, dst: str) -> str:
+    with _open(src, "rb") as a, _open(dst, "wb") as b:
+        shutil.copyfileobj(a, b)
+    return dst
+
+
+def _library_caches() -> list[str]:
+    """Where libraries keep their caches: written as they are, the script's step is not in them."""
+    import getpass
+
+    home = os.path.expanduser("~")
+    env = os.environ.get
+    try:
+        user = getpass.getuser()  # what inductor names its default cache directory after
+    except (KeyError, OSError):
+        user = env("USER") or env("USERNAME") or "user"
+    caches = [env("XDG_CACHE_HOME") or os.path.join(home, ".cache"), os.path.join(home, ".triton"),
+              os.path.join(tempfile.gettempdir(), f"torchinductor_{user}"), "/dev", "/proc"]
+    for name in ("HF_HOME", "HF_HUB_CACHE", "HF_DATASETS_CACHE", "TRANSFORMERS_CACHE", "TORCH_HOME",
+                 "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR"):
+        if env(name):
+            caches.append(env(name))  # type: ignore[arg-type]
+    return caches
+
+
+# ------------------------------------------------------------------ the net
+
+_ARMED: Overlay | None = None
+_NET = False
+# Audit events that change a path: event → (index of the path, index of its dir_fd or None), per path.
+_NETTED: dict[str, tuple[tuple[int, int | None], ...]] = {
+    "os.rename": ((0, 2), (1, 3)), "os.remove": ((0, 1),), "os.rmdir": ((0, 1),), "os.truncate": ((0, None),),
+    "shutil.rmtree": ((0, 1),), "os.mkdir": ((0, 2),), "os.link": ((1, 3),), "os.symlink": ((1, 2),),
+    "os.chmod": ((0, 2),), "os.utime": ((0, 3),),
+}
+
+
+def _install_net() -> None:
+    """One audit hook for the process (hooks cannot be removed): it acts only while an overlay is armed."""
+    global _NET
+    if not _NET:
+        sys.addaudithook(_audit)
+        _NET = True
+
+
+def _audit(event: str, args: tuple) -> None:
+    disk = _ARMED
+    if disk is None:
+        return
+    if event == "open":
+        if len(args) < 3 or not isinstance(args[2], int) or not args[2] & _WRITE_FLAGS:
+            return
+        paths: list[Any] = [args[0]]
+    elif event in _NETTED:
+        paths = []
+        for at, fd_at in _NETTED[event]:
+            if at < len(args):
+                fd = args[fd_at] if fd_at is not None and fd_at < len(args) else None
+                paths.append(_under_fd(args[at], fd) if isinstance(fd, int) and fd >= 0 else args[at])
+    else:
+        return
+    for p in paths:
+        key = disk._key(p)
+        if key is not None and not disk._passes(key):
+            if event == "open" and disk._is_dir(key):
+                continue  # io.open(dir, opener=...): the opener's os.open names the file, and is routed
+            raise PermissionError(errno.EACCES, f"dtype-doctor --simulate holds back writes to the user's files, and this one "
+                                  f"({event}) reached the file system past its overlay", os.fsdecode(os.fspath(p)))
+
+
+def _under_fd(path: Any, fd: int) -> Any:
+    """A path relative to a directory descriptor, as the absolute path it names (Linux's /proc)."""
+    try:
+        if os.path.isabs(os.fsdecode(path)):
+            return path
+        return os.path.join(os.readlink(f"/proc/self/fd/{fd}"), os.fsdecode(path))
+    except (OSError, TypeError):
+        return path
