@@ -130,7 +130,7 @@ def _fix_script(words: list[str], values: dict) -> object:
     from dtype_doctor.cli.run import check_command
     from dtype_doctor.errors import UsageError
     from dtype_doctor.run.command import parse_command
-    from dtype_doctor.run.fix import fix_script
+    from dtype_doctor.run.fix import EditBrokeScript, fix_script
     from dtype_doctor.run.runner import RunOptions
 
     # Options that shape a MODEL DATASET batch mean nothing for a script, which builds its own.
@@ -147,11 +147,15 @@ def _fix_script(words: list[str], values: dict) -> object:
     quiet_libraries()
     fail_on = values["fail_on"]
     write_patch = values["write_patch"]
-    return fix_script(
-        command, options, strategy=values["strategy"], fail_on=fail_on if fail_on != "never" else "error",
-        unsafe_fixes=values["unsafe_fixes"], force=values["force"], max_rounds=values["max_rounds"],
-        write_patch=write_patch.resolve() if write_patch else None,
-    )
+    try:
+        return fix_script(
+            command, options, strategy=values["strategy"], fail_on=fail_on if fail_on != "never" else "error",
+            unsafe_fixes=values["unsafe_fixes"], force=values["force"], max_rounds=values["max_rounds"],
+            write_patch=write_patch.resolve() if write_patch else None,
+        )
+    except EditBrokeScript as exc:
+        print(exc.diff, file=sys.stderr, end="")  # the doctor's edit, above the line that says it broke the script (exit 3)
+        raise
 
 
 def _script_files(words: list[str] | None) -> tuple[str, ...]:
