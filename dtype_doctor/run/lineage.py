@@ -79,8 +79,12 @@ class LineageBook:
         step = None
         if site is not None and is_user_file(site[0]):
             step = self._user_step(func, first, outs[0], site, inherited)
-            for o in outs:  # an op that hands back its operand (pin_memory on a CPU-only machine) handled it too
-                self.handled[o] = (site, func)  # made into a Handled at the model boundary: one tuple an op here
+            for o in outs:
+                # An op that hands back its operand (pin_memory on a CPU-only machine) handled it too, when
+                # it is a pipeline tensor already: a weak reference on a parameter (an in-place init in a
+                # module's __init__) would change how a simulated move keeps parameters one object.
+                if o is not first or inherited:
+                    self.handled[o] = (site, func)  # made into a Handled at the model boundary: one tuple an op here
         elif not inherited and func in _CREATORS and site is not None:
             step = _library_step(func, outs[0], site, self.device)
         elif inherited and site is not None and first is not None and self.device(outs[0].device) != self.device(first.device):
