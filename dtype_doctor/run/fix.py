@@ -131,7 +131,7 @@ def fix_script(
         return _report(before, strategy, [], True, report, 0, "nothing to fix")
     site = script_site(before, command)
     plans = {p.key: p for p in plan_fixes(report, site, strategy=strategy, fail_on=fail_on, unsafe_fixes=unsafe_fixes)}
-    loop = _Loop(command, options, fail_on, before, site, plans)
+    loop = _Loop(command, options, fail_on, before, site, plans, strategy=strategy, unsafe_fixes=unsafe_fixes)
     after = loop.run(max_rounds)
     return loop.outcome(after, strategy, write_patch, force)
 
@@ -175,8 +175,9 @@ class _Loop:
     """The rounds of write, re-run, compare; what each finding took, and what the re-runs said."""
 
     def __init__(self, command: ScriptCommand, options: RunOptions, fail_on: str, before: RunResult, site: Any,
-                 plans: dict[Key, Planned]) -> None:
+                 plans: dict[Key, Planned], *, strategy: str = "auto", unsafe_fixes: bool = False) -> None:
         self.command, self.options, self.fail_on, self.before, self.site = command, options, fail_on, before, site
+        self.strategy, self.unsafe_fixes = strategy, unsafe_fixes
         self.plans = plans
         self.position = {k: 0 for k in plans}
         self.kept: dict[Key, Candidate] = {}
@@ -199,7 +200,7 @@ class _Loop:
             after = self._rerun(written)
             compared = self._compare(after)
             self._judge(written, compared, after)
-            self._plan_new(compared, written)
+            self._plan_new(compared, written, after.report)
             self.last = written
         if self.last is not None and any(k not in self.kept for k in self.last.taken):
             # The last round carried edits the re-run rejected: the patch is what is kept, run once more.
@@ -297,7 +298,7 @@ class _Loop:
             if key not in written.taken and key not in self.kept:
                 self.fixed_by[key] = "gone with the other edits"
 
-    def _plan_new(self, compared: Compared, written: Written) -> None:
+    def _plan_new(self, compared: Compared, written: Written, report: Report) -> None:
         if not compared.new:
             return
         from dtype_doctor.fix.strategies import describe
@@ -306,7 +307,8 @@ class _Loop:
         edits = "; ".join(describe(c.change) for c in (*written.kept.values(), *written.taken.values()))
         why = (f"the first run stopped early ({stopped}); with the edits the step went on and met it" if stopped
                else f"it appeared with the edits ({edits})")
-        for plan in plan_fixes(self.before.report, self.site, fail_on=self.fail_on, findings=compared.new, new_because=why):
+        for plan in plan_fixes(report, self.site, strategy=self.strategy, fail_on=self.fail_on, unsafe_fixes=self.unsafe_fixes,
+                               findings=compared.new, new_because=why):
             if plan.key not in self.plans:
                 self.plans[plan.key] = plan
                 self.position[plan.key] = 0

@@ -30,8 +30,9 @@ class ToDevice(
 
     def describe(self, c: Change) -> str:
         if c.target.startswith("created:"):
-            return f"create {said(Remedy(self.name, c.target, c.to, c.stage, c.source))} on {c.to}, not {c.before}"
-        return f"move {c.target} {c.before} → {c.to}"
+            made = said(Remedy(self.name, c.target, c.to, c.stage, c.source))
+            return f"create {made} on {c.to}, not {c.before}" if c.before else f"create {made} on {c.to}"
+        return f"move {c.target} {c.before} → {c.to}" if c.before else f"move {c.target} to {c.to}"
 
     def plan(self, pipeline: Pipeline, report: Report, ctx: Context) -> tuple[Change, ...]:
         import torch
