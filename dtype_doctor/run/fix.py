@@ -336,8 +336,9 @@ class _Loop:
 
                 root = repo_root(Path(self.command.target)) if self.command.kind == "file" else repo_root(Path.cwd())
                 made = make_patch(write_patch, [(f, written.originals[f], t) for f, t in written.texts.items()], root=root, force=force)
-                unwritten = tuple(leftover.said for leftover in (*remaining, *new))
-                patch = PatchOutcome(str(made.path), made.files, edits, unwritten=unwritten)
+                # What remains is not a verified change the patch leaves out (PatchOutcome.unwritten): it is
+                # listed as remaining, each with its reason, and fix exits 1 on it.
+                patch = PatchOutcome(str(made.path), made.files, edits)
         elif write_patch is not None:
             skipped = "no edit of your files was verified: " + ("; ".join(leftover.said for leftover in (*remaining, *new)) or "nothing to write")
         fixed = len(self.kept) + len(self.fixed_by)

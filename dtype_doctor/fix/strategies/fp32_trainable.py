@@ -83,8 +83,9 @@ def fp32_trainable(model, batch):
         if not site.run:
             return one_attempt(site.script, mods)
         where, line = site.conversion_file, site.conversion.line if site.converted and site.conversion else None
-        attempts = one_attempt(where, [cm.RemoveModelConversion(lines=[line])]) if line else []
-        attempts += [a for m in mods for a in one_attempt(where, [m])] + site.retarget_conversion(c)
+        # The conversion the run saw, on its line; where it saw none, any conversion of the loaded model.
+        attempts = one_attempt(where, [cm.RemoveModelConversion(lines=[line])]) if line else [a for m in mods for a in one_attempt(where, [m])]
+        attempts += site.retarget_conversion(c)
         attempts += [Attempt(f, cm.DropLoadDtype()) for f in site.user_files]
         if line is not None and where is not None:
             attempts.append(Attempt(where, cm.KeepTrainableFloat32(line)))
