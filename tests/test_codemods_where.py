@@ -7,6 +7,7 @@ import pytest
 
 from dtype_doctor.fix.codemods import (
     AddDevice,
+    CastWhereMade,
     DropLoadDtype,
     KeepTrainableFloat32,
     MoveWhereHandled,
@@ -79,6 +80,20 @@ def test_the_dropped_move_goes_back_where_the_tensor_was_last_handled() -> None:
     assert "    y = torch.stack([b for b in rows]).to(device)\n" in applied(MoveWhereHandled(4, "torch.stack"), "device = 'cuda'\n" + PINNED)
     moved = PINNED.replace("y.pin_memory()", "y.pin_memory().cuda()")
     assert "every value on that line already moves to a device" in skipped(MoveWhereHandled(5), moved)
+
+
+def test_a_dtype_held_by_a_variable_is_cast_on_the_line_that_made_the_tensor() -> None:
+    made = src(
+        """
+        import numpy as np
+        import torch
+        target_type = np.int32 if small else np.int64
+        y = torch.stack([torch.from_numpy(row.astype(target_type)) for row in rows])
+        """
+    )
+    after = applied(CastWhereMade(4, "int64", "torch.stack"), made)
+    assert after.endswith("y = torch.stack([torch.from_numpy(row.astype(target_type)) for row in rows]).to(torch.int64)\n")
+    assert "already cast to torch.int64" in skipped(CastWhereMade(4, "int64"), after)
 
 
 HALF = src(

@@ -1,5 +1,7 @@
 """Codemods that put a tensor on the device it is used on, at the line that made or last handled it:
-AddDevice (a factory called without device=) and MoveWhereHandled (a move the script dropped).
+AddDevice (a factory called without device=) and MoveWhereHandled (a move the script dropped); and
+CastWhereMade, which gives a tensor its dtype on the line that made it when no cast there can be
+rewritten (`.astype(target_type)`, a dtype held by a variable).
 
 The device is written with what the code has at that line, never a literal "cuda:0": a `device`
 the function defines, the forward's input (`idx.device`), a buffer or a parameter of `self`, or
@@ -120,6 +122,20 @@ class AddDevice(_CSTCodemod):
         return f"{ctx.filename}:{self.line}: torch.{self.factory}(..., {', '.join(changes)})"
 
 
+def _values(ctx: _Ctx, line: int) -> list[cst.BaseExpression]:
+    """The values the statements on `line` assign or return (each element of a tuple apart)."""
+    stmts = [n for n in ctx.nodes if isinstance(n, (cst.Assign, cst.AnnAssign, cst.Return, cst.Expr)) and ctx.line(n) == line]
+    if not stmts:
+        raise _Skip(f"{ctx.filename}:{line}: no assignment or return on that line")
+    values: list[cst.BaseExpression] = []
+    for stmt in stmts:
+        value = stmt.value
+        if value is None:
+            continue
+        values += [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
+    return values
+
+
 def _moves(ctx: _Ctx, expr: cst.BaseExpression) -> cst.Call | None:
     """The `.to(...)`/`.cuda()` call that ends `expr`, when it moves it to a device (not only a dtype)."""
     from dtype_doctor.fix.codemods.forward import _moves_device
@@ -158,20 +174,8 @@ class MoveWhereHandled(_CSTCodemod):
         self.call = call
         self.device_expr = device_expr
 
-    def _values(self, ctx: _Ctx) -> list[cst.BaseExpression]:
-        stmts = [n for n in ctx.nodes if isinstance(n, (cst.Assign, cst.AnnAssign, cst.Return, cst.Expr)) and ctx.line(n) == self.line]
-        if not stmts:
-            raise _Skip(f"{ctx.filename}:{self.line}: no assignment or return on that line")
-        values: list[cst.BaseExpression] = []
-        for stmt in stmts:
-            value = stmt.value
-            if value is None:
-                continue
-            values += [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
-        return values
-
     def _edit(self, ctx: _Ctx) -> str:
-        values = self._values(ctx)
+        values = _values(ctx, self.line)
         moved = [m for v in values if (m := _moves(ctx, v)) is not None]
         candidates = [v for v in values if _moves(ctx, v) is None and isinstance(v, (cst.Call, cst.Name, cst.Subscript, cst.Attribute))]
         if self.call is not None and len(candidates) > 1:
@@ -195,3 +199,34 @@ class MoveWhereHandled(_CSTCodemod):
         ctx.replace(value, _method_call(value, "to", args))
         move = cst.Module([]).code_for_node(cst.Call(func=cst.Name("to"), args=args))
         return f"{ctx.filename}:{self.line}: `{ctx.snippet(value, 40)}` now ends in .{move}"
+
+
+class CastWhereMade(_CSTCodemod):
+    """Give a tensor its dtype on the line that made it, where no cast there can be rewritten:
+    ``y = torch.stack([... .astype(target_type) ...])`` → ``y = torch.stack([...]).to(torch.int64)``.
+    `call` picks the value on the line, as for MoveWhereHandled."""
+
+    DESCRIPTION = "Cast the tensor to the dtype its consumer needs on the line that made it."
+
+    def __init__(self, line: int, dtype: str, call: str | None = None):
+        from dtype_doctor.fix.codemods.base import normalize_dtype
+
+        self.line = line
+        self.dtype = normalize_dtype(dtype)
+        self.call = call
+
+    def _edit(self, ctx: _Ctx) -> str:
+        values = [v for v in _values(ctx, self.line) if isinstance(v, (cst.Call, cst.Name, cst.Subscript, cst.Attribute))]
+        if self.call is not None and len(values) > 1:
+            values = [v for v in values if _made_by(v, self.call)] or values
+        if not values:
+            raise _Skip(f"{ctx.filename}:{self.line}: no value on that line to cast")
+        if len(values) > 1:
+            shown = ", ".join(f"`{ctx.snippet(v, 30)}`" for v in values)
+            raise _Skip(f"{ctx.filename}:{self.line}: {len(values)} values could be the tensor ({shown}); which one is not known")
+        value = values[0]
+        to = f"{ctx.torch_name()}.{self.dtype}"
+        if ctx.code(value).endswith(f".to({to})"):
+            raise _Skip(f"{ctx.filename}:{self.line}: `{ctx.snippet(value, 40)}` is already cast to {to}")
+        ctx.replace(value, _method_call(value, "to", [cst.Arg(ctx.parse_expr(to))]))
+        return f"{ctx.filename}:{self.line}: `{ctx.snippet(value, 40)}` now ends in .to({to})"
