@@ -73,7 +73,9 @@ def test_help_usage_and_examples_paste_as_written(command: str) -> None:
 def test_fix_ends_on_the_outcome_and_json_says_which_summary_is_which() -> None:
     out = cli("fix", *DEMO).stdout
     last = " ".join(out.strip().split("\n\n")[-1].split())  # the last paragraph, however wrapped
-    assert last.startswith("✓ fixed and verified: 0 errors") and last.endswith("(before: 1 error, 0 warnings, 0 info)")
+    # nothing was written without --write-patch: the outcome says where the fix lives
+    assert last.startswith("✓ verified in memory — pass --write-patch to write it: 0 errors"), last
+    assert last.endswith("(before: 1 error, 0 warnings, 0 info)")
     report = json.loads(cli("fix", *DEMO, "--format", "json").stdout)
     assert report["summary"]["error"] == 1  # the pipeline as scanned
     assert report["fix"]["before"]["summary"] == report["summary"]

@@ -693,7 +693,7 @@ def test_move_batch_to_device_keywords_with_model_device():
         model = AutoModel.from_pretrained("x")
 
         def run(ids, mask):
-            return model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), return_dict=True, labels=y.to("cuda"), w=w.to(torch.half).to(model.device))
+            return model(input_ids=ids.to(next(model.parameters()).device), attention_mask=mask.to(next(model.parameters()).device), return_dict=True, labels=y.to("cuda"), w=w.to(torch.half).to(next(model.parameters()).device))
         """
     )
 
@@ -709,7 +709,7 @@ def test_move_batch_to_device_device_of_another_function_is_not_visible():
         """
     )
     assert applied(MoveBatchToDevice(), before) == before.replace(
-        "    return model(**batch)", "    batch = {k: v.to(model.device) for k, v in batch.items()}\n    return model(**batch)"
+        "    return model(**batch)", "    batch = {k: v.to(next(model.parameters()).device) for k, v in batch.items()}\n    return model(**batch)"
     )
     assert "batch.items()}\n    return" in applied(MoveBatchToDevice("torch.device('cuda:1')"), before)
 
@@ -727,8 +727,8 @@ def test_move_batch_to_device_skips():
 def test_cast_batch_inserts_for_unpacked_batch():
     assert applied(CastBatch(["pixel_values", "input_values"]), SCRIPT) == SCRIPT.replace(
         "    # forward pass\n",
-        '    batch["pixel_values"] = batch["pixel_values"].to(model.dtype)\n'
-        '    batch["input_values"] = batch["input_values"].to(model.dtype)\n'
+        '    batch["pixel_values"] = batch["pixel_values"].to(next(model.parameters()).dtype)\n'
+        '    batch["input_values"] = batch["input_values"].to(next(model.parameters()).dtype)\n'
         "    # forward pass\n",
     )
 

@@ -146,11 +146,13 @@ def test_fix_model_data_of_a_refused_load_points_to_fix_run() -> None:
 
 
 def test_the_refused_load_fix_asks_the_strategy_the_same_questions_as_the_in_memory_fix(monkeypatch) -> None:
-    # run's fix of a refused load plans from the report alone, through Strategy.planned as the
-    # in-memory fix does: a strategy that changes weight precision needs --unsafe-fixes there too.
-    from dtype_doctor.fix.strategies import STRATEGIES
+    # run's fix of a refused load plans from the report alone, through the strategy as any finding
+    # of a script is planned: a strategy that changes weight precision needs --unsafe-fixes there too.
+    from pathlib import Path
+
+    from dtype_doctor.fix.strategies import STRATEGIES, Site
     from dtype_doctor.fix.strategies.base import UNSAFE
-    from dtype_doctor.run.fix import _fix_load
+    from dtype_doctor.run.fix import plan_fixes
     from dtype_doctor.run.command import ScriptCommand
     from dtype_doctor.run.runner import RunOptions, refused_load
 
@@ -158,10 +160,12 @@ def test_the_refused_load_fix_asks_the_strategy_the_same_questions_as_the_in_mem
         load(GPU_AND_CPU, load_in_8bit=True)
     report = refused_load(exc.value, ScriptCommand("file", "train.py", ()), RunOptions())
     assert report is not None and [f.code for f in report.findings] == ["DD505"]
-    (step,) = _fix_load(report, strategy="auto", fail_on="warning", unsafe_fixes=False)
-    assert (step.strategy, step.status) == ("bnb-fp32-cpu-offload", "applied")
+    site = Site(script=Path("train.py"), run=True)
+    (plan,) = plan_fixes(report, site, fail_on="warning")
+    assert [c.strategy for c in plan.candidates] == ["bnb-fp32-cpu-offload"] and not plan.skipped
     monkeypatch.setattr(type(STRATEGIES["bnb-fp32-cpu-offload"]), "applicability", UNSAFE)
-    (step,) = _fix_load(report, strategy="auto", fail_on="warning", unsafe_fixes=False)
-    assert step.status == "skipped" and "--unsafe-fixes" in step.detail
-    (step,) = _fix_load(report, strategy="auto", fail_on="warning", unsafe_fixes=True)
-    assert step.status == "applied"
+    (plan,) = plan_fixes(report, site, fail_on="warning")
+    (step,) = plan.skipped
+    assert not plan.candidates and step.status == "skipped" and "--unsafe-fixes" in step.detail
+    (plan,) = plan_fixes(report, site, fail_on="warning", unsafe_fixes=True)
+    assert [c.strategy for c in plan.candidates] == ["bnb-fp32-cpu-offload"]

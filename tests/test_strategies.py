@@ -72,7 +72,8 @@ def test_a_findings_fixes_are_worded_from_its_remedies_and_hints() -> None:
     assert "torch.amp.GradScaler" in fixes[1].description and fixes[2].description == "or set problem_type in the config"
     # made in model code: cast where it is made; a created tensor is named by its op and module
     made = suggestions([Remedy("to-device", "created:aten.arange.default@model.pos", "cuda:0", "model-code")])
-    assert made[0].description == "create the tensor arange makes in model.pos with device='cuda:0'"
+    # (torch's name for the factory, never aten's overload; no literal device: the code names its own)
+    assert made[0].description == "create the tensor torch.arange makes in model.pos on the model's device (cuda:0): pass device= the device of the tensors it meets"
     assert suggestions([Remedy("cast-inputs", "", "float32", "model-code")])[0].description == "cast the tensor to float32 where it is made"
     # a hint Remedy is worded like a remedy; advice alone loses its "or"
     assert suggestions([], [Remedy("keep-fp32", "encoder.0", "float32")])[0].description.endswith(", encoder.0 among them (--strategy keep-fp32)")

@@ -77,7 +77,8 @@ def fix_command(model: FixModel = None, dataset: FixDataset = None, command: Com
 
     With --run, your own script is traced as `dtype-doctor run` traces it, the fix is written
     as a patch against your files, and the patched script is run again to verify it.
-    Exit 0 when the re-run trace is clean at --fail-on, 1 when not.
+    Exit 0 when the re-run trace is clean at --fail-on, 1 when findings remain (a patch still holds
+    every verified edit), 3 when an edit of the doctor's made your script raise.
     """
     from dtype_doctor.cli.reporting import Reporting, check_pipeline, import_libraries, libraries
 
@@ -88,11 +89,15 @@ def fix_command(model: FixModel = None, dataset: FixDataset = None, command: Com
         script, options = _check_script(words, fix, batch, loading, step, machine, findings, general)
         reporting = Reporting.prepare(outputs, findings, reads=(script.target,) if script.kind == "file" else (),
                                       writes=writes, config=general.config)
-        from dtype_doctor.run.fix import fix_script
+        from dtype_doctor.run.fix import EditBrokeScript, fix_script
 
         import_libraries(outputs)  # the script's own output follows on stderr
-        report = fix_script(script, options, **fix.engine(findings.fail_on),
-                            write_patch=fix.write_patch.resolve() if fix.write_patch else None)
+        try:
+            report = fix_script(script, options, **fix.engine(findings.fail_on),
+                                write_patch=fix.write_patch.resolve() if fix.write_patch else None)
+        except EditBrokeScript as exc:
+            print(exc.diff, file=sys.stderr, end="")  # the doctor's edit, above the line that says it broke the script (exit 3)
+            raise
     else:
         model, dataset = _model_and_dataset(model, dataset, command)
         options = check_pipeline(model, dataset, batch, loading, machine, step, findings, general)

@@ -177,6 +177,38 @@ class Tradeoff:
         })
 
 
+@dataclass(frozen=True, slots=True)
+class Leftover:
+    """A finding a fix leaves (or one its re-run found that the first run did not), and why."""
+
+    code: str
+    message: str
+    source: SourceLoc | None
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "source": self.source.to_dict() if self.source else None, "why": self.why}
+
+    @property
+    def said(self) -> str:
+        where = f" at {self.source.file}:{self.source.line}" if self.source else ""
+        return f"{self.code}{where}: {self.why}"
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedEdit:
+    """An edit that was written and run, and that the re-run did not verify: its diff, and what the re-run said."""
+
+    strategy: str
+    file: str
+    codemod: str
+    diff: str
+    rerun: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "file": self.file, "codemod": self.codemod, "diff": self.diff, "rerun": self.rerun}
+
+
 @dataclass(frozen=True)
 class FixOutcome:
     """SPEC.md's `fix` block as a record: what was applied, whether the re-run is clean,
@@ -195,6 +227,41 @@ class FixOutcome:
     tradeoff: Tradeoff | None = None
     patch: PatchOutcome | None = None
     patch_skipped: str | None = None  # a patch was asked for and none was written: why
+    # fix --run: the findings left at or above --fail-on (each with why), those new in the re-run
+    # (with why they appeared), and the edits the re-run did not verify.
+    remaining: tuple[Leftover, ...] = ()
+    new: tuple[Leftover, ...] = ()
+    rejected: tuple[RejectedEdit, ...] = ()
+
+    @property
+    def fixed_any(self) -> bool:
+        return any(s.status == "applied" for s in self.steps)
+
+    @property
+    def headline(self) -> str:
+        """How the fix ended, in words that claim no more than happened: "fixed and verified" only
+        where a patch was written; a fix verified on edits held in memory says so."""
+        written = self.patch is not None and self.patch.path is not None
+        if self.verified and not self.fixed_any:
+            return "nothing to fix"
+        if self.verified:
+            if written:
+                return "fixed and verified"
+            if self.patch_skipped:
+                return "verified in memory, no patch written"
+            return "verified in memory — pass --write-patch to write it"
+        if self.fixed_any and written:
+            return "partly fixed: the verified edits are in the patch"
+        if self.fixed_any:
+            return "partly fixed"
+        return "not fixed"
+
+    def rows(self) -> list[tuple[str, str]]:
+        """(label, value) lines for what fix --run leaves: remaining and new findings, rejected edits."""
+        rows = [("remaining", leftover.said) for leftover in self.remaining]
+        rows += [("new", leftover.said) for leftover in self.new]
+        rows += [("rejected", f"{e.strategy}: {e.codemod} on {e.file}; the re-run: {e.rerun}\n{e.diff}".rstrip()) for e in self.rejected]
+        return rows
 
     def to_dict(self) -> dict[str, Any]:
         block: dict[str, Any] = {
@@ -212,4 +279,7 @@ class FixOutcome:
         }
         if self.patch_skipped:
             block["patch_skipped"] = self.patch_skipped
+        for key, items in (("remaining", self.remaining), ("new", self.new), ("rejected", self.rejected)):
+            if items:
+                block[key] = [item.to_dict() for item in items]
         return block

@@ -15,12 +15,11 @@ from __future__ import annotations
 import contextlib
 import copy
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import torch
 
 from dtype_doctor.errors import InputError
-from dtype_doctor.machine.accelerate_hooks import accelerate_on_fakes
 from dtype_doctor.machine.placement import DEVICE_MAPS, Placement
 from dtype_doctor.records import DeviceLoad, DevicePlan
 

@@ -349,7 +349,7 @@ def fix_outcome(fix: FixOutcome, before: Mapping[str, int]) -> tuple[bool, str, 
     """(verified, `fixed and verified: 0 errors, ...`, `before: 1 error, ...`): how a fix ends."""
     verified = fix.verified
     counts = counts_line(fix.after_summary)
-    return verified, f"{'fixed and verified' if verified else 'not fixed'}: {counts}", f"before: {counts_line(before)}"
+    return verified, f"{fix.headline}: {counts}", f"before: {counts_line(before)}"
 
 
 def fix_fields(fix: FixOutcome) -> list[tuple[str, str]]:
@@ -387,6 +387,7 @@ def fix_fields(fix: FixOutcome) -> list[tuple[str, str]]:
         if patch.check:
             rows.append(("check", patch.check))
         rows += [("note", note) for note in patch.notes]
+    rows += fix.rows()
     if fix.detail and not verified:
         rows.append(("why", fix.detail))
     return rows

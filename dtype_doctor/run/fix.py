@@ -1,33 +1,109 @@
-"""`dtype-doctor fix --run -- python SCRIPT.py ARGS`: fix the user's own script, as a patch, verified.
+"""`dtype-doctor fix --run -- python SCRIPT.py ARGS`: the one loop that fixes the user's own script.
 
-    trace   run the script as `run` does; keep its model and the first step's inputs
-    fix     the fix engine (apply, re-trace, roll back) on that model and batch; a finding on
-            a tensor the step uses outside the model (a loss target) is cast where the
-            lineage says its dtype was made
-    patch   each change becomes an edit of the user's own files, first where the lineage
-            says the offending dtype was made, else at the forward call
-    verify  the script runs again, in this process, with the edited text of those files:
-            the fix is verified when that run has no finding at or above --fail-on
-    write   only a verified patch is written (--write-patch PATH), for `git apply`
+    run      the script runs as `run` runs it, under the one placement its options decide
+    plan     each finding at or above --fail-on gets the edits of its remedies' strategies, in
+             auto's order (each strategy owns its edits: where the finding's lines say, in the
+             script or any module of the user's it imports)
+    write    each finding's first edit that applies is made, in memory
+    re-run   the script runs again with the edited texts, under the same options
+    compare  the same findings, before and after: an edit whose finding is gone is verified and
+             kept; one whose finding stays is taken back (shown as a diff, with what the re-run
+             said) and the finding's next edit is tried; a finding new in the re-run is named,
+             with why it appeared, and planned in turn
+    patch    every verified edit is written (--write-patch), whatever remains; what remains is
+             listed with its reason
+
+Each step hands the next a small frozen record (Planned, Candidate, Written, Compared). The
+user's files are never changed: the re-runs read the edited texts in place of the files, and
+the patch is the only file written. An edit that makes the script raise where it did not is the
+doctor's failure (EditBrokeScript, exit 3, with the edit), never the user's.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import dataclasses
+import difflib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from dtype_doctor.errors import UsageError
-from dtype_doctor.fix.outcome import Change, FixOutcome, PatchOutcome, Step
+from dtype_doctor.errors import DoctorError, InputError, UsageError
+from dtype_doctor.fix.outcome import Change, CodemodOutcome, FixOutcome, Leftover, PatchOutcome, RejectedEdit, Step
 from dtype_doctor.fix.patches import Attempt, FileEdits
-from dtype_doctor.records import Report, Subject
+from dtype_doctor.records import Finding, Report
 from dtype_doctor.run.command import ScriptCommand
 from dtype_doctor.run.runner import RunOptions, RunResult, run_script
-from dtype_doctor.trace.request import TraceRequest
-from dtype_doctor.machine.placement import HERE
 
+Key = tuple[str, str, tuple[str, ...]]
+
+
+class EditBrokeScript(DoctorError):
+    """An edit of the doctor's made the script raise where it ran before: the doctor's failure."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, diff: str) -> None:
+        super().__init__(message)
+        self.diff = diff
+
+
+# ----------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to fix one finding: a strategy's change and the codemod that writes it."""
+
+    strategy: str
+    change: Change
+    attempt: Attempt
+
+    @property
+    def identity(self) -> tuple:
+        """The same edit planned for two findings is one edit: the file and what the codemod holds."""
+        return (self.attempt.file, _signature(self.attempt.codemod))
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A finding to fix, its candidates in the order to try them, and the strategies that offer none (why)."""
+
+    key: Key
+    finding: Finding
+    candidates: tuple[Candidate, ...]
+    skipped: tuple[Step, ...] = ()
+    new_because: str | None = None  # a finding the first run did not have: why it appeared
+
+
+@dataclass(frozen=True)
+class Written:
+    """One round's edits, in memory: the texts and which candidate each finding took."""
+
+    texts: Mapping[Path, str]  # the files changed, and their new text
+    originals: Mapping[Path, str]
+    taken: Mapping[Key, Candidate]  # the findings tried this round, and the edit each took
+    kept: Mapping[Key, Candidate]  # the edits verified in earlier rounds, made again
+    outcomes: tuple[CodemodOutcome, ...]
+
+
+@dataclass(frozen=True)
+class Compared:
+    """The same findings, before and after: those gone, those still there, and those new."""
+
+    gone: frozenset[Key]
+    still: frozenset[Key]
+    new: tuple[Finding, ...]
+
+
+def finding_key(f: Finding) -> Key:
+    """What makes a finding the same finding in two runs: its rule, module and what its remedies
+    change (messages carry counts that change: "41 trainable parameters ...")."""
+    targets = tuple(sorted({r.target for r in f.remedies})) or ((f.op or ""),)
+    return (f.code, f.module, targets)
+
+
+# ------------------------------------------------------------------------------- loop
 
 
 def fix_script(
@@ -41,148 +117,281 @@ def fix_script(
     max_rounds: int = 5,
     write_patch: Path | None = None,
 ) -> Report:
-    """Trace the script's step, fix it, express the fix as edits of the user's files, re-run to verify."""
+    """Run the script, plan edits from its findings' remedies, write them in memory, run it again
+    under the same options, keep the edits that verified, and write them (--write-patch)."""
     from dtype_doctor.fix.strategies import NAMES
 
     if strategy not in NAMES:
         raise UsageError(f"unknown --strategy {strategy!r}; choose one of: {', '.join(NAMES)}")
     if write_patch is not None and write_patch.exists() and not force:
         raise UsageError(f"patch file {write_patch} already exists; pass --force to overwrite it")
-    options = dataclasses.replace(options, keep_running=False)
+    options = dataclasses.replace(options, keep_running=False)  # one placement, for every run below
     before = run_script(command, options=options)
-    if before.capture is None:  # the load was refused (DD505): the fix is in how the model loads
-        steps, result = _fix_load(before.report, strategy=strategy, fail_on=fail_on, unsafe_fixes=unsafe_fixes), None
-    else:
-        steps, result = _fix_in_memory(before, options, strategy=strategy, fail_on=fail_on, unsafe_fixes=unsafe_fixes,
-                                       force=force, max_rounds=max_rounds)
-    applied = [s for s in steps if s.status == "applied"]
-    if not before.report.at_or_above(fail_on) and not applied:
-        return _report(before, strategy, steps, result, True, before.report, None, None, "nothing to fix")
-    edits, unexpressed = apply_edits(plan_edits(applied, before, options, command))
-    changed = edits.changed
-    if not changed:
-        why = "; ".join(f"{o.codemod}: {o.detail}" for o in edits.outcomes if o.status != "applied") or "no edit of your files expresses the fix"
-        return _report(before, strategy, steps, result, False, None, None, why,
-                       "the fix could not be written as an edit of your files")
-    after = run_script(command, options=options, sources={str(f): t for f, t in changed.items()})
-    verified = not after.report.at_or_above(fail_on) and not (after.report.trace and after.report.trace.failure)
-    patch = PatchOutcome(None, tuple(_shown(f) for f in changed), tuple(edits.outcomes))
-    skipped = None
-    if not verified:
-        failing = ", ".join(sorted({f.code for f in after.report.at_or_above(fail_on)})) or "DD001"
-        detail = f"the patched script still has findings at or above {fail_on} ({failing}) when run again"
-        skipped = "the patch was not verified, so it is not written" if write_patch else None
-    else:
-        detail = f"verified: the patched script, run again, has no finding at or above {fail_on}"
-        if unexpressed:
-            detail += f" ({len(unexpressed)} change(s) of the in-memory fix were not needed in your files)"
-        if write_patch is not None:
-            from dtype_doctor.fix.patch import make_patch, repo_root
-
-            root = repo_root(Path(command.target)) if command.kind == "file" else repo_root(Path.cwd())
-            written = make_patch(write_patch, [(f, edits.originals[f], t) for f, t in changed.items()], root=root, force=force)
-            patch = PatchOutcome(str(written.path), written.files, tuple(edits.outcomes))
-    return _report(before, strategy, steps, result, verified, after.report, patch, skipped, detail)
-
-
-# ----------------------------------------------------------------------- fix in memory
-
-
-def _fix_in_memory(before: RunResult, options: RunOptions, **kw: Any) -> tuple[list[Step], Any]:
-    """The engine's fix of the model's forward, and the casts of tensors the step uses outside it."""
-    from dtype_doctor.fix.engine import fix_model
-
-    capture: Any = before.capture
     report = before.report
-    steps: list[Step] = []
-    result = None
-    inputs = {k: v for k, v in capture.inputs.items()}
-    trace = report.trace
-    request = TraceRequest(
-        # a real step is re-traced where the script put its model; a simulated one on the device the
-        # report names, the captured model as the script placed it (a device map is not spread again)
-        placement=replace(options.placement, device=report.target.device, gpus=1, device_map=None, max_memory=())
-        if options.simulate else HERE,
-        autocast=capture.autocast,
-        train=report.target.train,
-        move_inputs=False,  # the batch stays where the script put it: a stray CPU input is the finding
-        select=options.select,
-        ignore=options.ignore,
-        lineage={k: v for k, v in report.lineage.items() if k in inputs},
-        sources={k: v for k, v in (trace.sources if trace else {}).items() if k in inputs},
-        subject=Subject(model=report.target.model),
-    )
-    model_side = any(_is_model_input(f, inputs) for f in report.at_or_above(kw["fail_on"]))
-    if model_side:
-        result = fix_model(capture.model, inputs, request, measure=not options.simulate, **kw)
-        steps.extend(result.steps)
-    outside = _outside_changes(report, inputs, kw["fail_on"])
-    if outside:
-        steps.append(Step("cast-inputs", "applied", "; ".join(f"cast {c.target} {c.before} → {c.to} where it is made" for c in outside), tuple(outside)))
-    return steps, result
+    if not report.at_or_above(fail_on):
+        return _report(before, strategy, [], True, report, 0, "nothing to fix")
+    site = script_site(before, command)
+    plans = {p.key: p for p in plan_fixes(report, site, strategy=strategy, fail_on=fail_on, unsafe_fixes=unsafe_fixes)}
+    loop = _Loop(command, options, fail_on, before, site, plans, strategy=strategy, unsafe_fixes=unsafe_fixes)
+    after = loop.run(max_rounds)
+    return loop.outcome(after, strategy, write_patch, force)
 
 
-def _fix_load(report: Report, *, strategy: str, fail_on: str, unsafe_fixes: bool) -> list[Step]:
-    """A model transformers refused to load has no step to fix in memory: each strategy a finding
-    names as a remedy plans its change from the report, and the re-run of the script verifies it."""
+def plan_fixes(report: Report, site: Any, *, strategy: str = "auto", fail_on: str = "error", unsafe_fixes: bool = False,
+               findings: tuple[Finding, ...] | None = None, new_because: str | None = None) -> list[Planned]:
+    """Each finding at or above `fail_on` (or `findings`): the edits its remedies' strategies offer,
+    in auto's order (only `strategy`'s when one is named)."""
     from dtype_doctor.fix.strategies import STRATEGIES, Context
 
     ctx = Context(fail_on=fail_on, unsafe=unsafe_fixes or strategy != "auto", requested=None if strategy == "auto" else strategy)
-    steps: list[Step] = []
-    for s in STRATEGIES.values():
-        if (strategy != "auto" and s.name != strategy) or not s.remedies(report, ctx):
+    plans: dict[Key, Planned] = {}
+    for f in findings if findings is not None else report.at_or_above(fail_on):
+        key = finding_key(f)
+        if key in plans:
             continue
-        try:
-            changes = s.planned(None, report, ctx)  # no model was loaded
-        except Exception as exc:  # noqa: BLE001 - a strategy that needs the model cannot fix a refused load
-            steps.append(Step(s.name, "skipped", f"needs the loaded model ({type(exc).__name__})"))
-            continue
-        steps.append(changes if isinstance(changes, Step) else s.applied(changes))
-    return steps
-
-
-def _is_model_input(finding: Any, inputs: Mapping[str, Any]) -> bool:
-    """A finding the engine can reproduce on the model and batch alone (not a loss target's)."""
-    targets = [r.target for r in finding.remedies if r.strategy in ("cast-inputs", "to-device")]
-    return not targets or any(t in inputs or not _is_name(t) for t in targets)
-
-
-def _is_name(target: str) -> bool:
-    return ":" not in target and "@" not in target
-
-
-def _outside_changes(report: Report, inputs: Mapping[str, Any], fail_on: str) -> list[Change]:
-    """Casts for the tensors the step uses outside the model (named by the run, e.g. a loss target)."""
-    changes: dict[str, Change] = {}
-    for f in report.at_or_above(fail_on):
-        for r in f.remedies:
-            if r.strategy != "cast-inputs" or r.target in inputs or not _is_name(r.target) or r.target in changes:
+        offered = {r.strategy for r in f.remedies}
+        candidates: list[Candidate] = []
+        skipped: list[Step] = []
+        for s in STRATEGIES.values():  # auto's order: least invasive first
+            if s.name not in offered or (strategy != "auto" and s.name != strategy):
                 continue
-            now = next((t.dtype for t in f.tensors if t.origin == f"input:{r.target}"), None)
-            source = r.source or (report.trace.sources.get(r.target) if report.trace else None)
-            changes[r.target] = Change("cast-inputs", r.target, r.to, now, r.stage, source)
-    return list(changes.values())
+            changes = s.scripted(f, report, ctx)
+            if isinstance(changes, Step):
+                skipped.append(changes)
+                continue
+            for c in changes:
+                attempts = s.edits(c, site)
+                if not attempts:
+                    skipped.append(Step(s.name, "skipped", f"{s.describe(c)}: no edit of your files can hold it"))
+                candidates += [Candidate(s.name, c, a) for a in attempts]
+        if not offered:
+            skipped.append(Step("auto", "skipped", f"{f.code} names no fix a strategy applies"))
+        elif strategy != "auto" and strategy not in offered:
+            skipped.append(Step(strategy, "skipped", f"{f.code} is not fixed by {strategy} (it offers {', '.join(sorted(offered))})"))
+        plans[key] = Planned(key, f, tuple(candidates), tuple(skipped), new_because)
+    return list(plans.values())
 
 
-# ----------------------------------------------------------------------------- edits
+class _Loop:
+    """The rounds of write, re-run, compare; what each finding took, and what the re-runs said."""
+
+    def __init__(self, command: ScriptCommand, options: RunOptions, fail_on: str, before: RunResult, site: Any,
+                 plans: dict[Key, Planned], *, strategy: str = "auto", unsafe_fixes: bool = False) -> None:
+        self.command, self.options, self.fail_on, self.before, self.site = command, options, fail_on, before, site
+        self.strategy, self.unsafe_fixes = strategy, unsafe_fixes
+        self.plans = plans
+        self.position = {k: 0 for k in plans}
+        self.kept: dict[Key, Candidate] = {}
+        self.fixed_by: dict[Key, str] = {}  # a finding gone with another finding's edit
+        self.rejected: list[RejectedEdit] = []
+        self.not_written: dict[Key, list[str]] = {}  # each finding's edits that did not apply, and why
+        self.tried: dict[Key, int] = {}  # each finding's edits written and run, that the re-run did not verify
+        self.steps: list[Step] = [s for p in plans.values() for s in p.skipped]
+        self.outcomes: dict[tuple[str, str, str], CodemodOutcome] = {}
+        self.rounds = 0
+        self.last: Written | None = None
+
+    def run(self, max_rounds: int) -> RunResult:
+        after = self.before
+        while self.rounds < max_rounds:
+            written = self._write()
+            if written is None:
+                break
+            self.rounds += 1
+            after = self._rerun(written)
+            compared = self._compare(after)
+            self._judge(written, compared, after)
+            self._plan_new(compared, written, after.report)
+            self.last = written
+        if self.last is not None and any(k not in self.kept for k in self.last.taken):
+            # The last round carried edits the re-run rejected: the patch is what is kept, run once more.
+            final = self._write(only_kept=True)
+            after = self._rerun(final) if final is not None else self.before
+            self.last = final
+        return after
+
+    # -- write
+
+    def _write(self, *, only_kept: bool = False) -> Written | None:
+        """The kept edits again, and for each open finding its next candidate that applies."""
+        from dtype_doctor.machine.user_code import display_path
+
+        edits = FileEdits(lambda f: display_path(str(f)))
+        made: dict[tuple, Candidate] = {}
+        for cand in self.kept.values():
+            if cand.identity not in made and edits.first_that_applies([cand.attempt]):
+                made[cand.identity] = cand
+        taken: dict[Key, Candidate] = {}
+        for key, plan in ([] if only_kept else self.plans.items()):
+            if key in self.kept or key in self.fixed_by:
+                continue
+            while self.position[key] < len(plan.candidates):
+                cand = plan.candidates[self.position[key]]
+                if cand.identity in made:  # the same edit another finding took: one edit for both
+                    taken[key] = cand
+                    break
+                if edits.first_that_applies([cand.attempt]):
+                    made[cand.identity] = taken[key] = cand
+                    break
+                o = edits.outcomes[-1]
+                self.not_written.setdefault(key, []).append(f"{o.codemod}: {o.detail}")
+                self.position[key] += 1
+        for o in edits.outcomes:
+            self.outcomes.setdefault((o.file, o.codemod, o.detail), o)
+        if not taken and not only_kept:
+            return None
+        if only_kept and not made:
+            return None
+        kept = {k: c for k, c in self.kept.items()}
+        return Written(edits.changed, dict(edits.originals), taken, kept, tuple(edits.outcomes))
+
+    # -- re-run
+
+    def _rerun(self, written: Written) -> RunResult:
+        """The script with the edited texts, under the same options; an edit that makes it raise
+        where it ran before is the doctor's failure."""
+        try:
+            after = run_script(self.command, options=self.options, sources={str(f): t for f, t in written.texts.items()})
+        except InputError as exc:
+            cause = exc.__cause__
+            if cause is None:
+                raise self._broke(written, str(exc)) from exc
+            from dtype_doctor.errors import first_line
+            from dtype_doctor.run.runner import user_frame
+
+            raise self._broke(written, f"{type(cause).__name__}: {first_line(cause)}{user_frame(cause)}") from exc
+        failure = after.report.trace.failure if after.report.trace else None
+        before_failure = self.before.report.trace.failure if self.before.report.trace else None
+        if failure is not None and before_failure is None and _at_edit(failure, written):
+            raise self._broke(written, failure.message)
+        return after
+
+    def _broke(self, written: Written, said: str) -> EditBrokeScript:
+        diff = _diff(written)
+        first = next((o for o in written.outcomes if o.status == "applied"), None)
+        edit = f" ({first.codemod} on {first.file}: {first.detail})" if first else ""
+        return EditBrokeScript(f"the doctor's own edit broke the script{edit}: run with it, the script raised {said}", diff)
+
+    # -- compare
+
+    def _compare(self, after: RunResult) -> Compared:
+        before = {finding_key(f) for f in self.before.report.at_or_above(self.fail_on)} | set(self.plans)
+        now = {finding_key(f): f for f in after.report.at_or_above(self.fail_on)}
+        keys = set(self.plans)
+        new = tuple(f for k, f in now.items() if k not in before)
+        return Compared(frozenset(keys - set(now)), frozenset(keys & set(now)), new)
+
+    def _judge(self, written: Written, compared: Compared, after: RunResult) -> None:
+        from dtype_doctor.fix.strategies import describe
+
+        for key, cand in written.taken.items():
+            if key in compared.gone:
+                self.kept[key] = cand
+                self.steps.append(Step(cand.strategy, "applied", f"{describe(cand.change)}: {_applied_detail(written, cand)}", (cand.change,)))
+                continue
+            said = _still(self.plans[key].finding, after, self.fail_on)
+            self.rejected.append(RejectedEdit(cand.strategy, _shown(cand.attempt.file), cand.attempt.codemod.name,
+                                              _alone(cand, written), said))
+            self.steps.append(Step(cand.strategy, "failed", f"{describe(cand.change)}: written and run again, and {said}", (cand.change,)))
+            self.tried[key] = self.tried.get(key, 0) + 1
+            self.position[key] += 1
+        for key in compared.gone:
+            if key not in written.taken and key not in self.kept:
+                self.fixed_by[key] = "gone with the other edits"
+
+    def _plan_new(self, compared: Compared, written: Written, report: Report) -> None:
+        if not compared.new:
+            return
+        from dtype_doctor.fix.strategies import describe
+
+        stopped = self.before.report.trace.coverage.stopped if self.before.report.trace and self.before.report.trace.coverage else None
+        edits = "; ".join(describe(c.change) for c in (*written.kept.values(), *written.taken.values()))
+        why = (f"the first run stopped early ({stopped}); with the edits the step went on and met it" if stopped
+               else f"it appeared with the edits ({edits})")
+        for plan in plan_fixes(report, self.site, strategy=self.strategy, fail_on=self.fail_on, unsafe_fixes=self.unsafe_fixes,
+                               findings=compared.new, new_because=why):
+            if plan.key not in self.plans:
+                self.plans[plan.key] = plan
+                self.position[plan.key] = 0
+                self.steps += plan.skipped
+
+    # -- the outcome
+
+    def outcome(self, after: RunResult, strategy: str, write_patch: Path | None, force: bool) -> Report:
+        from dtype_doctor.machine.user_code import display_path
+
+        fail_on = self.fail_on
+        left = {finding_key(f): f for f in after.report.at_or_above(fail_on)}
+        failure = after.report.trace.failure if after.report.trace else None
+        verified = not left and failure is None
+        remaining = tuple(_leftover(f, self._why(k)) for k, f in left.items() if not self.plans.get(k) or not self.plans[k].new_because)
+        new = tuple(_leftover(f, self.plans[k].new_because or "") for k, f in left.items() if self.plans.get(k) and self.plans[k].new_because)
+        patch, skipped = None, None
+        written = self.last
+        edits = tuple(self.outcomes.values())
+        if written is not None and written.texts and self.kept:
+            files = tuple(display_path(str(f)) for f in written.texts)
+            patch = PatchOutcome(None, files, edits)
+            if write_patch is not None:
+                from dtype_doctor.fix.patch import make_patch, repo_root
+
+                root = repo_root(Path(self.command.target)) if self.command.kind == "file" else repo_root(Path.cwd())
+                made = make_patch(write_patch, [(f, written.originals[f], t) for f, t in written.texts.items()], root=root, force=force)
+                # What remains is not a verified change the patch leaves out (PatchOutcome.unwritten): it is
+                # listed as remaining, each with its reason, and fix exits 1 on it.
+                patch = PatchOutcome(str(made.path), made.files, edits)
+        elif write_patch is not None:
+            skipped = "no edit of your files was verified: " + ("; ".join(leftover.said for leftover in (*remaining, *new)) or "nothing to write")
+        fixed = len(self.kept) + len(self.fixed_by)
+        if verified:
+            detail = f"verified: the script, run again with the edits, has no finding at or above {fail_on}"
+        elif fixed:
+            detail = (f"{fixed} of {len(self.plans)} finding(s) fixed and verified by running the script again; "
+                      f"{len(left)} remain at or above {fail_on}")
+        else:
+            detail = "no edit of your files fixed a finding (each is listed under remaining, with why)"
+        if failure is not None and not left:
+            detail = f"the script, run again with the edits, stopped: {failure.message}"
+        outcome = _report(self.before, strategy, self.steps, verified, after.report, self.rounds, detail, patch, skipped, remaining, new,
+                          tuple(self.rejected))
+        return outcome
+
+    def _why(self, key: Key) -> str:
+        """Why a finding the first run had is still there: what became of each of its edits."""
+        plan = self.plans.get(key)
+        if plan is None:
+            return "no strategy offers a fix for it"
+        reasons = [s.detail for s in plan.skipped] + self.not_written.get(key, [])
+        if self.tried.get(key):
+            reasons.insert(0, f"{self.tried[key]} edit(s) written and run again, and the finding stayed (see rejected)")
+            return "; ".join(dict.fromkeys(reasons))
+        if not reasons:
+            reasons.append("no strategy offers an edit of your files for it")
+        return "no edit of your files expresses it: " + "; ".join(dict.fromkeys(reasons))
 
 
-def plan_edits(applied: list[Step], before: RunResult, options: RunOptions, command: ScriptCommand) -> list[tuple[Change, str, list[Attempt]]]:
-    """Each applied change → the edits its strategy tries in order: where its dtype was made,
-    then at the forward."""
-    from dtype_doctor.fix.strategies import STRATEGIES, Site
+# ------------------------------------------------------------------------------- site
+
+
+def script_site(before: RunResult, command: ScriptCommand) -> Any:
+    """Where the fix's edits can land: the script, the file of the model call, the lines the run
+    saw (conversions, the last line that handled each input), and the target GPU."""
+    from dtype_doctor.fix.strategies import Site
     from dtype_doctor.fix.strategies.base import resolve
 
+    script = Path(command.target) if command.kind == "file" else None
     capture: Any = before.capture
+    trace = before.report.trace
+    capability = trace.gpu_capability if trace else None
+    bf16 = capability >= (8, 0) if capability else _real_bf16()
     if capture is None:  # a refused load: the script is where its config is
-        site = Site(script=Path(command.target) if command.kind == "file" else None, run=True)
-        return [(c, step.strategy, STRATEGIES[c.kind].edits(c, site)) for step in applied for c in step.changes]
+        return Site(script=script, run=True, bf16=bf16)
     call = resolve(capture.call_site)
     conversion = _last_conversion(capture)
-    site = Site(
+    return Site(
         device_type=(before.report.target.device or "cpu").split(":")[0],
         model_dtype=before.report.target.model_dtype,
-        script=Path(command.target) if command.kind == "file" else call,
+        script=script or call,
         run=True,
         call=call,
         call_line=capture.call_site.line if capture.call_site else None,
@@ -190,8 +399,17 @@ def plan_edits(applied: list[Step], before: RunResult, options: RunOptions, comm
         step_inputs=frozenset(capture.inputs),
         converted=conversion is not None,
         conversion=conversion.source if conversion else None,
+        handled=dict(capture.handled),
+        bf16=bf16,
     )
-    return [(c, step.strategy, STRATEGIES[c.kind].edits(c, site)) for step in applied for c in step.changes]
+
+
+def _real_bf16() -> bool | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_capability() >= (8, 0)
 
 
 def _positions(capture: Any) -> dict[str, int]:
@@ -211,11 +429,15 @@ def _last_conversion(capture: Any) -> Any:
     return events[-1] if events else None
 
 
-def apply_edits(plans: list[tuple[Change, str, list[Attempt]]]) -> tuple[FileEdits, list[Change]]:
-    """Try each change's edits in order, in memory; the first that applies wins. Also the
-    changes no codemod could write."""
-    edits = FileEdits(_shown)
-    return edits, [change for change, _strategy, attempts in plans if not edits.first_that_applies(attempts)]
+# ----------------------------------------------------------------------------- helpers
+
+
+def _signature(codemod: Any) -> tuple:
+    from dtype_doctor.fix.codemods import AllOf
+
+    if isinstance(codemod, AllOf):
+        return ("AllOf", tuple(_signature(c) for c in codemod.codemods))
+    return (type(codemod).__name__, tuple(sorted((k, repr(v)) for k, v in vars(codemod).items())))
 
 
 def _shown(file: Path) -> str:
@@ -224,26 +446,67 @@ def _shown(file: Path) -> str:
     return display_path(str(file))
 
 
-# ---------------------------------------------------------------------------- report
+def _diff(written: Written) -> str:
+    out = []
+    for f, text in written.texts.items():
+        name = _shown(f)
+        out += difflib.unified_diff(written.originals[f].splitlines(keepends=True), text.splitlines(keepends=True), f"a/{name}", f"b/{name}")
+    return "".join(out)
 
 
-def _report(before: RunResult, strategy: str, steps: list[Step], result: Any, verified: bool, after: Report | None,
-             patch: PatchOutcome | None, skipped: str | None, detail: str) -> Report:
-    after = after or (result.after if result is not None else before.report)
+def _alone(cand: Candidate, written: Written) -> str:
+    """The diff of one edit alone, on the file as the user has it."""
+    original = written.originals.get(cand.attempt.file)
+    if original is None:
+        return ""
+    result = cand.attempt.codemod.apply(original, cand.attempt.file.name)
+    if not result.applied or result.new_source is None:
+        return ""
+    name = _shown(cand.attempt.file)
+    return "".join(difflib.unified_diff(original.splitlines(keepends=True), result.new_source.splitlines(keepends=True), f"a/{name}", f"b/{name}"))
+
+
+def _applied_detail(written: Written, cand: Candidate) -> str:
+    name = _shown(cand.attempt.file)
+    found = next((o for o in written.outcomes if o.codemod == cand.attempt.codemod.name and o.file == name and o.status == "applied"), None)
+    return found.detail if found else f"{cand.attempt.codemod.name} on {name}"
+
+
+def _still(finding: Finding, after: RunResult, fail_on: str) -> str:
+    key = finding_key(finding)
+    same = next((f for f in after.report.at_or_above(fail_on) if finding_key(f) == key), finding)
+    return f"{same.code} is still reported: {same.message}"
+
+
+def _at_edit(failure: Any, written: Written) -> bool:
+    """Whether the re-run's trace stopped in an edited file (where the doctor's edit runs)."""
+    text = getattr(failure, "message", "") or ""
+    return any(_shown(f) in text or f.name in text for f in written.texts)
+
+
+def _leftover(f: Finding, why: str) -> Leftover:
+    return Leftover(f.code, f.message, f.source, why)
+
+
+def _report(before: RunResult, strategy: str, steps: list[Step], verified: bool, after: Report, rounds: int, detail: str,
+            patch: PatchOutcome | None = None, skipped: str | None = None, remaining: tuple[Leftover, ...] = (),
+            new: tuple[Leftover, ...] = (), rejected: tuple[RejectedEdit, ...] = ()) -> Report:
     outcome = FixOutcome(
         strategy=strategy,
         steps=tuple(steps),
         verified=verified,
         after_findings=after.findings,
         after_summary=after.summary,
-        converged=result.converged if result is not None else True,
-        rounds=result.rounds if result is not None else (1 if steps else 0),
+        converged=verified or not any(s.status == "failed" for s in steps),
+        rounds=rounds,
         detail=detail,
-        parity=result.parity if result is not None else None,
-        cost=result.cost if result is not None else None,
-        tradeoff=result.tradeoff if result is not None else None,
         patch=patch,
         patch_skipped=skipped,
+        remaining=remaining,
+        new=new,
+        rejected=rejected,
     )
     return dataclasses.replace(before.report, fix=outcome)
 
+
+__all__ = ["Candidate", "Compared", "EditBrokeScript", "Planned", "Written", "finding_key", "fix_script", "plan_fixes", "script_site"]

@@ -13,7 +13,7 @@ Nothing here ever raises into the user's script.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -36,11 +36,21 @@ _LIBRARY_STAGES = (
 _CREATORS = frozenset({torch.tensor, torch.as_tensor, torch.from_numpy, torch.stack, torch.cat})
 
 
+class Handled(NamedTuple):
+    """The last line of the user's that made a tensor from another (or made it): where a move
+    the script dropped belongs (`y.pin_memory()` that never went on to `.to(device)`)."""
+
+    source: SourceLoc
+    call: str  # what that line called: ".pin_memory()", "torch.stack"
+
+
 class LineageBook:
     """Tensor → the chain of steps that made it; column name → the chain a map function gave it."""
 
     def __init__(self, is_paused: Callable[[], bool], device_alias: dict[str, str] | None = None) -> None:
         self.chains: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        # Tensor → the last user line that handled it, whether or not its dtype or device changed there.
+        self.handled: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self.columns: dict[str, Chain] = {}
         self.is_paused = is_paused
         # Tensors of the traced step (the model's outputs, the loss): what derives from them is not pipeline.
@@ -69,6 +79,12 @@ class LineageBook:
         step = None
         if site is not None and is_user_file(site[0]):
             step = self._user_step(func, first, outs[0], site, inherited)
+            for o in outs:
+                # An op that hands back its operand (pin_memory on a CPU-only machine) handled it too, when
+                # it is a pipeline tensor already: a weak reference on a parameter (an in-place init in a
+                # module's __init__) would change how a simulated move keeps parameters one object.
+                if o is not first or inherited:
+                    self.handled[o] = (site, func)  # made into a Handled at the model boundary: one tuple an op here
         elif not inherited and func in _CREATORS and site is not None:
             step = _library_step(func, outs[0], site, self.device)
         elif inherited and site is not None and first is not None and self.device(outs[0].device) != self.device(first.device):
@@ -275,6 +291,21 @@ def boundary_lineage(book: LineageBook, model: torch.nn.Module, args: tuple, kwa
             boundary = LineageStep("model-boundary", dtype_name(value.dtype), book.device(value.device), tuple(value.shape))
             lineage[name] = book.chain(value) + (boundary,)
     return lineage
+
+
+def handled_at_boundary(book: LineageBook, model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, Handled]:
+    """Each tensor input of `model(*args, **kwargs)` by parameter name → the last user line that handled it."""
+    found = {}
+    for name, value in named_inputs(model, args, kwargs).items():
+        if isinstance(value, torch.Tensor) and (handled := book.handled.get(value)) is not None:
+            found[name] = as_handled(handled)
+    return found
+
+
+def as_handled(noted: tuple[tuple[str, int], Any]) -> Handled:
+    """What LineageBook.handled holds for a tensor ((file, line), the function called), as a Handled."""
+    (file, line), func = noted
+    return Handled(SourceLoc(display_path(file), line), _func_name(func))
 
 
 def step_input_lineage(book: LineageBook, t: torch.Tensor, consumer: str) -> Chain:

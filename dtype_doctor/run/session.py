@@ -30,9 +30,11 @@ from dtype_doctor.run.conversions import ConversionLog
 from dtype_doctor.errors import StopScript
 from dtype_doctor.run.lineage import (
     Chain,
+    Handled,
     LineageBook,
     LineageMode,
     boundary_lineage,
+    handled_at_boundary,
     named_inputs,
     patch_datasets,
     sources_of,
@@ -60,6 +62,8 @@ class StepCapture:
     call_site: SourceLoc | None
     autocast: str | None  # the autocast dtype the forward ran under
     conversions: ConversionLog = field(compare=False, repr=False)
+    # Input name (and loss target) → the last user line that handled it before the step took it.
+    handled: dict[str, Handled] = field(default_factory=dict, compare=False, repr=False)
 
 
 class RunSession:
@@ -127,6 +131,9 @@ class RunSession:
         # Lineage is the pipeline's: inside the model the recorder sees everything.
         self.book = LineageBook(is_paused=lambda: self._depth > 0, device_alias=self.alias)
         self._lineage: dict[str, Chain] = {}
+        self._handled: dict[str, Handled] = {}
+        # Factory name → the user lines in the model's code that called it without device=, in order.
+        self.created: dict[str, list[SourceLoc]] = {}
 
     # ------------------------------------------------------------------ arming
 
@@ -298,8 +305,9 @@ class RunSession:
         self.book.is_step_tensor = lambda t: self.report is None and session.recorder.knows(t)
         self._set_amp(self._simulation.amp_dtype if self._simulation else None)
         self._lineage = boundary_lineage(self.book, model, args, kwargs)
+        self._handled.update(handled_at_boundary(self.book, model, args, kwargs))
         self.capture = StepCapture(model, named_inputs(model, args, kwargs), user_site(1), self._autocast_now(model),
-                                   self._conversions)
+                                   self._conversions, self._handled)
         session.start()
 
     @property
@@ -331,6 +339,19 @@ class RunSession:
             unique, i = f"{name}_{i}", i + 1
         rec.tag_input(unique, t)
         self._lineage[unique] = step_input_lineage(self.book, t, consumer)
+        handled = self.book.handled.get(t)
+        if handled is not None:
+            from dtype_doctor.run.lineage import as_handled
+
+            self._handled[unique] = as_handled(handled)
+
+    def note_creation(self, factory: str) -> None:
+        """The model's code called `factory` (torch.arange, torch.zeros…) without device=: its user line."""
+        site = user_site(1)
+        if site is not None:
+            sites = self.created.setdefault(factory, [])
+            if site not in sites:
+                sites.append(site)
 
     # ------------------------------------------------------------------ report
 
@@ -398,7 +419,7 @@ class RunSession:
             trace = dataclasses.replace(trace, launch=self.trainer_args.launch)
         request = TraceRequest(select=self.select, ignore=self.ignore, subject=Subject(model=self.label))
         report = report_from_trace(trace, self.model, request)
-        findings = tuple(self._with_parameter_source(f) for f in report.findings)
+        findings = tuple(self._with_move_source(self._with_creation_source(self._with_parameter_source(f))) for f in report.findings)
         environment = dict(report.environment)
         if self.placement.simulated or self.hide_cuda:
             environment["cuda_available"] = _real_cuda_available()
@@ -439,6 +460,20 @@ class RunSession:
         return dataclasses.replace(trace, ops=ops, device=device, simulated=True, gpu=str(gpu) if gpu else None,
                                    gpu_capability=gpu.capability if gpu else None, devices=plan, stand_ins=stand_ins,
                                    writes=writes)
+
+    def _with_creation_source(self, finding: Any) -> Any:
+        """A finding on a tensor the model's code made without device= names the user's line that
+        made it, in the words of that line ("torch.arange at model.py:96"), never an aten overload."""
+        from dtype_doctor.run.created import with_creation_source
+
+        return with_creation_source(finding, self.created, self.model)
+
+    def _with_move_source(self, finding: Any) -> Any:
+        """A device mismatch on a pipeline tensor names the last user line that handled it before the
+        step took it: where the move the script dropped belongs."""
+        from dtype_doctor.run.created import with_move_source
+
+        return with_move_source(finding, self._handled)
 
     def _with_parameter_source(self, finding: Any) -> Any:
         """A finding about parameters names the user's line that converted them (model.half())."""

@@ -1,4 +1,5 @@
-"""Pipeline tensors the step uses outside the model, named where they meet the step's own tensors."""
+"""Pipeline tensors the step uses outside the model, named where they meet the step's own tensors;
+and the lines of the user's model code that make a tensor without device=."""
 
 from __future__ import annotations
 
@@ -8,9 +9,17 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 
+# The factories a forward calls to make a tensor: without device= each makes it on the CPU.
+FACTORIES = frozenset({
+    torch.arange, torch.zeros, torch.ones, torch.full, torch.empty, torch.rand, torch.randn, torch.randint,
+    torch.randperm, torch.eye, torch.linspace, torch.logspace, torch.tensor, torch.as_tensor,
+})
+
+
 class StepInputs(TorchFunctionMode):
     """Where a pipeline tensor (one with a lineage) meets the step's own tensors outside the model —
-    `loss_fn(logits, target)`, `out @ proj` — it is named and tagged, so findings on it carry its lineage."""
+    `loss_fn(logits, target)`, `out @ proj` — it is named and tagged, so findings on it carry its lineage.
+    Inside the model, a factory called without device= is noted with the user's line that called it."""
 
     def __init__(self, session: Any) -> None:
         super().__init__()
@@ -25,6 +34,8 @@ class StepInputs(TorchFunctionMode):
                 self._tag(func, args, kwargs)
             except Exception:  # noqa: BLE001 - naming must never break the script
                 pass
+        elif func in FACTORIES and "device" not in kwargs and s._model_depth > 0 and s.report is None:
+            s.note_creation(func.__name__)
         return func(*args, **kwargs)
 
     def _tag(self, func: Any, args: tuple, kwargs: dict) -> None:

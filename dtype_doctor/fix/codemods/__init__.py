@@ -9,8 +9,10 @@ comments, blank lines) comes back exactly as it was and the diff stays minimal.
 
 The modules are split by what they edit:
     casts       the user's preprocessing function: RetargetCast, CastLabelsToLong, CastReturnedValue
-    model       a script's model load and conversions: SetLoadDtype, RemoveModelConversion,
-                ReplaceModelConversion
+    model       a script's model load and conversions: SetLoadDtype, DropLoadDtype, RemoveModelConversion,
+                ReplaceModelConversion, KeepTrainableFloat32
+    devices     where a tensor is made or last handled: AddDevice, MoveWhereHandled, CastWhereMade
+    precision   a training library's mixed precision: SetMixedPrecision
     forward     a script's forward call site: WrapForwardInAutocast, MoveBatchToDevice,
                 CastBatch, LabelsToLong
     quant       a script's BitsAndBytesConfig(...): SetConfigKeyword
@@ -27,7 +29,9 @@ from dtype_doctor.fix.codemods.casts import CastLabelsToLong, CastReturnedValue,
 from dtype_doctor.fix.codemods.fix_module import NewFixModule
 from dtype_doctor.fix.codemods.fp8 import ExcludeFromConversion
 from dtype_doctor.fix.codemods.forward import CastBatch, LabelsToLong, MoveBatchToDevice, WrapForwardInAutocast
-from dtype_doctor.fix.codemods.model import RemoveModelConversion, ReplaceModelConversion, SetLoadDtype
+from dtype_doctor.fix.codemods.devices import AddDevice, CastWhereMade, MoveWhereHandled
+from dtype_doctor.fix.codemods.model import DropLoadDtype, KeepTrainableFloat32, RemoveModelConversion, ReplaceModelConversion, SetLoadDtype
+from dtype_doctor.fix.codemods.precision import SetMixedPrecision
 from dtype_doctor.fix.codemods.quant import SetConfigKeyword
 
 __all__ = [
@@ -38,6 +42,12 @@ __all__ = [
     "CastReturnedValue",
     "AllOf",
     "SetLoadDtype",
+    "DropLoadDtype",
+    "KeepTrainableFloat32",
+    "AddDevice",
+    "MoveWhereHandled",
+    "CastWhereMade",
+    "SetMixedPrecision",
     "SetConfigKeyword",
     "ExcludeFromConversion",
     "RemoveModelConversion",

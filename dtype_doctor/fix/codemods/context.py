@@ -55,6 +55,10 @@ class _Ctx(SourceAnalysis):
         block, index = self._block_of(stmt)
         self._block_ops.setdefault(id(block), []).append(("insert", index, list(new)))
 
+    def insert_after(self, stmt: cst.BaseStatement, new: Sequence[cst.BaseStatement]) -> None:
+        block, index = self._block_of(stmt)
+        self._block_ops.setdefault(id(block), []).append(("after", index + 1, list(new)))
+
     def remove_statement(self, stmt: cst.BaseStatement) -> None:
         block, index = self._block_of(stmt)
         self._block_ops.setdefault(id(block), []).append(("remove", index))
@@ -116,7 +120,9 @@ def _apply_block_ops(block: Any, ops: list[tuple[Any, ...]]) -> Any:
     # Descending order keeps the recorded indexes valid while the body changes.
     for op in sorted(ops, key=lambda o: o[1], reverse=True):
         kind, index = op[0], op[1]
-        if kind == "insert":
+        if kind == "after":  # right below the statement: the blank lines above the next one stay there
+            body[index:index] = list(op[2])
+        elif kind == "insert":
             new = list(op[2])
             lead = list(body[index].leading_lines)
             k = 0

@@ -28,7 +28,7 @@ def _model_dtype_and_device(model):
 _PREPROCESS = '''
 
 def preprocess(batch{params}):
-    """A datasets transform: `dataset = dataset.with_transform(preprocess)`.
+    """A datasets transform{usage}.
 
 {about}
     """
@@ -159,17 +159,19 @@ class NewFixModule(Codemod):
 
     def _docstring(self, parts: list[tuple[str, dict[str, Any]]], preprocess: bool) -> str:
         names = [s for s, _ in parts]
+        module = self.FILENAME.removesuffix(".py")
         findings = [" ".join(str(f).split()) for f in self.findings]
         found = "\n".join(textwrap.fill(f, 88, initial_indent="  - ", subsequent_indent="    ") for f in findings)
         if len(parts) == 1:
-            usage = _part(names[0]).usage
+            usage = f"from {module} import apply_fix\n" + _part(names[0]).usage
         else:
             usage = "batch = apply_fix(model, batch)  # converts the model in place, returns the batch"
             context = next((_part(s) for s in names if _part(s).role == "context"), None)
             if context is not None:
+                usage = f"from {module} import apply_fix, {context.function}\n" + usage
                 usage += f"\nwith {context.function}(model, batch):\n    outputs = model(**batch)"
             else:
-                usage += "\noutputs = model(**batch)"
+                usage = f"from {module} import apply_fix\n" + usage + "\noutputs = model(**batch)"
         doc = [
             f"Fix written by dtype-doctor (strategy: {', '.join(names)}).",
             "",
@@ -189,7 +191,7 @@ class NewFixModule(Codemod):
                 "Or let datasets make the casts as each batch is read (not with Dataset.map: its torch",
                 "formatter turns every float into float32):",
                 "",
-                "    dataset = dataset.with_transform(preprocess)",
+                *(f"    {line}" for line in self._transform_usage(module)),
             ]
         if self.check:
             doc += ["", "Check the fixed pipeline:", "", textwrap.indent(self.check, "    ")]
@@ -219,6 +221,23 @@ class NewFixModule(Codemod):
             + "    return batch\n"
         )
 
+    def _side(self) -> list[str]:
+        """What `preprocess` takes besides the batch: the model's processor, or what the user's function accepts."""
+        t = self.transform or {}
+        if t.get("kind") == "user":
+            return [_key(str(a)) for a in t.get("accepts", ())]
+        return [_SIDE[t["kind"]]] if t.get("kind") in _SIDE else []
+
+    def _transform_usage(self, module: str) -> list[str]:
+        """The lines that set `preprocess` as a dataset's transform, exactly as they run: with what it
+        takes besides the batch bound first (datasets calls a transform with the batch alone)."""
+        side = self._side()
+        if not side:
+            return [f"from {module} import preprocess", "dataset = dataset.with_transform(preprocess)"]
+        bound = ", ".join(f"{a}={a}" for a in side)
+        return ["import functools", f"from {module} import preprocess",
+                f"dataset = dataset.with_transform(functools.partial(preprocess, {bound}))"]
+
     def _preprocess(self) -> str:
         t = self.transform or {}
         kind = t.get("kind")
@@ -244,7 +263,9 @@ class NewFixModule(Codemod):
             "(Dataset.map would store the values, and its torch formatter make every float float32).",
             92, initial_indent="    ", subsequent_indent="    ",
         )
-        return _PREPROCESS.format(params=params, about=about, build=build)
+        side = self._side()
+        usage = f", given {' and '.join(side)} first: the module's docstring shows how to set it" if side else ": `dataset = dataset.with_transform(preprocess)`"
+        return _PREPROCESS.format(params=params, about=about, build=build, usage=usage)
 
     def _apply(self, source: str, filename: str, warnings: list[str]) -> tuple[str, str]:
         if source.strip() and not self.replace:

@@ -229,7 +229,8 @@ class MoveBatchToDevice(_CSTCodemod):
     line before; keyword and positional arguments get ``.to(device)`` (constants and
     arguments that already end in ``.to(...)``/``.cuda()`` are left). The device is
     ``device_expr`` when given, else a ``device`` variable visible at the forward, else
-    ``model.device``.
+    ``next(model.parameters()).device``: what every module has (a plain ``nn.Sequential``, or a
+    model a wrapper holds, has no ``.device``).
     """
 
     DESCRIPTION = "Move the forward's inputs to the model's device right before the forward."
@@ -247,7 +248,7 @@ class MoveBatchToDevice(_CSTCodemod):
         elif ctx.scope_has(fwd.call, "device"):
             device = "device"
         else:
-            device = f"{fwd.model}.device"
+            device = f"next({fwd.model}.parameters()).device"
         star = _star_batch(fwd)
         changes = []
         if star is not None:
@@ -279,9 +280,11 @@ class MoveBatchToDevice(_CSTCodemod):
 class CastBatch(_CSTCodemod):
     """Cast floating batch entries (``pixel_values``, ``input_values`` …) right before the forward.
 
-    For ``model(**batch)``: ``batch["pixel_values"] = batch["pixel_values"].to(model.dtype)``
+    For ``model(**batch)``: ``batch["pixel_values"] = batch["pixel_values"].to(next(model.parameters()).dtype)``
     is inserted on the line before, one per key not passed as a keyword; a keyword (or a
-    positional variable of that name) is wrapped: ``pixel_values=x.to(model.dtype)``.
+    positional variable of that name) is wrapped: ``pixel_values=x.to(next(model.parameters()).dtype)``.
+    The model's dtype is read off its first parameter, which every module has (``model.dtype`` is
+    transformers' alone: a plain ``nn.Sequential`` has none).
     ``dtype=None`` casts to the model's own dtype; otherwise to ``torch.<dtype>``. ``positions``
     (key → index) names the positional arguments the forward binds to a key, for a call such as
     ``model(images)`` whose forward calls its first parameter ``pixel_values``.
@@ -310,7 +313,7 @@ class CastBatch(_CSTCodemod):
 
     def _edit(self, ctx: _Ctx) -> str:
         fwd = _select_forward(ctx, self.variable, self.line)
-        target = f"{ctx.torch_name()}.{self.dtype}" if self.dtype else f"{fwd.model}.dtype"
+        target = f"{ctx.torch_name()}.{self.dtype}" if self.dtype else f"next({fwd.model}.parameters()).dtype"
         keyword = {_arg_name(a): i for i, a in enumerate(fwd.call.args) if a.keyword is not None}
         plain = [i for i, a in enumerate(fwd.call.args) if a.keyword is None and not a.star]
         positional = {

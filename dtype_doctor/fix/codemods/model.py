@@ -1,10 +1,10 @@
-"""Codemods that edit how a script loads and converts the model: SetLoadDtype,
-RemoveModelConversion, ReplaceModelConversion.
+"""Codemods that edit how a script loads and converts the model: SetLoadDtype, DropLoadDtype,
+RemoveModelConversion, ReplaceModelConversion, KeepTrainableFloat32.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
@@ -239,13 +239,17 @@ class _ChainStatement:
     conversions: list[_Conversion]
 
 
-def _model_conversions(ctx: _Ctx, variable: str | None) -> list[_ChainStatement]:
+def _model_conversions(ctx: _Ctx, variable: str | None, lines: frozenset[int] | None = None) -> list[_ChainStatement]:
+    """The statements that convert the model: on its variables (those from_pretrained binds, or
+    `variable`), or, given `lines` (where a run saw the model converted), whatever those lines convert."""
     names, load_ids = _model_names(ctx, variable, fallback=False)
-    if not names and not load_ids:
+    if not names and not load_ids and lines is None:
         raise _Skip(f"no from_pretrained(...) call found in {ctx.filename}")
     found = []
     for node in ctx.nodes:
         if not isinstance(node, cst.SimpleStatementLine):
+            continue
+        if lines is not None and not any(ctx.covers(node, n) for n in lines):
             continue
         for small in node.body:
             value = getattr(small, "value", None)
@@ -258,7 +262,7 @@ def _model_conversions(ctx: _Ctx, variable: str | None) -> list[_ChainStatement]
                     start = k + 1
             if start is not None:
                 root, rest = links[start - 1], links[start:]
-            elif ctx.code(base) in names:
+            elif ctx.code(base) in names or (lines is not None and isinstance(base, (cst.Name, cst.Attribute))):
                 root, rest = base, links
             else:
                 continue
@@ -278,9 +282,10 @@ def _rebuild_chain(root: cst.BaseExpression, links: Sequence[cst.Call], top: cst
 
 
 class _ModelConversionCodemod(_CSTCodemod):
-    def __init__(self, *, from_dtype: str | None = None, variable: str | None = None):
+    def __init__(self, *, from_dtype: str | None = None, variable: str | None = None, lines: Iterable[int] | None = None):
         self.from_dtype = normalize_dtype(from_dtype) if from_dtype else None
         self.variable = variable
+        self.lines = frozenset(lines) if lines is not None else None  # where a run saw the conversion
 
     def _wanted(self, conv: _Conversion, to: str) -> bool:
         return conv.dtype == self.from_dtype if self.from_dtype else conv.dtype != to
@@ -302,7 +307,7 @@ class RemoveModelConversion(_ModelConversionCodemod):
     DESCRIPTION = "Remove the .half()/.to(dtype) conversion applied to the loaded model, keeping any device move."
 
     def _edit(self, ctx: _Ctx) -> str:
-        statements = _model_conversions(ctx, self.variable)
+        statements = _model_conversions(ctx, self.variable, self.lines)
         changes = []
         removed: dict[int, tuple[cst.SimpleStatementLine, list[cst.BaseSmallStatement]]] = {}
         for st in statements:
@@ -376,14 +381,14 @@ class ReplaceModelConversion(_ModelConversionCodemod):
 
     DESCRIPTION = "Change the dtype of the .half()/.to(dtype) conversion applied to the loaded model."
 
-    def __init__(self, to_dtype: str, *, from_dtype: str | None = None, variable: str | None = None):
-        super().__init__(from_dtype=from_dtype, variable=variable)
+    def __init__(self, to_dtype: str, *, from_dtype: str | None = None, variable: str | None = None, lines: Iterable[int] | None = None):
+        super().__init__(from_dtype=from_dtype, variable=variable, lines=lines)
         self.to_dtype = normalize_dtype(to_dtype)
         if self.to_dtype not in FLOATING:
             raise ValueError(f"ReplaceModelConversion converts to a floating dtype, not {to_dtype!r}")
 
     def _edit(self, ctx: _Ctx) -> str:
-        statements = _model_conversions(ctx, self.variable)
+        statements = _model_conversions(ctx, self.variable, self.lines)
         changes = []
         for st in statements:
             for conv in st.conversions:
@@ -403,3 +408,65 @@ class ReplaceModelConversion(_ModelConversionCodemod):
         return f"{ctx.filename}: model conversion now to {self.to_dtype} — " + "; ".join(changes)
 
 
+
+
+class DropLoadDtype(_CSTCodemod):
+    """Drop a half ``dtype=`` (or legacy ``torch_dtype=``) from the model's ``from_pretrained(...)``:
+    the weights load as the checkpoint's config says (float32 for a model trained in it), which is
+    what fp16 mixed precision (a GradScaler) needs of its trainable weights. A dtype given through a
+    variable is left: what it holds is not known here."""
+
+    DESCRIPTION = "Drop the half dtype= of the model's from_pretrained(...) call."
+
+    def __init__(self, *, line: int | None = None):
+        self.line = line
+
+    def _edit(self, ctx: _Ctx) -> str:
+        done = []
+        for load in _select_loads(ctx, self.line):
+            for i, arg in enumerate(load.call.args):
+                if _arg_name(arg) not in ("dtype", "torch_dtype"):
+                    continue
+                found = dtype_of(arg.value, ctx.imports)
+                if found is None or found[1] not in ("float16", "bfloat16"):
+                    raise _Skip(f"{ctx.filename}:{load.line}: the model loads with {_arg_name(arg)}={ctx.code(arg.value)}, not a half dtype written out")
+                ctx.replace(load.call, lambda updated, i=i: _remove_arg(updated, i))
+                done.append(f"{ctx.filename}:{load.line}: {ctx.snippet(load.call.func)}(...) no longer loads with {_arg_name(arg)}={ctx.code(arg.value)}")
+        if not done:
+            raise _Skip(f"the model's from_pretrained(...) in {ctx.filename} passes no dtype=")
+        return "; ".join(done)
+
+
+class KeepTrainableFloat32(_CSTCodemod):
+    """After the line that made the model half (``model.half()``, a half ``from_pretrained``), put its
+    trainable parameters back in float32: the master weights fp16 mixed precision needs, the frozen
+    ones left as they are."""
+
+    DESCRIPTION = "Keep the model's trainable parameters float32 after the line that made it half."
+
+    def __init__(self, line: int | None = None):
+        self.line = line  # None: the line of the model's from_pretrained(...)
+
+    def _edit(self, ctx: _Ctx) -> str:
+        line = self.line if self.line is not None else _select_loads(ctx, None)[-1].line
+        stmts = [n for n in ctx.nodes if isinstance(n, cst.SimpleStatementLine) and ctx.covers(n, line)]
+        if not stmts:
+            raise _Skip(f"{ctx.filename}:{line}: the model is not made half by a statement of its own there")
+        stmt = stmts[-1]
+        small = stmt.body[-1]
+        if isinstance(small, (cst.Assign, cst.AnnAssign)):
+            target = small.targets[0].target if isinstance(small, cst.Assign) else small.target
+        elif isinstance(small, cst.Expr):
+            target, _ = _unchain(small.value)
+        else:
+            raise _Skip(f"{ctx.filename}:{line}: `{ctx.snippet(small)}` binds no model to keep float32")
+        if not isinstance(target, (cst.Name, cst.Attribute)):
+            raise _Skip(f"{ctx.filename}:{line}: `{ctx.snippet(small)}` binds no model to keep float32")
+        model = ctx.code(target)
+        loop = ctx.parse_stmt(
+            f"for param in {model}.parameters():  # trainable weights stay float32 for fp16 mixed precision\n"
+            "    if param.requires_grad:\n"
+            "        param.data = param.data.float()\n"
+        )
+        ctx.insert_after(stmt, [loop])
+        return f"{ctx.filename}:{line}: the trainable parameters of {model} kept float32 after `{ctx.snippet(small)}`"

@@ -135,6 +135,9 @@ class Site:
     step_inputs: frozenset[str] = frozenset()  # fix --run: the inputs the model call took
     converted: bool = False  # fix --run: the script converted its model's dtype
     conversion: SourceLoc | None = None  # fix --run: the line of its last conversion, when known
+    # fix --run: input (or loss target) name → the last user line that handled it (run.lineage.Handled)
+    handled: Mapping[str, Any] = field(default_factory=dict)
+    bf16: bool | None = None  # fix --run: whether the target GPU runs bfloat16 natively (None: no GPU)
 
     @property
     def user_files(self) -> list[Path]:
@@ -165,13 +168,34 @@ def said(r: Remedy) -> str:
     as the input (or, made in model code, the tensor)."""
     target = r.target
     if target.startswith("created:"):
-        op, _, module = target.removeprefix("created:").partition("@")
-        op = op.removeprefix("aten.").removesuffix(".default")
-        return f"the tensor {op} makes in {module}" if module else f"the tensor {op} makes"
+        factory, module = factory_of(target)
+        if r.source is not None:
+            return f"torch.{factory} at {r.source.file}:{r.source.line}"
+        return f"the tensor torch.{factory} makes in {module}" if module else f"the tensor torch.{factory} makes in the model's forward"
     for prefix, kind in (("param:", "weight"), ("buffer:", "buffer")):
         if target.startswith(prefix):
             return f"the {kind} {target.removeprefix(prefix)}"
     return target or ("the tensor" if made_in_model(r) else "the input")
+
+
+# aten's name for what a torch factory makes, where it is not the factory's own name.
+_ATEN_FACTORY = {"lift_fresh": "tensor"}
+
+
+def factory_of(origin: str) -> tuple[str, str]:
+    """The torch factory and the module of a tensor made in forward: ("arange", "transformer.h.0")
+    for "created:aten.arange.start@transformer.h.0" (aten's overload is not the user's word)."""
+    op, _, module = origin.removeprefix("created:").partition("@")
+    base = op.removeprefix("aten.").split(".")[0]
+    return _ATEN_FACTORY.get(base, base), module
+
+
+def seen_as(finding: Finding, target: str, to: str) -> str | None:
+    """What the finding saw `target` as: its device when `to` is a device, else its dtype."""
+    for t in finding.tensors:
+        if t.origin in (target, f"input:{target}") or t.name == target:
+            return t.device if ":" in to or to in ("cpu", "cuda", "meta") else t.dtype
+    return None
 
 
 def made_in_model(r: Remedy) -> bool:
@@ -303,6 +327,26 @@ class Strategy(ABC):
 
     @abstractmethod
     def plan(self, pipeline: Pipeline, report: Report, ctx: Context) -> tuple[Change, ...]: ...
+
+    # -- fix --run: planned from a finding, verified by running the script again ----------
+
+    def scripted(self, finding: Finding, report: Report, ctx: Context) -> tuple[Change, ...] | Step:
+        """The changes this strategy makes in the user's files for `finding` (its remedies of this
+        strategy), or the skipped Step that says why none: as `planned`, with no model to run."""
+        if self.applicability == UNSAFE and not ctx.unsafe:
+            return Step(self.name, "skipped", "changes weight precision; pass --unsafe-fixes or --strategy " + self.name)
+        remedies = [r for r in finding.remedies if r.strategy == self.name]
+        try:
+            return self.script_changes(finding, remedies, report, ctx)
+        except Skip as why:
+            return Step(self.name, "skipped", str(why))
+
+    def script_changes(self, finding: Finding, remedies: Sequence[Remedy], report: Report, ctx: Context) -> tuple[Change, ...]:
+        """One change a remedy: its target given its `to`, from what the finding saw it as."""
+        if not remedies:
+            raise Skip(f"{finding.code} names no {self.name} remedy")
+        changes = {(r.target, r.to): Change(self.name, r.target, r.to, seen_as(finding, r.target, r.to), r.stage, r.source) for r in remedies}
+        return tuple(changes.values())
 
     @abstractmethod
     def apply(self, pipeline: Pipeline, changes: tuple[Change, ...]) -> Pipeline: ...

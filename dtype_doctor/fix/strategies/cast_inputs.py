@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from dtype_doctor.fix.outcome import Change
 from dtype_doctor.fix.strategies.base import (
     SAFE, Context, ModulePart, Pipeline, Site, Skip, Strategy, at_source, identifier, listed, made_in_model, one_attempt,
-    said, set_literal,
+    resolve, said, set_literal,
 )
 from dtype_doctor.records import LABEL_KEYS, Remedy, Report
 
@@ -27,7 +27,7 @@ class CastInputs(
         return f"cast {casts} where the pipeline produces {'them' if many else 'it'}"
 
     def describe(self, c: Change) -> str:
-        return f"cast {c.target} {c.before} → {c.to}"
+        return f"cast {c.target} {c.before} → {c.to}" if c.before else f"cast {c.target} to {c.to}"
 
     def plan(self, pipeline: Pipeline, report: Report, ctx: Context) -> tuple[Change, ...]:
         import torch
@@ -62,7 +62,9 @@ class CastInputs(
         from dtype_doctor.fix.patches import Attempt
 
         if site.run:
-            # fix --run: where the lineage says the dtype was made, then at the model call.
+            # fix --run: the cast on the line the lineage says made the dtype, then at the model call,
+            # then a cast added on that line (where the dtype came through a variable, or the model is
+            # called in more places than the first).
             attempts = at_source(c)
             if site.call is not None and c.target in site.step_inputs:
                 if c.target in LABEL_KEYS and c.to == "int64":
@@ -72,6 +74,8 @@ class CastInputs(
                     attempts.append(Attempt(site.call, cm.CastBatch(keys=(c.target,), dtype=dtype, line=site.call_line, positions=dict(site.positions))))
             elif c.to == "int64" and site.script is not None:
                 attempts.append(Attempt(site.script, cm.CastLabelsToLong()))
+            if c.source is not None and (file := resolve(c.source)) is not None:
+                attempts.append(Attempt(file, cm.CastWhereMade(c.source.line, c.to)))
             return attempts
         attempts = _preprocess_attempts(c, site)
         if c.target in LABEL_KEYS:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from dtype_doctor.fix.outcome import Change
 from dtype_doctor.fix.strategies.base import SAFE, Context, ModulePart, Pipeline, Site, Skip, Strategy, one_attempt
-from dtype_doctor.records import HALF, Remedy, Report
+from dtype_doctor.records import HALF, Finding, Remedy, Report
 
 if TYPE_CHECKING:
     from dtype_doctor.fix.patches import Attempt
@@ -65,12 +65,32 @@ def fp32_trainable(model, batch):
 ''',
     )
 
+    def script_changes(self, finding: Finding, remedies: Sequence[Remedy], report: Report, ctx: Context) -> tuple[Change, ...]:
+        if not remedies:
+            raise Skip(f"{finding.code} names no fp32-trainable remedy")
+        half = sorted({p.dtype for p in report.trace.model.parameters if p.requires_grad and p.dtype in HALF}) if report.trace else []
+        return (Change(self.name, "trainable", "float32", ",".join(half) or None, "model-loading", finding.source),)
+
     def edits(self, c: Change, site: Site) -> list["Attempt"]:
+        """In auto's order: undo what made the weights half (the conversion, or from_pretrained's
+        dtype=); else keep the trainable ones float32 right after it; else, where the GPU runs
+        bfloat16, mixed precision in bfloat16, which needs no GradScaler."""
         from dtype_doctor.fix import codemods as cm
+        from dtype_doctor.fix.patches import Attempt
 
         # The script converted the whole (trainable) model to half: keep it as loaded.
         mods = [cm.RemoveModelConversion(from_dtype=d) for d in ("float16", "bfloat16")]
         if not site.run:
             return one_attempt(site.script, mods)
-        where = site.conversion_file
-        return [a for m in mods for a in one_attempt(where, [m])] + site.retarget_conversion(c)
+        where, line = site.conversion_file, site.conversion.line if site.converted and site.conversion else None
+        # The conversion the run saw, on its line; where it saw none, any conversion of the loaded model.
+        attempts = one_attempt(where, [cm.RemoveModelConversion(lines=[line])]) if line else [a for m in mods for a in one_attempt(where, [m])]
+        attempts += site.retarget_conversion(c)
+        attempts += [Attempt(f, cm.DropLoadDtype()) for f in site.user_files]
+        if line is not None and where is not None:
+            attempts.append(Attempt(where, cm.KeepTrainableFloat32(line)))
+        else:
+            attempts += [Attempt(f, cm.KeepTrainableFloat32()) for f in site.user_files]
+        if site.bf16:
+            attempts += [Attempt(f, cm.SetMixedPrecision()) for f in site.user_files]
+        return attempts

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from dtype_doctor.fix.outcome import Change
-from dtype_doctor.fix.strategies.base import SAFE, Context, ModulePart, Pipeline, Site, Skip, Strategy, listed, one_attempt, said
+from dtype_doctor.fix.strategies.base import (
+    SAFE, Context, ModulePart, Pipeline, Site, Skip, Strategy, factory_of, listed, one_attempt, resolve, said,
+)
 from dtype_doctor.records import Remedy, Report
 
 if TYPE_CHECKING:
@@ -23,11 +25,14 @@ class ToDevice(
         made = [said(r) for r in remedies if r.target.startswith("created:")]
         moved = [said(r) for r in remedies if not r.target.startswith("created:")]
         words = [f"move {listed(moved)} to {to}, the model's device"] if moved else []
-        words += [f"create {listed(made)} with device={to!r}"] if made else []
+        words += [f"create {listed(made)} on the model's device ({to}): pass device= the device of the tensors it meets"] if made else []
         return "; ".join(words)
 
     def describe(self, c: Change) -> str:
-        return f"move {c.target} {c.before} → {c.to}"
+        if c.target.startswith("created:"):
+            made = said(Remedy(self.name, c.target, c.to, c.stage, c.source))
+            return f"create {made} on {c.to}, not {c.before}" if c.before else f"create {made} on {c.to}"
+        return f"move {c.target} {c.before} → {c.to}" if c.before else f"move {c.target} to {c.to}"
 
     def plan(self, pipeline: Pipeline, report: Report, ctx: Context) -> tuple[Change, ...]:
         import torch
@@ -54,10 +59,22 @@ class ToDevice(
 
     def edits(self, c: Change, site: Site) -> list["Attempt"]:
         from dtype_doctor.fix import codemods as cm
+        from dtype_doctor.fix.patches import Attempt
 
-        if site.run:
-            return one_attempt(site.call, [cm.MoveBatchToDevice(line=site.call_line)])
-        return one_attempt(site.script, [cm.MoveBatchToDevice()])
+        if not site.run:
+            return one_attempt(site.script, [cm.MoveBatchToDevice()])
+        if c.target.startswith("created:"):
+            # Made in the model's code without device=: device= where it is made, from what is in scope there.
+            file = resolve(c.source)
+            return [Attempt(file, cm.AddDevice(c.source.line, factory_of(c.target)[0]))] if file and c.source else []
+        attempts = []
+        handled = site.handled.get(c.target)
+        if handled is not None and (file := resolve(handled.source)) is not None:
+            # The move the script dropped belongs on the last line of its that handled the tensor.
+            attempts.append(Attempt(file, cm.MoveWhereHandled(handled.source.line, handled.call)))
+        if c.source is not None and (handled is None or c.source != handled.source) and (file := resolve(c.source)) is not None:
+            attempts.append(Attempt(file, cm.MoveWhereHandled(c.source.line)))
+        return attempts + one_attempt(site.call, [cm.MoveBatchToDevice(line=site.call_line)])
 
     fix_module = ModulePart(
         function="to_device",

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from dtype_doctor.files import split_spec  # noqa: F401 - imported from here too
-from dtype_doctor.errors import DoctorError, InputError, UsageError, first_line
+from dtype_doctor.errors import DoctorError, InputError, first_line
 from dtype_doctor.load.batch.describe import describe_value, feature_dtype, feature_repr
 from dtype_doctor.load.batch.hf_map import quiet_map
 from dtype_doctor.load.batch.state import BatchContext, BatchState, PreprocessFn

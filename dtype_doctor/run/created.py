@@ -1,0 +1,76 @@
+"""Findings on tensors the user's own lines made or last handled, pointed at those lines.
+
+A tensor made in the model's forward without device= reaches the rules as "created:OP@MODULE"
+(the aten op the recorder saw); the run knows which line of the user's called the factory, so
+the finding names it as the user wrote it: "torch.arange at model.py:96". A pipeline tensor on
+the wrong device is named at the last line of the user's that handled it before the step took
+it (`y.pin_memory()`), where the dropped `.to(device)` belongs, not where it was first made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any, Mapping, Sequence
+
+from dtype_doctor.fix.strategies.base import factory_of
+from dtype_doctor.records import Finding, Remedy, SourceLoc
+
+def with_creation_source(finding: Finding, created: Mapping[str, Sequence[SourceLoc]], model: Any) -> Finding:
+    origins = [t.origin for t in finding.tensors if t.origin and t.origin.startswith("created:")]
+    if not origins:
+        return finding
+    where: dict[str, SourceLoc] = {}
+    for origin in dict.fromkeys(origins):
+        factory, module = factory_of(origin)
+        site = _site(created.get(factory, ()), model, module)
+        if site is not None:
+            where[origin] = site
+    if not where:
+        return finding
+    message = finding.message
+    for origin, site in where.items():
+        factory, _ = factory_of(origin)
+        op = origin.removeprefix("created:").partition("@")[0]
+        base = op.removeprefix("aten.").split(".")[0]
+        message = message.replace(f"a tensor from {base}", f"torch.{factory} at {site.file}:{site.line}")
+    remedies = tuple(dataclasses.replace(r, source=where.get(r.target, r.source)) for r in finding.remedies)
+    first = next(iter(where.values()))
+    return _reworded(dataclasses.replace(finding, message=message, source=finding.source or first), remedies)
+
+
+def with_move_source(finding: Finding, handled: Mapping[str, Any]) -> Finding:
+    """A DD201 on a named pipeline tensor: its source and its to-device remedy at the last line that handled it."""
+    if finding.code != "DD201":
+        return finding
+    moves = {r.target: handled[r.target].source for r in finding.remedies if r.strategy == "to-device" and r.target in handled}
+    if not moves:
+        return finding
+    remedies = tuple(dataclasses.replace(r, source=moves.get(r.target, r.source)) for r in finding.remedies)
+    return _reworded(dataclasses.replace(finding, source=next(iter(moves.values()))), remedies)
+
+
+def _reworded(finding: Finding, remedies: tuple[Remedy, ...]) -> Finding:
+    """`finding` with `remedies`, its fix texts said again from them (its advice kept as it was)."""
+    from dtype_doctor.fix.strategies import suggestions
+
+    advice = [f.description for f in finding.fixes if f.applicability == "display-only"]
+    return dataclasses.replace(finding, remedies=remedies, fixes=suggestions(remedies, advice))
+
+
+def _site(sites: Sequence[SourceLoc], model: Any, module: str) -> SourceLoc | None:
+    """The line among `sites` in the code of the module that made the tensor, else the first."""
+    if not sites:
+        return None
+    try:
+        owner = type(model.get_submodule(module)) if model is not None else None
+        lines, start = inspect.getsourcelines(owner) if owner is not None else ([], 0)
+        file = inspect.getsourcefile(owner) if owner is not None else None
+    except (AttributeError, TypeError, OSError):
+        return sites[0]
+    from pathlib import Path
+
+    for site in sites:
+        if file and Path(site.file).name == Path(file).name and start <= site.line < start + len(lines):
+            return site
+    return sites[0]
