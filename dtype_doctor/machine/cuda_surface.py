@@ -73,7 +73,7 @@ class SimulatedMemory:
 
     def allocated(self, device: Any = None) -> int:
         """Bytes of the live simulated tensors on GPU `device` (None: the current one)."""
-        k = _index(device, self._current)
+        k = device_index(device, self._current)
         seen: set[int] = set()
         total = 0
         for obj in gc.get_objects():
@@ -87,16 +87,17 @@ class SimulatedMemory:
 
     def peak(self, device: Any = None) -> int:
         self.allocated(device)
-        return self._peak.get(_index(device, self._current), 0)
+        return self._peak.get(device_index(device, self._current), 0)
 
     def reset_peak(self, device: Any = None) -> None:
-        k = _index(device, self._current)
+        k = device_index(device, self._current)
         self._peak[k] = self._now[k] = self.allocated(device)
 
     _current = 0
 
 
-def _index(device: Any, current: int) -> int:
+def device_index(device: Any, current: int = 0) -> int:
+    """The GPU index a CUDA device argument names ("cuda" and None: the current one)."""
     if isinstance(device, int) and not isinstance(device, bool):
         return device
     if isinstance(device, (str, torch.device)):
@@ -219,7 +220,7 @@ class _SelectsNothing(contextlib.nullcontext):
 
     def __init__(self, device: Any = None) -> None:
         super().__init__()
-        self.idx = _index(device, 0) if not isinstance(device, torch.Tensor) else 0
+        self.idx = device_index(device, 0) if not isinstance(device, torch.Tensor) else 0
 
 
 def raw_stream(device: int = 0) -> int:

@@ -31,6 +31,7 @@ from dtype_doctor.records import SourceLoc
 from dtype_doctor.errors import StopScript
 from dtype_doctor.machine.stand_ins import AGREE_READS, COPY_READS, SCALAR_READS, SIZE_OPS, STAND_IN, StandIns, sized
 from dtype_doctor.machine.user_code import display_path, first_outside_tool, first_user_frame, frames_above, is_tool_file
+from dtype_doctor.machine.cuda_surface import device_index
 from dtype_doctor.machine.gpus import GpuProfile
 
 
@@ -39,16 +40,6 @@ def stand_in_for(index: int, gpus: int = 1) -> torch.device:
     """Where a simulated cuda:`index` lives: meta for one GPU; meta:k for cuda:k when there are several,
     so fake tensors keep their GPU and meet as CUDA would meet them ("found at least two devices")."""
     return STAND_IN if gpus <= 1 else torch.device("meta", index)
-
-
-def device_index(device: Any, current: int = 0) -> int:
-    """The GPU index a CUDA device argument names ("cuda" and None: the current one)."""
-    if isinstance(device, int) and not isinstance(device, bool):
-        return device
-    if isinstance(device, (str, torch.device)):
-        d = torch.device(device)
-        return d.index if d.index is not None else current
-    return current
 
 
 def gpu_aliases(gpus: int) -> dict[str, str]:
