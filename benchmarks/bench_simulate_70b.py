@@ -37,11 +37,12 @@ LLAMA_70B = {
 }
 
 
-def make_model(tmp: Path, layers: int) -> Path:
+def make_model(tmp: Path, layers: int, shape: dict | None = None, name: str = "llama-70b-config-only") -> Path:
+    """A config-only Llama directory (llama-tiny's tokenizer) with `shape` (default LLAMA_70B) and `layers`."""
     src = REPO / "fixtures" / "models" / "llama-tiny"
     config = json.loads((src / "config.json").read_text())
-    config.update(LLAMA_70B, num_hidden_layers=layers)
-    out = tmp / "llama-70b-config-only"
+    config.update(LLAMA_70B if shape is None else shape, num_hidden_layers=layers)
+    out = tmp / name
     out.mkdir()
     (out / "config.json").write_text(json.dumps(config))
     for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
