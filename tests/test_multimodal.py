@@ -100,7 +100,7 @@ def test_fix_run_casts_the_processor_output(workdir: Path, capsys: pytest.Captur
     assert fixed["verified"] is True
     assert [(a["strategy"], a["status"]) for a in fixed["applied"]] == [("cast-inputs", "applied")]
     patch = (workdir / "fix.patch").read_text()
-    assert '+    inputs["pixel_values"] = inputs["pixel_values"].to(model.dtype)' in patch
+    assert '+    inputs["pixel_values"] = inputs["pixel_values"].to(next(model.parameters()).dtype)' in patch
     subprocess.run(["git", "apply", "fix.patch"], cwd=workdir, check=True)
     done = _plain(workdir)
     assert done.returncode == 0 and "vlm logits torch.bfloat16" in done.stdout, done.stderr[-2000:]

@@ -86,9 +86,10 @@ def test_the_no_cuda_refusal_is_one_error_with_one_line_everywhere(monkeypatch: 
 
 
 # Where torch.cuda.is_available() may be asked for something else than choosing a device:
-# the report's environment block, the memory estimate's device budget, and what `run` lets the
-# script see (a --device cpu run hides the GPU from the script).
-NOT_DECIDING = {"diagnosis.py", "load/memory.py", "run/runner.py"}
+# the report's environment block, the memory estimate's device budget, what `run` lets the
+# script see (a --device cpu run hides the GPU from the script), and whether the real GPU of a
+# `fix --run` runs bfloat16 (its mixed-precision edit).
+NOT_DECIDING = {"diagnosis.py", "load/memory.py", "run/runner.py", "run/fix.py"}
 
 
 def test_no_other_module_asks_torch_to_choose_a_device() -> None:

@@ -128,7 +128,8 @@ def test_bad_timeout_is_a_usage_error(prep: Path, capsys: pytest.CaptureFixture[
 def test_a_real_sigint_during_a_slow_user_function_is_130_and_one_line(prep: Path, mode: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dtype_doctor", *scan(prep, "slow", "--preprocess-mode", mode, "--format", "json")],
+        # --timeout 600: this is about Ctrl-C; --preprocess's 60 s default must not end it first on a loaded machine
+        [sys.executable, "-m", "dtype_doctor", *scan(prep, "slow", "--preprocess-mode", mode, "--format", "json", "--timeout", "600")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=prep.parent,
     )
     try:
