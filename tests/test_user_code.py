@@ -124,6 +124,14 @@ def test_bad_timeout_is_a_usage_error(prep: Path, capsys: pytest.CaptureFixture[
     assert_one_error_line(err, "--timeout")
 
 
+def _terminal_sigint() -> None:
+    """The child starts with Ctrl-C as a terminal gives it: SIGINT at its default and unblocked. A
+    process inherits an ignored or blocked SIGINT from its parent, and the test runner's worker can
+    carry one (seen in the full suite under xdist), which would make Python skip its KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 @pytest.mark.parametrize("mode", ["map", "transform"])
 def test_a_real_sigint_during_a_slow_user_function_is_130_and_one_line(prep: Path, mode: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
@@ -131,6 +139,7 @@ def test_a_real_sigint_during_a_slow_user_function_is_130_and_one_line(prep: Pat
         # --timeout 600: this is about Ctrl-C; --preprocess's 60 s default must not end it first on a loaded machine
         [sys.executable, "-m", "dtype_doctor", *scan(prep, "slow", "--preprocess-mode", mode, "--format", "json", "--timeout", "600")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=prep.parent,
+        preexec_fn=_terminal_sigint,
     )
     try:
         assert proc.stderr is not None
