@@ -289,10 +289,9 @@ def quiet_libraries(*, verbose: bool = False, say: Callable[[str], None] | None 
     import warnings
 
     if say is not None and "transformers" not in sys.modules:
-        say("importing torch, transformers and datasets")
+        say("importing torch and transformers")
     hold_back_import_noise()
 
-    import datasets
     import transformers
 
     # Fake tensors under --simulate have no storage; torch warns when libraries ask for one.
@@ -308,11 +307,23 @@ def quiet_libraries(*, verbose: bool = False, say: Callable[[str], None] | None 
     warnings.filterwarnings("ignore", module="torchao")
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    datasets.disable_progress_bars()
-    # Not even its errors: a data file it cannot parse is logged there ("Failed to read file …")
-    # and raised, and the raise becomes the command's one line.
-    datasets.logging.set_verbosity(logging.CRITICAL)
+    quiet_datasets()
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+def quiet_datasets() -> None:
+    """datasets without bars or logs, not even its errors: a data file it cannot parse is logged
+    there ("Failed to read file …") and raised, and the raise becomes the command's one line.
+    Most commands never load a dataset (a script run, a scan without one), so datasets is not
+    imported for this (0.5 s): set on the module when it is loaded, else by the environment it
+    reads when it is."""
+    datasets = sys.modules.get("datasets")
+    if datasets is None:
+        os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("DATASETS_VERBOSITY", "critical")
+        return
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity(logging.CRITICAL)
 
 
 def check_outputs(*, model: str | None = None, dataset: str | None = None, preprocess: str | None = None,
