@@ -206,10 +206,9 @@ def refused_load(model: str, dataset: str, options: ScanOptions) -> Report | Non
     quantize = options.quantize()
     if quantize is None and not options.simulate:
         return None
-    from dtype_doctor.diagnosis import environment
+    from dtype_doctor.diagnosis import environment, judged
     from dtype_doctor.load.offload import refused_trace, scan_refusal
     from dtype_doctor.records import Target
-    from dtype_doctor.rules import run_rules
     from dtype_doctor.machine.gpus import gpu_profile
 
     placement = options.placement
@@ -218,7 +217,7 @@ def refused_load(model: str, dataset: str, options: ScanOptions) -> Report | Non
         return None
     gpu = gpu_profile(options.gpu)
     trace = refused_trace(refusal, device=placement.device or CUDA0, simulated=True, gpu=gpu)
-    findings = run_rules(trace, select=options.select, ignore=options.ignore)
+    findings = judged(trace, select=options.select, ignore=options.ignore)
     target = Target(model, dataset, options.split, trace.device, True, None, None, options.train, gpu=trace.gpu,
                     quantization=refusal.quantization)
     return Report(findings=findings, target=target, environment=environment(), trace=trace)

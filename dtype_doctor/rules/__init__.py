@@ -35,6 +35,14 @@ def rejected_by(op: OpCall) -> Rule | None:
     return None
 
 
+def refusal(op: OpCall) -> str | None:
+    """Where a real device would raise when no kernel can be asked (a simulated trace's
+    fallback): the first rule that says it rejects the op. The trace is handed this function
+    (TraceSession's `refusal`); it never imports the rules."""
+    rule = rejected_by(op)
+    return None if rule is None else f"a real device would raise here ({rule.code} {rule.name})"
+
+
 def get_rule(code: str) -> Rule:
     wanted = REDIRECTS.get(code.upper(), code.upper())
     for rule in all_rules():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
@@ -160,11 +160,13 @@ def settle(model: torch.nn.Module, inputs: Mapping[str, Any], request: TraceRequ
     return request.with_(placement=replace(request.placement, simulated=where.simulate, device=device))
 
 
-def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: TraceRequest | None = None) -> Trace:
+def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: TraceRequest | None = None, *,
+                refusal: Callable[[Any], str | None] | None = None) -> Trace:
     """Run one forward (and with request.train one backward) under the recorder.
 
     With request.move_inputs False the inputs stay on their own devices (a batch the
     pipeline forgot to move), so a model on the device meets them as it would for real.
+    `refusal` is what a simulated trace asks where no kernel can say (rules.refusal).
     """
     request = request or TraceRequest()
     inputs = dict(inputs.items())
@@ -175,10 +177,11 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
         raise UsageError(f"--autocast must be off, float16 or bfloat16, not {autocast!r}")
     where = place(model, inputs, request)
     with contextlib.ExitStack() as spread:
-        return _trace(model, inputs, request, where, spread)
+        return _trace(model, inputs, request, where, spread, refusal)
 
 
-def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest, where: Where, spread: contextlib.ExitStack) -> Trace:
+def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest, where: Where, spread: contextlib.ExitStack,
+           refusal: Callable[[Any], str | None] | None = None) -> Trace:
     from dtype_doctor.machine import device_map
 
     autocast = request.autocast
@@ -228,7 +231,7 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
 
     session = TraceSession(
         model, stats=request.stats and not sharded, simulated=where.simulate, state=state, alias=alias,
-        probe_cuda=where.label is not None and where.label.type == "cuda", probe_gpu=request.placement.gpu,
+        probe_cuda=where.label is not None and where.label.type == "cuda", probe_gpu=request.placement.gpu, refusal=refusal,
     )
     rec = session.recorder
     for name, v in inputs.items():

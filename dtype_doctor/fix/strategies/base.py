@@ -26,6 +26,7 @@ from dtype_doctor.errors import is_out_of_memory
 from dtype_doctor.fix.outcome import Change, Step
 from dtype_doctor.records import Finding, Remedy, Report, SourceLoc
 from dtype_doctor.trace.request import TraceRequest
+from dtype_doctor.words import listed  # noqa: F401 - the strategies say their lists with it
 
 if TYPE_CHECKING:
     import torch
@@ -201,14 +202,6 @@ def seen_as(finding: Finding, target: str, to: str) -> str | None:
 def made_in_model(r: Remedy) -> bool:
     """Whether the remedy's target is made by the model (its code or its weights), not the pipeline."""
     return r.target.startswith(("created:", "param:", "buffer:")) or r.stage in ("model-code", "model-loading")
-
-
-def listed(items: Sequence[str], most: int = 3) -> str:
-    """'a', 'a and b', 'a, b and c', 'a, b, c and 2 more'."""
-    items = list(dict.fromkeys(items))
-    if len(items) > most:
-        items = [*items[:most], f"{len(items) - most} more"]
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def resolve(loc: SourceLoc | None) -> Path | None:
