@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dtype_doctor.fix import codemods as cm
+from dtype_doctor.fix.codemods.base import Attempt  # noqa: F401 - the strategies' edits name it here too
 from dtype_doctor.fix.outcome import Change, CodemodOutcome, PatchOutcome, Step
 from dtype_doctor.fix.patch import make_patch, read_source, repo_root
 from dtype_doctor.fix.strategies import STRATEGIES, Site, describe
@@ -39,14 +40,6 @@ FORMATTER_KEEPS = frozenset({"float32", "int64", "bool"})
 # change's input reaches the model in its dtype), else why not. `transform`: the fix module
 # whose `preprocess` builds the batch, when the patch has one (None: the user's function does).
 Verify = Callable[..., "str | None"]  # (texts, change, *, transform=None)
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One codemod on one file, tried in turn for a change."""
-
-    file: Path
-    codemod: cm.Codemod
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Iterable
 
 from dtype_doctor.fix.outcome import Change, Step
-from dtype_doctor.fix.strategies.base import SAFE, UNSAFE, Context, Pipeline, Site, Skip, Strategy
+from dtype_doctor.fix.strategies.base import SAFE, UNSAFE, Context, Pipeline, Site, Skip, Strategy, defined, describe
 from dtype_doctor.fix.strategies.half_model import convert_keeping_fp32
 from dtype_doctor.records import Finding, FixSuggestion, Remedy
 
@@ -25,7 +25,7 @@ def _discover() -> dict[str, Strategy]:
     for info in pkgutil.iter_modules(__path__):
         if info.name != "base":
             importlib.import_module(f"{__name__}.{info.name}")
-    found = [cls() for cls in Strategy.__subclasses__()]
+    found = [cls() for cls in defined().values()]
     return {s.name: s for s in sorted(found, key=lambda s: s.rank)}
 
 
@@ -35,12 +35,6 @@ STRATEGIES: dict[str, Strategy] = _discover()
 # the fixes that touch no weights and before converting the whole model.
 AUTO_ORDER = tuple(STRATEGIES)
 NAMES = (*STRATEGIES, "auto")
-
-
-def describe(c: Change) -> str:
-    """One change as the report says it, in the words of the strategy it belongs to."""
-    strategy = STRATEGIES.get(c.kind)
-    return strategy.describe(c) if strategy else f"{c.kind} {c.target} → {c.to}"
 
 
 def suggestion(strategy: str, to: str, target: str = "") -> FixSuggestion:

@@ -58,7 +58,7 @@ class HalfModel(
         return pipeline.with_(model=model)
 
     def edits(self, c: Change, site: Site) -> list["Attempt"]:
-        from dtype_doctor.fix import codemods as cm
+        from dtype_doctor.fix.codemods import model as cm
 
         mods = [cm.SetLoadDtype(c.to), cm.RemoveModelConversion()]
         return one_attempt(site.conversion_file if site.run else site.script, mods) + site.retarget_conversion(c)
