@@ -308,3 +308,98 @@ def runtime_graph() -> dict[str, set[str]]:
 # JSON_KINDS), Attempt moved to codemods.base and the catalogue to rules/catalogue.py.
 def test_no_import_cycle_counting_function_level_imports() -> None:
     assert cycles(runtime_graph()) == []
+
+
+# ------------------------------------------------------------------ no switch on a strategy's name
+#
+# A strategy owns its behaviour: no module but the strategy's own compares a string equal to its
+# name (==, !=, in, not in, a set of names combined with &, |, -), or looks one up as a key
+# (x["name"], x.get("name")). Naming it as data is allowed: Remedy("to-device", ...) in a rule,
+# Change("autocast", ...), a dict literal's key, prose.
+
+STRATEGIES_DIR = ROOT / "fix" / "strategies"
+
+
+def strategy_names() -> dict[str, str]:
+    """Each strategy's name → the module that defines it (its `class X(Strategy, name=...)`)."""
+    names = {}
+    for path in STRATEGIES_DIR.glob("*.py"):
+        module = f"dtype_doctor.fix.strategies.{path.stem}"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and any(isinstance(b, ast.Name) and b.id == "Strategy" for b in node.bases):
+                for kw in node.keywords:
+                    if kw.arg == "name" and isinstance(kw.value, ast.Constant):
+                        names[kw.value.value] = module
+    return names
+
+
+def _strings(node: ast.AST) -> Iterator[ast.Constant]:
+    """The string constants `node` is, or holds as a set/tuple/list literal's elements."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        yield node
+    elif isinstance(node, (ast.Set, ast.Tuple, ast.List)):
+        for element in node.elts:
+            yield from _strings(element)
+
+
+def _source_text(node: ast.AST) -> bool:
+    """A piece of a dotted name read from source code (`name.split(".")[-1]`): a word of the
+    user's code ("autocast" as torch names it), not a strategy."""
+    return (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute)
+            and node.value.func.attr in ("split", "rsplit", "partition", "rpartition"))
+
+
+def _switched(tree: ast.AST) -> Iterator[ast.Constant]:
+    """The string constants compared or looked up as keys in `tree`."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and all(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops):
+            sides = (node.left, *node.comparators)
+            if not any(_source_text(side) for side in sides):
+                for side in sides:
+                    yield from _strings(side)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.Sub)):
+            for side in (node.left, node.right):
+                if isinstance(side, ast.Set):
+                    yield from _strings(side)
+        elif isinstance(node, ast.Subscript):
+            yield from _strings(node.slice)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "pop") and node.args:
+            yield from _strings(node.args[0])
+
+
+def strategy_switches(modules: dict[str, ast.AST], names: dict[str, str]) -> set[str]:
+    """`module:line name` for each switch on a strategy's name outside that strategy's module."""
+    return {
+        f"{module}:{c.lineno} {c.value}"
+        for module, tree in modules.items()
+        for c in _switched(tree)
+        if c.value in names and names[c.value] != module
+    }
+
+
+def test_the_strategy_names_are_read_from_their_modules() -> None:
+    names = strategy_names()
+    assert names["to-device"] == "dtype_doctor.fix.strategies.to_device" and names["half-model"].endswith(".half_model")
+
+
+def test_no_switch_on_a_strategy_name_outside_its_module() -> None:
+    names = strategy_names()
+    assert strategy_switches({m: _tree(m) for m in MODULES}, names) == set()
+
+
+def test_a_switch_on_a_strategy_name_is_found() -> None:
+    names = {"to-device": "dtype_doctor.fix.strategies.to_device", "autocast": "dtype_doctor.fix.strategies.autocast"}
+    planted = ast.parse(
+        'if r.strategy == "to-device": pass\n'
+        'ok = "autocast" in parts or kind not in ("x", "to-device")\n'
+        'dtype = parts["autocast"]\n'
+        'left = {"to-device"} & set(parts)\n'
+        'got = table.get("autocast")\n'
+    )
+    data = ast.parse('r = Remedy("to-device", "x", "cuda")\nd = {"autocast": 1}\nsay = "run it under autocast"\n'
+                     'torchs = name.split(".")[-1] == "autocast"\n')
+    found = strategy_switches({"dtype_doctor.run.created": planted, "dtype_doctor.rules.dd201": data}, names)
+    assert found == {f"dtype_doctor.run.created:{line} {name}" for line, name in
+                     ((1, "to-device"), (2, "autocast"), (2, "to-device"), (3, "autocast"), (4, "to-device"), (5, "autocast"))}
+    # the strategy's own module may switch on its own name
+    assert strategy_switches({"dtype_doctor.fix.strategies.autocast": ast.parse('x = parts["autocast"]')}, names) == set()

@@ -259,6 +259,8 @@ class Strategy(ABC):
     # The `kind` a change of it has in the report's JSON (`strategy` gives the name): the name,
     # or the word reports gave it before strategies had names (SPEC extends, never renames).
     json_kind: ClassVar[str]
+    # Its remedies move a tensor to another device (their `to` is a device, not a dtype).
+    moves_tensor: ClassVar[bool] = False
 
     def __init_subclass__(
         cls, *, name: str, applicability: str, rank: int, summary: str, on_request: bool = False,
@@ -367,6 +369,13 @@ class Strategy(ABC):
         """The casts ({input: dtype}) the part makes that a datasets transform could make as each
         batch is read (the module's `preprocess`); None when it makes none."""
         return None
+
+    def scan_options(self, params: Mapping[str, Any]) -> Mapping[str, str] | None:
+        """The `scan` options ("--dtype", "--autocast": a value) that check a pipeline holding this strategy's
+        part of the fix module, with `params`; None where scan cannot express the part (hooks,
+        a move the user's loop makes). Casts reach scan through the module's `preprocess`
+        (module_casts), not here."""
+        return {}
 
 
 def defined() -> dict[str, type[Strategy]]:

@@ -89,6 +89,9 @@ def half_model(model, batch):
     def module_part(self, parts: dict[str, dict[str, Any]], c: Change, site: Site) -> None:
         parts.setdefault(self.name, {"dtype": c.to})
 
+    def scan_options(self, params: Mapping[str, Any]) -> Mapping[str, str]:
+        return {"--dtype": params["dtype"]}
+
     def module_fields(self, params: Mapping[str, Any]) -> dict[str, str]:
         """``dtype`` (float16)."""
         return {"dtype": half_dtype(params, "half-model converts to")}
