@@ -150,6 +150,8 @@ def prepare(
     say = progress or (lambda _msg: None)
     from dtype_doctor.load import build_batch, load_model, load_rows
 
+    from dtype_doctor.machine.home import simulated_home
+
     device = options.placement.device
     assert device is not None  # the CLI always names one ("auto" decided)
     say(f"loading model {model}")
@@ -157,8 +159,8 @@ def prepare(
         model,
         dtype=options.dtype,
         trust_remote_code=options.trust_remote_code,
-        # a simulated model's fake weights are built on the CPU; the trace runs them on the target's stand-in
-        placement=replace(options.placement, device="cpu") if options.simulate else options.placement,
+        # where a simulated model's fake weights are built (the trace runs copies at their home)
+        placement=replace(options.placement, device=str(simulated_home(device, loaded=True))) if options.simulate else options.placement,
         allow_pickle=options.allow_pickle,
         quantize=options.quantize(),
     )
