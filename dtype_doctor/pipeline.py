@@ -149,7 +149,6 @@ def prepare(
     options.validate()
     say = progress or (lambda _msg: None)
     from dtype_doctor.load import build_batch, load_model, load_rows
-
     from dtype_doctor.machine.home import simulated_home
 
     device = options.placement.device

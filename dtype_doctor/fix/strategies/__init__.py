@@ -67,7 +67,8 @@ def worded(findings: "Iterable[Finding]") -> tuple[Finding, ...]:
     """The findings with their fixes in words: a rule states its fix as data (remedies, hints)
     and never imports the strategies; the words are put on here, where the rules' findings
     become a report. A finding whose rule wrote its `fixes` out keeps them."""
-    return tuple(f if f.fixes or not (f.remedies or f.hints) else replace(f, fixes=suggestions(f.remedies, f.hints)) for f in findings)
+    return tuple(f if f.fixes or not (f.remedies or f.hints) else replace(f, fixes=suggestions(f.remedies, f.hints))
+                 for f in findings)
 
 
 def _worded(strategy: str, remedies: list[Remedy]) -> FixSuggestion:
