@@ -61,6 +61,7 @@ def main() -> int:
 
     torch.set_num_threads(2)
     from dtype_doctor.pipeline import ScanOptions, prepare
+    from dtype_doctor.rules import refusal
     from dtype_doctor.trace import engine, probe
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,7 +80,7 @@ def main() -> int:
             probe.KernelProbe.__call__ = real_call if with_probes else rules_only
             try:
                 start = time.perf_counter()
-                trace = engine.trace_model(model, batch, request)
+                trace = engine.trace_model(model, batch, request, refusal=refusal)
                 return time.perf_counter() - start, trace
             finally:
                 probe.KernelProbe.__call__ = real_call

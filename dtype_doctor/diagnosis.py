@@ -17,7 +17,7 @@ import torch
 
 from dtype_doctor.attention import attention_of
 from dtype_doctor.components import components_of
-from dtype_doctor.records import Lineage, ModelInfo, Report, SourceLoc, Subject, Target, Trace, TraceFailure
+from dtype_doctor.records import Finding, Lineage, ModelInfo, Report, SourceLoc, Subject, Target, Trace, TraceFailure
 from dtype_doctor.trace.engine import holds_no_data, model_info, trace_model, values_note
 from dtype_doctor.trace.session import TraceSession
 from dtype_doctor.trace.request import TraceRequest
@@ -82,11 +82,17 @@ def _real_capability(trace: Trace) -> tuple[int, int] | None:
     return tuple(torch.cuda.get_device_capability(torch.device(trace.device)))  # type: ignore[return-value]
 
 
-def report_from_trace(trace: Trace, model: torch.nn.Module, request: TraceRequest | None = None) -> Report:
+def judged(trace: Trace, *, select: Any = None, ignore: Any = None) -> tuple[Finding, ...]:
+    """The rules' findings on `trace`, their fixes worded by the strategies."""
+    from dtype_doctor.fix.strategies import worded
     from dtype_doctor.rules import run_rules
 
+    return worded(run_rules(trace, select=select, ignore=ignore))
+
+
+def report_from_trace(trace: Trace, model: torch.nn.Module, request: TraceRequest | None = None) -> Report:
     request = request or TraceRequest()
-    findings = run_rules(trace, select=request.select, ignore=request.ignore)
+    findings = judged(trace, select=request.select, ignore=request.ignore)
     return Report(findings=findings, target=_target(trace, model, request.subject), environment=environment(), trace=trace)
 
 
@@ -127,7 +133,9 @@ def diagnose(model: torch.nn.Module, inputs: Mapping[str, Any], request: TraceRe
     CUDA trace targets; `autocast`, `train`, `select`, `ignore` as the CLI.
     """
     request = as_request(request, options)
-    return report_from_trace(trace_model(model, inputs, request), model, request)
+    from dtype_doctor.rules import refusal
+
+    return report_from_trace(trace_model(model, inputs, request, refusal=refusal), model, request)
 
 
 class watch:

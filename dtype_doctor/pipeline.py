@@ -149,6 +149,7 @@ def prepare(
     options.validate()
     say = progress or (lambda _msg: None)
     from dtype_doctor.load import build_batch, load_model, load_rows
+    from dtype_doctor.machine.home import simulated_home
 
     device = options.placement.device
     assert device is not None  # the CLI always names one ("auto" decided)
@@ -157,8 +158,8 @@ def prepare(
         model,
         dtype=options.dtype,
         trust_remote_code=options.trust_remote_code,
-        # a simulated model's fake weights are built on the CPU; the trace runs them on the target's stand-in
-        placement=replace(options.placement, device="cpu") if options.simulate else options.placement,
+        # where a simulated model's fake weights are built (the trace runs copies at their home)
+        placement=replace(options.placement, device=str(simulated_home(device, loaded=True))) if options.simulate else options.placement,
         allow_pickle=options.allow_pickle,
         quantize=options.quantize(),
     )
@@ -206,10 +207,9 @@ def refused_load(model: str, dataset: str, options: ScanOptions) -> Report | Non
     quantize = options.quantize()
     if quantize is None and not options.simulate:
         return None
-    from dtype_doctor.diagnosis import environment
+    from dtype_doctor.diagnosis import environment, judged
     from dtype_doctor.load.offload import refused_trace, scan_refusal
     from dtype_doctor.records import Target
-    from dtype_doctor.rules import run_rules
     from dtype_doctor.machine.gpus import gpu_profile
 
     placement = options.placement
@@ -218,7 +218,7 @@ def refused_load(model: str, dataset: str, options: ScanOptions) -> Report | Non
         return None
     gpu = gpu_profile(options.gpu)
     trace = refused_trace(refusal, device=placement.device or CUDA0, simulated=True, gpu=gpu)
-    findings = run_rules(trace, select=options.select, ignore=options.ignore)
+    findings = judged(trace, select=options.select, ignore=options.ignore)
     target = Target(model, dataset, options.split, trace.device, True, None, None, options.train, gpu=trace.gpu,
                     quantization=refusal.quantization)
     return Report(findings=findings, target=target, environment=environment(), trace=trace)

@@ -622,6 +622,9 @@ class Finding:
     pytorch_error: str | None = None
     # The fixes as data: what the fix strategies apply (extra to SPEC's finding keys).
     remedies: tuple[Remedy, ...] = ()
+    # Shown, never applied: remedies and advice in words. With `remedies`, what `fixes` are
+    # worded from (fix.strategies.worded: a rule states its fix as data, the strategies word it).
+    hints: tuple[Remedy | str, ...] = ()
 
     @property
     def fingerprint(self) -> str:

@@ -88,7 +88,7 @@ assert change.to_dict()["kind"] == "float-output" and change.to_dict()["strategy
 
 # a rule that names it states a Remedy; the finding's words come from the new strategy
 rule = Rule("DD999", "example", "warning", "s", "w", "e", "f", "fs")
-finding = rule.finding("half logits", remedies=[Remedy("float-outputs", "logits", "float32")])
+[finding] = strategies.worded([rule.finding("half logits", remedies=[Remedy("float-outputs", "logits", "float32")])])
 assert [(x.strategy, x.applicability, x.description) for x in finding.fixes] == [("float-outputs", "safe", "return logits in float32")]
 
 # its part of the generated fix module, between the model's conversions and the batch's

@@ -163,3 +163,19 @@ def test_run_decides_once(tmp_path: Path) -> None:
     with _Decisions() as d:
         result = run_script(["python", str(script)], options=RunOptions(simulate=True))
     assert d.calls == 1 and result.report.target.simulated
+
+
+@pytest.mark.parametrize("build_cuda", [None, "12.4"], ids=["cpu-only-build", "cuda-build"])
+def test_one_rule_for_where_a_simulated_tensor_lives(build_cuda: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """machine.home.simulated_home, which the trace, run's simulated CUDA, device maps and the loader ask."""
+    from dtype_doctor.machine.home import simulated_home
+    from dtype_doctor.machine.simulate import stand_in_for
+
+    monkeypatch.setattr(torch.version, "cuda", build_cuda)
+    meta = torch.device("meta")
+    assert simulated_home("cpu") == torch.device("cpu") and simulated_home("cuda:1", loaded=True) == torch.device("cpu")
+    # the trace's fake mode makes CUDA tensors only where the build has CUDA; run's simulation never does
+    assert simulated_home("cuda:0", fakes_cuda=True) == (torch.device("cuda:0") if build_cuda else meta)
+    assert simulated_home("cuda:1") == meta and stand_in_for(1) == meta
+    # several GPUs: cuda:k on meta:k, as a device map's GPU indices and run --gpus N ask
+    assert simulated_home(1, indexed=True) == torch.device("meta", 1) == stand_in_for(1, gpus=2)

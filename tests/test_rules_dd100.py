@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 
 import dtype_doctor
+from dtype_doctor.fix.strategies import worded
 from dtype_doctor.records import ModelInfo, OpCall, TensorMeta, Trace, TraceFailure
 from dtype_doctor.rules.dd100_kernel_rejected_operands import RULE, unexplained
 from helpers_models import found
@@ -57,7 +58,7 @@ def test_the_rules_own_example_fails_in_plain_pytorch() -> None:
 def test_a_refusal_no_other_rule_explains_is_reported_with_pytorchs_words() -> None:
     op = scatter_op()
     assert unexplained(op)
-    [f] = RULE.check(trace_of(op))
+    [f] = worded(RULE.check(trace_of(op)))
     assert (f.code, f.severity, f.module, f.op) == ("DD100", "error", "head", "aten.scatter_add.default")
     assert f.pytorch_error == op.error
     # The odd operand (the float32 source among float16) is named, and its fix casts it to
@@ -92,7 +93,7 @@ def test_an_error_that_is_not_about_dtypes_or_devices_is_not_dd100() -> None:
 
 def test_a_failure_outside_any_recorded_op_is_reported_once() -> None:
     failure = TraceFailure(kind="dtype", message="expected scalar type Float but found Half", module="enc", module_type="Enc", op=None)
-    [f] = RULE.check(trace_of(failure=failure))
+    [f] = worded(RULE.check(trace_of(failure=failure)))
     assert (f.module, f.pytorch_error) == ("enc", failure.message)
     # The same refusal already recorded at an op is not reported twice.
     recorded = scatter_op(error=failure.message)
@@ -102,7 +103,7 @@ def test_a_failure_outside_any_recorded_op_is_reported_once() -> None:
 def test_a_number_beyond_an_integer_dtype_is_refused_and_named() -> None:
     message = refusal(lambda: torch.zeros(3, dtype=torch.int8).fill_(1000))
     op = OpCall(index=0, op="aten.fill_.Scalar", module="m", module_type="M", operands=(meta("int8", shape=(3,)),), error=message)
-    [f] = RULE.check(trace_of(op))
+    [f] = worded(RULE.check(trace_of(op)))
     assert "int8" in f.message and f.fixes[0].applicability == "display-only"
 
 

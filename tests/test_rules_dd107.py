@@ -13,6 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import dtype_doctor
+from dtype_doctor.fix.strategies import worded
 from dtype_doctor.records import ModelInfo, OpCall, TensorMeta, Trace
 from dtype_doctor.rules.dd107_dtype_unsupported_on_device import RULE, refused_dtype
 from helpers_models import found
@@ -43,7 +44,7 @@ def test_integer_gelu_is_refused_and_named() -> None:
     message = refusal(lambda: F.gelu(torch.arange(6).view(2, 3)))  # the rule's own example
     op = op_call("aten.gelu.default", meta("int64"), error=message)
     assert refused_dtype(op) == "int64"
-    [f] = RULE.check(trace_of(op))
+    [f] = worded(RULE.check(trace_of(op)))
     assert (f.code, f.severity, f.module, f.op) == ("DD107", "error", "act", "aten.gelu.default")
     assert "int64" in f.message and f.pytorch_error == message
     assert [s.strategy for s in f.fixes] == ["cast-inputs"]
@@ -51,7 +52,7 @@ def test_integer_gelu_is_refused_and_named() -> None:
 
 def test_a_refusal_that_does_not_name_the_dtype_is_read_from_the_operands() -> None:
     message = refusal(lambda: torch.arange(4).mean())  # "could not infer output dtype"
-    [f] = RULE.check(trace_of(op_call("aten.mean.default", meta("int64", (4,)), error=message)))
+    [f] = worded(RULE.check(trace_of(op_call("aten.mean.default", meta("int64", (4,)), error=message))))
     assert [t.dtype for t in f.tensors] == ["int64"]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from dtype_doctor.fix.strategies import worded
 from dtype_doctor.records import CompiledRegion, ModelInfo, OpCall, TensorMeta, Trace, Coverage, SourceLoc
 from dtype_doctor.rules.dd304_inductor_skips_half_rounding import check
 
@@ -61,7 +62,7 @@ REGION = CompiledRegion("Gated", "module", "", "inductor", called=True, source=S
     (CompiledRegion("Gated", "module", "", "inductor", called=False), "bfloat16", False),  # not in the step
 ], ids=["bf16", "fp32", "aot_eager", "emulated", "not-called"])
 def test_the_rule_reads_the_regions_and_their_half_elementwise_ops(region: CompiledRegion, dtype: str, found: bool) -> None:
-    findings = list(check(_trace(region, dtype)))
+    findings = list(worded(check(_trace(region, dtype))))
     assert bool(findings) == found
     if found:
         [f] = findings

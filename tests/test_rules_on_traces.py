@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from dtype_doctor.records import LineageStep, ModelInfo, OpCall, StateTensor, TensorMeta, Trace
+from dtype_doctor.fix.strategies import worded
 from dtype_doctor.rules import get_rule
 
 
@@ -38,7 +39,7 @@ def trace_of(*ops: OpCall, params=(), inputs=(), lineage=None, train: bool = Fal
 
 
 def judged(code: str, trace: Trace) -> list:
-    return list(get_rule(code).check(trace))
+    return list(worded(get_rule(code).check(trace)))
 
 
 # ------------------------------------------------------------------ DD101

@@ -10,11 +10,10 @@ from pathlib import Path
 
 from dtype_doctor.fix.outcome import Change
 from dtype_doctor.fix.strategies import (
-    ADVICE_STRATEGY, AUTO_ORDER, NAMES, STRATEGIES, Site, describe, help_text, suggestion, suggestions,
+    ADVICE_STRATEGY, AUTO_ORDER, NAMES, STRATEGIES, Site, describe, help_text, suggestion, suggestions, worded,
 )
 from dtype_doctor.fix.strategies.base import SAFE, UNSAFE
 from dtype_doctor.records import FixSuggestion, Remedy
-from dtype_doctor.rules._common import fix_autocast, fix_cast_inputs, fix_half_model, fix_to_device
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,13 +50,12 @@ def test_the_json_keeps_the_kinds_reports_already_carry_and_adds_the_strategy() 
     assert Change("keep-fp32", "model", "float16", "float32").to_dict()["kind"] == "keep-fp32"  # SPEC's kind
 
 
-def test_a_rules_fix_text_comes_from_the_table() -> None:
-    # The older helpers (a rule passing fixes=) still give the table's words, for an unnamed target.
-    assert fix_cast_inputs("int64") == suggestion("cast-inputs", "int64")
-    assert fix_cast_inputs("int64").description == "cast the input to int64 (.long()) where the pipeline produces it"
-    assert fix_autocast("bfloat16").applicability == SAFE and "torch.bfloat16" in fix_autocast("bfloat16").description
-    assert fix_half_model("float16").applicability == UNSAFE
-    assert fix_to_device("cuda:0").description == "move the input to cuda:0, the model's device"
+def test_a_strategys_words_for_an_unnamed_target() -> None:
+    assert suggestion("cast-inputs", "int64").description == "cast the input to int64 (.long()) where the pipeline produces it"
+    autocast = suggestion("autocast", "bfloat16")
+    assert autocast.applicability == SAFE and "torch.bfloat16" in autocast.description
+    assert suggestion("half-model", "float16").applicability == UNSAFE
+    assert suggestion("to-device", "cuda:0").description == "move the input to cuda:0, the model's device"
 
 
 def test_a_findings_fixes_are_worded_from_its_remedies_and_hints() -> None:
@@ -88,13 +86,15 @@ def test_a_rule_states_its_fix_as_data_and_the_finding_carries_the_words() -> No
     rule = Rule("DD999", "example", "error", "s", "w", "e", "f", "fs")
     remedy = Remedy("half-model", "model", "bfloat16", "model-loading")
     f = rule.finding("m", remedies=[remedy], hints=["or train in bfloat16"])
+    assert f.fixes == ()  # the rule states its fix as data; the strategies word it, a layer up
+    [f] = worded([f])
     assert f.remedies == (remedy,) and f.fixes == suggestions([remedy], ["or train in bfloat16"])
     assert f.fixes[0].applicability == UNSAFE and "dtype=torch.bfloat16" in f.fixes[0].description
-    hinted = rule.finding("m", hints=[remedy])
+    [hinted] = worded([rule.finding("m", hints=[remedy])])
     assert hinted.remedies == () and hinted.fixes == f.fixes[:1]  # shown, never applied
     # the older way, words written out, is still accepted and wins
     old = FixSuggestion("cast-inputs", SAFE, "cast it")
-    assert rule.finding("m", remedies=[remedy], fixes=[old]).fixes == (old,)
+    assert worded([rule.finding("m", remedies=[remedy], fixes=[old])])[0].fixes == (old,)
 
 
 def test_each_strategy_plans_its_edits_and_its_part_of_the_fix_module(tmp_path: Path) -> None:

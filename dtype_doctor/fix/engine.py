@@ -15,7 +15,7 @@ import torch
 
 from dtype_doctor.errors import UsageError, is_out_of_memory
 from dtype_doctor.fix.outcome import Alternative, Cost, FixOutcome, Parity, PatchOutcome, Peak, Step, Tradeoff
-from dtype_doctor.fix.strategies import AUTO_ORDER, NAMES, STRATEGIES, Context, Pipeline, convert_keeping_fp32
+from dtype_doctor.fix.strategies import AUTO_ORDER, NAMES, STRATEGIES, UNSAFE, Context, Pipeline, convert_keeping_fp32
 from dtype_doctor.records import FP16_MAX, Report
 from dtype_doctor.diagnosis import as_request, diagnose
 from dtype_doctor.trace.engine import settle
@@ -106,7 +106,9 @@ def fix_model(
     measurable = isinstance(reference, torch.nn.Module)
     peaks = activation_peaks(reference, start.inputs) if measurable else None
     requested = None if strategy == "auto" else strategy
-    ctx = Context(fail_on=fail_on, unsafe=unsafe_fixes or strategy == "half-model", force=force, overflow=peaks, requested=requested)
+    # An unsafe strategy asked for by name is allowed, as --unsafe-fixes allows it.
+    unsafe = unsafe_fixes or (requested is not None and STRATEGIES[requested].applicability == UNSAFE)
+    ctx = Context(fail_on=fail_on, unsafe=unsafe, force=force, overflow=peaks, requested=requested)
     order = AUTO_ORDER if strategy == "auto" else (strategy,)
     # A conversion asked for by name (keep-fp32) runs once even on a clean scan; it is kept
     # when the re-trace is no worse.

@@ -32,13 +32,16 @@ class Change:
         }
 
 
-def json_kind(strategy: str) -> str:
-    """The `kind` a report's JSON gives a change of `strategy`: the strategy's `json_kind`
-    (reports carry the older names: SPEC extends, never renames), else its name."""
-    from dtype_doctor.fix.strategies import STRATEGIES
+# Strategy name → the `kind` its changes have in a report's JSON, where it is not the name (reports
+# carry the older names: SPEC extends, never renames). Filled from below: each Strategy class
+# states its json_kind and registers it here as it is defined (strategies/base.py), so this
+# record module imports no strategy.
+JSON_KINDS: dict[str, str] = {}
 
-    known = STRATEGIES.get(strategy)
-    return known.json_kind if known is not None else strategy
+
+def json_kind(strategy: str) -> str:
+    """The `kind` a report's JSON gives a change of `strategy`: the strategy's `json_kind`, else its name."""
+    return JSON_KINDS.get(strategy, strategy)
 
 
 @dataclass(frozen=True, slots=True)

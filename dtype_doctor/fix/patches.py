@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dtype_doctor.fix import codemods as cm
+from dtype_doctor.fix.codemods.base import Attempt  # noqa: F401 - the strategies' edits name it here too
 from dtype_doctor.fix.outcome import Change, CodemodOutcome, PatchOutcome, Step
 from dtype_doctor.fix.patch import make_patch, read_source, repo_root
 from dtype_doctor.fix.strategies import STRATEGIES, Site, describe
@@ -39,14 +40,6 @@ FORMATTER_KEEPS = frozenset({"float32", "int64", "bool"})
 # change's input reaches the model in its dtype), else why not. `transform`: the fix module
 # whose `preprocess` builds the batch, when the patch has one (None: the user's function does).
 Verify = Callable[..., "str | None"]  # (texts, change, *, transform=None)
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One codemod on one file, tried in turn for a change."""
-
-    file: Path
-    codemod: cm.Codemod
 
 
 @dataclass(frozen=True)
@@ -210,14 +203,14 @@ def write(
         return PatchOutcome(None, (), tuple(outcomes), skipped=reasons)
     parts = _module_parts(leftover, device_type) if leftover and not unwritten else {}
     # The whole patch, re-run; not when the module casts only in apply_fix, which scan cannot see.
-    if verify is not None and not unwritten and not ("cast-inputs" in parts and not transform):
+    if verify is not None and not unwritten and not (_casts(parts) and not transform):
         problem = verify(edits.changed, None, transform=plan.module_file if transform else None)
         if problem:
             return PatchOutcome(None, (), tuple(outcomes), skipped=f"the patched pipeline was re-run and {problem}")
     patch = make_patch(path, changed, root=root, force=force)
     check = _check_command(parts, plan, transform) if parts else None
     notes = ()
-    if "cast-inputs" in parts and not transform:
+    if _casts(parts) and not transform:
         notes = (f"{plan.module_file.name if plan.module_file else 'the fix module'}: call apply_fix(model, batch) on each "
                  "batch before the forward; scan cannot check a cast made in your own loop",)
     return PatchOutcome(str(patch.path), tuple(patch.files), tuple(outcomes), notes, unwritten=tuple(unwritten), check=check)
@@ -227,7 +220,7 @@ def _fix_module(chains: list[Chain], plan: PatchPlan, device_type: str, force: b
     """One fix module holding every change no user code took (with `transform`, the casts also
     as a datasets transform, where the pipeline gives one)."""
     parts = _module_parts(chains, device_type)
-    spec = plan.code.transform if transform and "cast-inputs" in parts else None
+    spec = plan.code.transform if transform and _casts(parts) else None
     check = _check_command(parts, plan, spec is not None)
     return cm.NewFixModule(parts=list(parts.items()), findings=plan.findings, transform=spec, check=check, replace=force)
 
@@ -238,20 +231,29 @@ def _check_command(parts: Mapping[str, Any], plan: PatchPlan, transform: bool) -
     import shlex
 
     code = plan.code
-    if not code.scan or plan.module_file is None or {"keep-fp32", "to-device"} & set(parts):
+    # Each part says the scan options that check it, in auto's order (a later one wins: a
+    # converted model's dtype over fp32-trainable's float32); None: scan cannot express it.
+    said = [STRATEGIES[s].scan_options(p) for s, p in sorted(parts.items(), key=lambda sp: STRATEGIES[sp[0]].rank)]
+    if not code.scan or plan.module_file is None or any(o is None for o in said):
         return None
     words = list(code.scan)
-    if "cast-inputs" in parts:
+    if _casts(parts):
         if not transform:
             return None  # apply_fix only: scan cannot see a batch the user's own loop casts
         words += ["--preprocess", f"{_relative(plan.module_file)}:preprocess", "--preprocess-mode", "transform"]
     elif code.preprocess:
         words += ["--preprocess", code.preprocess, "--preprocess-mode", code.preprocess_mode]
-    dtype = parts["half-model"]["dtype"] if "half-model" in parts else "float32" if "fp32-trainable" in parts else code.dtype
-    autocast = parts["autocast"]["dtype"] if "autocast" in parts else code.autocast
-    words += ["--dtype", dtype] if dtype != "auto" else []
-    words += ["--autocast", autocast] if autocast != "off" else []
+    options = {"--dtype": code.dtype, "--autocast": code.autocast}
+    for o in said:
+        options.update(o or {})
+    words += ["--dtype", options["--dtype"]] if options["--dtype"] != "auto" else []
+    words += ["--autocast", options["--autocast"]] if options["--autocast"] != "off" else []
     return shlex.join(words)
+
+
+def _casts(parts: Mapping[str, Any]) -> bool:
+    """Whether the fix module casts the batch (a part with module_casts: cast-inputs')."""
+    return any(STRATEGIES[s].module_casts(p) for s, p in parts.items())
 
 
 def _relative(file: Path) -> str:

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 import torch
 
 from dtype_doctor.errors import InputError
+from dtype_doctor.machine.home import simulated_home
 from dtype_doctor.machine.placement import DEVICE_MAPS, Placement
 from dtype_doctor.records import DeviceLoad, DevicePlan
 
@@ -177,8 +178,7 @@ def dispatched(model: torch.nn.Module, device_map: Mapping[str, int | str], fake
         # Where the map puts a tensor: its longest module prefix; made there directly, so
         # accelerate's hooks find each weight already on its GPU (a fake .to costs a dispatch).
         key = next((k for k in keys if not k or name == k or name.startswith(k + ".")), "")
-        d = device_map.get(key, "cpu")
-        return torch.device("meta", d) if isinstance(d, int) else "cpu"
+        return _stand_in(device_map.get(key, "cpu"))
 
     with fake_mode:
         for name, t in [*model.named_parameters(), *model.named_buffers()]:
@@ -186,12 +186,18 @@ def dispatched(model: torch.nn.Module, device_map: Mapping[str, int | str], fake
                 fake = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=home(name))
                 memo[id(t)] = torch.nn.Parameter(fake, requires_grad=t.requires_grad) if isinstance(t, torch.nn.Parameter) else fake
     clone = copy.deepcopy(model, memo)
-    stand_ins = {m: (torch.device("meta", d) if isinstance(d, int) else "cpu") for m, d in device_map.items()}
+    stand_ins = {m: _stand_in(d) for m, d in device_map.items()}
     gpu_indices = sorted(d for d in device_map.values() if isinstance(d, int))
-    main = torch.device("meta", gpu_indices[0] if gpu_indices else 0)
+    main = _stand_in(gpu_indices[0] if gpu_indices else 0)
     with fake_mode:
         dispatch_model(clone, stand_ins, main_device=main, force_hooks=True)
     return clone
+
+
+def _stand_in(d: Any) -> Any:
+    """Where a device map entry's simulated tensors live: a GPU index where machine.home says
+    (meta:k); "cpu" and "disk" (accelerate's offload) as accelerate names them, on the CPU."""
+    return simulated_home(d, indexed=True) if isinstance(d, int) else "cpu"
 
 
 def spread(model: torch.nn.Module, placement: Placement, fake_mode: Any, stack: contextlib.ExitStack) -> tuple[torch.nn.Module, DevicePlan, dict[str, str]]:

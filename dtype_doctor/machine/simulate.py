@@ -3,7 +3,7 @@
 `torch.cuda.is_available()` is True and one device is there; `.cuda()`, `.to("cuda")`,
 `device="cuda"` (and `with torch.device("cuda")`) land on tensors without data. Those live
 on `meta`, which every build of torch has: a CPU-only build aborts on fake CUDA tensors
-(trace/engine.py's `simulation_device` says why), so the doctor labels meta as the CUDA
+(machine/home.py says why), so the doctor labels meta as the CUDA
 device in the report, as `diagnose(simulate=True)` does. `torch.autocast("cuda")` and
 `torch.cuda.amp.autocast()` apply CUDA's autocast lists (trace/cuda_autocast.py) instead of
 being turned off, and `GradScaler("cuda")` is enabled, so the step is the one a GPU runs.
@@ -29,6 +29,7 @@ from torch.overrides import TorchFunctionMode
 
 from dtype_doctor.records import SourceLoc
 from dtype_doctor.errors import StopScript
+from dtype_doctor.machine.home import simulated_home
 from dtype_doctor.machine.stand_ins import AGREE_READS, COPY_READS, SCALAR_READS, SIZE_OPS, STAND_IN, StandIns, sized
 from dtype_doctor.machine.user_code import display_path, first_outside_tool, first_user_frame, frames_above, is_tool_file
 from dtype_doctor.machine.cuda_surface import device_index
@@ -37,9 +38,8 @@ from dtype_doctor.machine.gpus import GpuProfile
 
 
 def stand_in_for(index: int, gpus: int = 1) -> torch.device:
-    """Where a simulated cuda:`index` lives: meta for one GPU; meta:k for cuda:k when there are several,
-    so fake tensors keep their GPU and meet as CUDA would meet them ("found at least two devices")."""
-    return STAND_IN if gpus <= 1 else torch.device("meta", index)
+    """Where run's simulated cuda:`index` lives (machine.home's rule: meta, meta:k with several GPUs)."""
+    return simulated_home(index, indexed=gpus > 1)
 
 
 def gpu_aliases(gpus: int) -> dict[str, str]:

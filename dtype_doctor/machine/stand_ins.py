@@ -25,9 +25,8 @@ from typing import Any, Callable
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
+from dtype_doctor.machine.home import STAND_IN
 from dtype_doctor.records import SourceLoc, StandIn
-
-STAND_IN = torch.device("meta")
 
 _TRUE_IF_FINITE = {torch.isfinite: True, torch.Tensor.isfinite: True, torch.isnan: False, torch.Tensor.isnan: False,
                    torch.isinf: False, torch.Tensor.isinf: False, torch.isposinf: False, torch.isneginf: False}

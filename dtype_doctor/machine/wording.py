@@ -1,6 +1,6 @@
 """PyTorch's messages about simulated tensors, in the words the simulated device would use.
 
-On a CPU-only build simulated CUDA tensors live on `meta` (trace/engine.py `simulation_device`).
+On a CPU-only build simulated CUDA tensors live on `meta` (machine/home.py).
 Users never read "meta": a device mismatch reads as CUDA words it ("Expected all tensors to be
 on the same device, but found at least two devices, cuda:0 and cpu!"), an op without a fake
 implementation is named as a limit of the simulation, and any other "meta" is the device it

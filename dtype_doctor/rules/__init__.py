@@ -5,34 +5,23 @@ Adding a rule is adding its module (and its test); nothing here changes.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-from functools import lru_cache
 from typing import Iterable
 
 from dtype_doctor.errors import UsageError
 from dtype_doctor.records import SEVERITY_RANK, Finding, OpCall, Trace
 from dtype_doctor.rules.base import Rule
+from dtype_doctor.rules.catalogue import all_rules, rejected_by
 
 # Codes that were renamed keep working: old code → new code. Codes are never reused.
 REDIRECTS: dict[str, str] = {}
 
 
-@lru_cache(maxsize=1)
-def all_rules() -> tuple[Rule, ...]:
-    rules = []
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("dd") and info.name[2:5].isdigit():
-            rules.append(importlib.import_module(f"{__name__}.{info.name}").RULE)
-    return tuple(sorted(rules, key=lambda r: r.code))
-
-
-def rejected_by(op: OpCall) -> Rule | None:
-    """The first rule that says a real device would raise on `op`, if any."""
-    for rule in all_rules():
-        if rule.rejects is not None and rule.rejects(op):
-            return rule
-    return None
+def refusal(op: OpCall) -> str | None:
+    """Where a real device would raise when no kernel can be asked (a simulated trace's
+    fallback): the first rule that says it rejects the op. The trace is handed this function
+    (TraceSession's `refusal`); it never imports the rules."""
+    rule = rejected_by(op)
+    return None if rule is None else f"a real device would raise here ({rule.code} {rule.name})"
 
 
 def get_rule(code: str) -> Rule:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from dtype_doctor.fix.strategies import SAFE, UNSAFE, suggestion  # noqa: F401 - rules read SAFE/UNSAFE here
 from dtype_doctor.operands import required_dtype
 from dtype_doctor.ops import (  # noqa: F401 - the rules read the op families from here
     ATTENTION, CLASS_LOSS, CONV, EMBEDDING, INDEX_PUT, LOSSES, MATMUL, NORM, VALUE_LOSS, base_op, family,
 )
-from dtype_doctor.records import FLOATING, HALF, INTEGER, FixSuggestion, OpCall, Remedy, SourceLoc, TensorMeta, Trace, in_modules
+from dtype_doctor.records import FLOATING, HALF, INTEGER, OpCall, Remedy, SourceLoc, TensorMeta, Trace, in_modules
 
 def kernel_dtype(op: OpCall, t: TensorMeta) -> str:
     """The dtype `t` has when the kernel runs.
@@ -144,27 +143,6 @@ def describe(t: TensorMeta) -> str:
 def keep_fp32(trace: Trace, name: str) -> bool:
     """True when `name` lies in a module the model declares fp32 (_keep_in_fp32_modules)."""
     return in_modules(trace.model.keep_in_fp32_modules, name)
-
-
-# A finding's fix in words comes from the strategy table, from its Remedy records: a rule passes
-# `remedies=` (and `hints=`) to Rule.finding and never writes the words. These four give the
-# words for an unnamed target, for a rule that still passes `fixes=` (the older way, accepted).
-
-
-def fix_cast_inputs(to: str) -> FixSuggestion:
-    return suggestion("cast-inputs", to)
-
-
-def fix_autocast(dtype: str) -> FixSuggestion:
-    return suggestion("autocast", dtype)
-
-
-def fix_half_model(dtype: str) -> FixSuggestion:
-    return suggestion("half-model", dtype)
-
-
-def fix_to_device(device: str) -> FixSuggestion:
-    return suggestion("to-device", device)
 
 
 def cast_remedies(

@@ -3,7 +3,8 @@
 A finding states its fix as data: `remedies` (Remedy records: which strategy, on what, giving
 which dtype or device), which `fix` applies, and `hints`, shown but never applied (a Remedy, or
 advice in words that no strategy applies). The finding's `fixes` (the words the reports show)
-are derived from them by the strategy table (dtype_doctor.fix.strategies.suggestions).
+are worded from them a layer up, by the strategy table (dtype_doctor.fix.strategies.worded):
+the rules never import the fixes.
 """
 
 from __future__ import annotations
@@ -52,11 +53,8 @@ class Rule:
         hints: Iterable[Remedy | str] = (),
         fixes: Iterable[FixSuggestion] | None = None,
     ) -> Finding:
-        """A finding of this rule. Its fix texts come from `remedies` and `hints`; `fixes`
-        (the texts written out, as rules once did) replaces them when given."""
-        from dtype_doctor.fix.strategies import suggestions
-
-        remedies = tuple(remedies)
+        """A finding of this rule, its fix as data (`remedies`, `hints`); `fixes` (the texts
+        written out, as rules once did) are kept as given, else worded by the strategies."""
         return Finding(
             code=self.code,
             name=self.name,
@@ -68,7 +66,8 @@ class Rule:
             stage=stage,
             tensors=tuple(tensors),
             source=source,
-            fixes=tuple(fixes) if fixes is not None else suggestions(remedies, hints),
+            fixes=tuple(fixes) if fixes is not None else (),
             pytorch_error=pytorch_error,
-            remedies=remedies,
+            remedies=tuple(remedies),
+            hints=tuple(hints),
         )

@@ -55,7 +55,7 @@ def unreported(trace: Trace, findings: Iterable[Finding]) -> Iterator[Finding]:
 
 
 def _explained(trace: Trace) -> bool:
-    from dtype_doctor.rules import all_rules
+    from dtype_doctor.rules.catalogue import all_rules
 
     return any(rule.explains is not None and rule.explains(trace) for rule in all_rules())
 

@@ -8,6 +8,7 @@ from typing import Iterator
 from dtype_doctor.quantization import offload_refused, offloaded
 from dtype_doctor.records import Finding, Remedy, Trace
 from dtype_doctor.rules.base import Rule
+from dtype_doctor.words import listed
 
 
 def _offload(trace: Trace) -> tuple[str, ...]:
@@ -19,8 +20,6 @@ def _offload(trace: Trace) -> tuple[str, ...]:
 
 
 def check(trace: Trace) -> Iterator[Finding]:
-    from dtype_doctor.fix.strategies.base import listed
-
     modules = _offload(trace)
     if not modules:
         return

@@ -43,11 +43,19 @@ def with_move_source(finding: Finding, handled: Mapping[str, Any]) -> Finding:
     """A DD201 on a named pipeline tensor: its source and its to-device remedy at the last line that handled it."""
     if finding.code != "DD201":
         return finding
-    moves = {r.target: handled[r.target].source for r in finding.remedies if r.strategy == "to-device" and r.target in handled}
+    moves = {r.target: handled[r.target].source for r in finding.remedies if _moves(r) and r.target in handled}
     if not moves:
         return finding
     remedies = tuple(dataclasses.replace(r, source=moves.get(r.target, r.source)) for r in finding.remedies)
     return _reworded(dataclasses.replace(finding, source=next(iter(moves.values()))), remedies)
+
+
+def _moves(r: Remedy) -> bool:
+    """Whether the remedy's strategy moves a tensor (to-device), as the strategy says."""
+    from dtype_doctor.fix.strategies import STRATEGIES
+
+    strategy = STRATEGIES.get(r.strategy)
+    return strategy is not None and strategy.moves_tensor
 
 
 def _reworded(finding: Finding, remedies: tuple[Remedy, ...]) -> Finding:

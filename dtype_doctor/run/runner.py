@@ -170,10 +170,9 @@ def refused_load(error: BaseException, command: ScriptCommand, options: RunOptio
     map offloads without llm_int8_enable_fp32_cpu_offload), or None for any other error."""
     import dataclasses
 
-    from dtype_doctor.diagnosis import environment
+    from dtype_doctor.diagnosis import environment, judged
     from dtype_doctor.load.offload import refusal_of, refused_trace
     from dtype_doctor.records import SourceLoc, Target
-    from dtype_doctor.rules import run_rules
     from dtype_doctor.machine.gpus import gpu_profile
 
     refusal = refusal_of(error)
@@ -183,7 +182,7 @@ def refused_load(error: BaseException, command: ScriptCommand, options: RunOptio
     trace = refused_trace(refusal, device=options.placement.device or "cpu", simulated=options.simulate, gpu=gpu)
     where = user_frame(error).removeprefix(" at ")
     source = SourceLoc(where.rpartition(":")[0], int(where.rpartition(":")[2])) if where else None
-    findings = tuple(dataclasses.replace(f, source=f.source or source) for f in run_rules(trace, select=options.select, ignore=options.ignore))
+    findings = tuple(dataclasses.replace(f, source=f.source or source) for f in judged(trace, select=options.select, ignore=options.ignore))
     target = Target(command.display, None, None, trace.device, trace.simulated, None, None, False, gpu=trace.gpu,
                     quantization=refusal.quantization)
     environment_ = environment()

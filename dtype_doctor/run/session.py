@@ -294,12 +294,15 @@ class RunSession:
             self._depth -= 1
 
     def _start(self, model: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        from dtype_doctor.rules import refusal
+
         self.model = model
         self.forwards = 1
         self._info = model_info(model, None, self.alias)
         # A real trace measures values (DD301-DD303 speak about the user's own step); fake tensors hold none.
         session = self._session = TraceSession(model, recover=True, simulated=self.placement.simulated, probe_gpu=self.placement.gpu,
-                                               alias=self.alias, extra_modes=[StepInputs(self)], stats=not self.placement.simulated)
+                                               alias=self.alias, extra_modes=[StepInputs(self)], stats=not self.placement.simulated,
+                                               refusal=refusal)
         if not self.placement.simulated:
             self.grads.arm(model)
         self.book.is_step_tensor = lambda t: self.report is None and session.recorder.knows(t)

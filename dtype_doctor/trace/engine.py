@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
@@ -23,6 +23,7 @@ from dtype_doctor.records import (
     TraceFailure,
 )
 from dtype_doctor.numerics import device_name, dtype_name, loss_of
+from dtype_doctor.machine.home import simulated_home
 from dtype_doctor.machine.placement import CUDA0
 from dtype_doctor.quantization import quantization_of
 from dtype_doctor.trace.guard import preserved
@@ -109,20 +110,6 @@ def _declared_device(model: torch.nn.Module) -> torch.device | None:
     return p.device
 
 
-def simulation_device(target: torch.device, autocast: str | None) -> torch.device:
-    """The device simulated tensors live on for a `target` device.
-
-    A CUDA build of torch (with or without a GPU) fakes CUDA tensors faithfully. A CPU-only
-    build cannot: its Python bindings (indexing, .to, .contiguous) build a CUDA device guard
-    that does not exist and abort. There the trace runs on `meta` labelled with the target,
-    so tensors created in forward without device= still land on the CPU and show up as device
-    mismatches; autocast is then CUDA's policy applied by the recorder (trace/cuda_autocast.py).
-    """
-    if target.type != "cuda" or torch.version.cuda is not None:
-        return target
-    return torch.device("meta")
-
-
 def fake_like(fake_mode: Any, t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     """A fake tensor with t's dtype, shape and requires_grad on `device` (CUDA works without a GPU)."""
     with fake_mode:
@@ -148,7 +135,10 @@ def place(model: torch.nn.Module, inputs: Mapping[str, Any], request: TraceReque
     asked = torch.device(placement.device) if placement.device is not None else None
     if simulate:
         label = asked or _declared_device(model) or torch.device(CUDA0)
-        return Where(True, label, simulation_device(label, request.autocast))
+        # On meta (a CPU-only build), tensors created in forward without device= still land on the
+        # CPU and show up as device mismatches; autocast is then CUDA's policy applied by the
+        # recorder (trace/cuda_autocast.py).
+        return Where(True, label, simulated_home(label, fakes_cuda=True))
     return Where(False, asked, asked)
 
 
@@ -160,11 +150,13 @@ def settle(model: torch.nn.Module, inputs: Mapping[str, Any], request: TraceRequ
     return request.with_(placement=replace(request.placement, simulated=where.simulate, device=device))
 
 
-def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: TraceRequest | None = None) -> Trace:
+def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: TraceRequest | None = None, *,
+                refusal: Callable[[Any], str | None] | None = None) -> Trace:
     """Run one forward (and with request.train one backward) under the recorder.
 
     With request.move_inputs False the inputs stay on their own devices (a batch the
     pipeline forgot to move), so a model on the device meets them as it would for real.
+    `refusal` is what a simulated trace asks where no kernel can say (rules.refusal).
     """
     request = request or TraceRequest()
     inputs = dict(inputs.items())
@@ -175,10 +167,11 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
         raise UsageError(f"--autocast must be off, float16 or bfloat16, not {autocast!r}")
     where = place(model, inputs, request)
     with contextlib.ExitStack() as spread:
-        return _trace(model, inputs, request, where, spread)
+        return _trace(model, inputs, request, where, spread, refusal)
 
 
-def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest, where: Where, spread: contextlib.ExitStack) -> Trace:
+def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest, where: Where, spread: contextlib.ExitStack,
+           refusal: Callable[[Any], str | None] | None = None) -> Trace:
     from dtype_doctor.machine import device_map
 
     autocast = request.autocast
@@ -203,7 +196,8 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
         if request.placement.mapped:
             # accelerate spreads a fake copy over simulated GPUs; its hooks move what crosses them.
             model, plan, alias = device_map.spread(model, request.placement, fake_mode, spread)
-            label, stand_in = torch.device(CUDA0), torch.device("meta", 0)
+            label = torch.device(CUDA0)
+            stand_in = simulated_home(label, indexed=True)
             where = Where(True, label, stand_in)
             autocast_device = stand_in.type
         elif stand_in != label:
@@ -228,7 +222,7 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
 
     session = TraceSession(
         model, stats=request.stats and not sharded, simulated=where.simulate, state=state, alias=alias,
-        probe_cuda=where.label is not None and where.label.type == "cuda", probe_gpu=request.placement.gpu,
+        probe_cuda=where.label is not None and where.label.type == "cuda", probe_gpu=request.placement.gpu, refusal=refusal,
     )
     rec = session.recorder
     for name, v in inputs.items():

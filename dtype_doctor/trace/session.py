@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import traceback
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -37,19 +37,13 @@ _NO_META_KERNEL = "with Meta tensors"  # an op PyTorch gives no shape function (
 _SIMULATION_LIMITS = ("DataDependentOutputException", "DynamicOutputShapeException", "UnsupportedOperatorException")
 
 
-def rules_predict(op: Any) -> str | None:
-    """Where a real device would raise when no kernel can be asked: the first rule that says it rejects the op."""
-    from dtype_doctor.rules import rejected_by
-
-    rule = rejected_by(op)
-    return None if rule is None else f"a real device would raise here ({rule.code} {rule.name})"
-
-
 class TraceSession:
     """The recorder of one step with what it needs: the kernel probe of a simulated target
     (`probe_gpu`: the GPU profile a CUDA one targets; `probe_cuda` False for a simulated CPU),
     value statistics (`stats`, real tensors only), CUDA autocast emulation (`amp`), and the
     state a trace on copies swaps in (`state`, `alias` naming a stand-in device as the target).
+    A simulated session asks `refusal` (rules.refusal, handed down by the caller) whether a real
+    device would raise on an op no kernel can be asked about; None asks only the kernels.
     """
 
     def __init__(
@@ -64,13 +58,14 @@ class TraceSession:
         state: dict[str, torch.Tensor] | None = None,
         alias: Mapping[str, str] | None = None,
         extra_modes: Iterable[TorchFunctionMode] = (),
+        refusal: Callable[[Any], str | None] | None = None,
     ) -> None:
         predict = None
         if simulated:
             from dtype_doctor.machine.gpus import gpu_profile
             from dtype_doctor.trace.probe import KernelProbe
 
-            predict = KernelProbe(cuda=probe_cuda, gpu=gpu_profile(probe_gpu) if probe_cuda else None, fallback=rules_predict)
+            predict = KernelProbe(cuda=probe_cuda, gpu=gpu_profile(probe_gpu) if probe_cuda else None, fallback=refusal)
         values = None
         if stats and not simulated:
             from dtype_doctor.trace.values import ValueProbe

@@ -24,7 +24,7 @@ The modules are split by what they edit:
 No torch import here: the codemods read source text only.
 """
 
-from dtype_doctor.fix.codemods.base import AllOf, Codemod, EditResult, normalize_dtype, run_codemods
+from dtype_doctor.fix.codemods.base import AllOf, Attempt, Codemod, EditResult, normalize_dtype, run_codemods
 from dtype_doctor.fix.codemods.casts import CastLabelsToLong, CastReturnedValue, RetargetCast
 from dtype_doctor.fix.codemods.fix_module import NewFixModule
 from dtype_doctor.fix.codemods.fp8 import ExcludeFromConversion
@@ -41,6 +41,7 @@ __all__ = [
     "CastLabelsToLong",
     "CastReturnedValue",
     "AllOf",
+    "Attempt",
     "SetLoadDtype",
     "DropLoadDtype",
     "KeepTrainableFloat32",

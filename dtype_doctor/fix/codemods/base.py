@@ -7,6 +7,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import libcst as cst
@@ -142,3 +143,11 @@ class AllOf(Codemod):
 
     def _apply(self, source: str, filename: str, warnings: list[str]) -> tuple[str, str]:
         raise NotImplementedError  # apply() is overridden
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One codemod on one file, tried in turn for a change (a strategy's `edits`)."""
+
+    file: "Path"
+    codemod: Codemod

@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from dataclasses import replace
 from typing import Iterable
 
 from dtype_doctor.fix.outcome import Change, Step
-from dtype_doctor.fix.strategies.base import SAFE, UNSAFE, Context, Pipeline, Site, Skip, Strategy
+from dtype_doctor.fix.strategies.base import SAFE, UNSAFE, Context, Pipeline, Site, Skip, Strategy, defined, describe
 from dtype_doctor.fix.strategies.half_model import convert_keeping_fp32
-from dtype_doctor.records import FixSuggestion, Remedy
+from dtype_doctor.records import Finding, FixSuggestion, Remedy
 
 
 def _discover() -> dict[str, Strategy]:
     for info in pkgutil.iter_modules(__path__):
         if info.name != "base":
             importlib.import_module(f"{__name__}.{info.name}")
-    found = [cls() for cls in Strategy.__subclasses__()]
+    found = [cls() for cls in defined().values()]
     return {s.name: s for s in sorted(found, key=lambda s: s.rank)}
 
 
@@ -34,12 +35,6 @@ STRATEGIES: dict[str, Strategy] = _discover()
 # the fixes that touch no weights and before converting the whole model.
 AUTO_ORDER = tuple(STRATEGIES)
 NAMES = (*STRATEGIES, "auto")
-
-
-def describe(c: Change) -> str:
-    """One change as the report says it, in the words of the strategy it belongs to."""
-    strategy = STRATEGIES.get(c.kind)
-    return strategy.describe(c) if strategy else f"{c.kind} {c.target} → {c.to}"
 
 
 def suggestion(strategy: str, to: str, target: str = "") -> FixSuggestion:
@@ -68,6 +63,14 @@ def suggestions(remedies: "Iterable[Remedy]", hints: "Iterable[Remedy | str]" = 
     return (*shown, *(FixSuggestion(lead, "display-only", h) for h in advice))
 
 
+def worded(findings: "Iterable[Finding]") -> tuple[Finding, ...]:
+    """The findings with their fixes in words: a rule states its fix as data (remedies, hints)
+    and never imports the strategies; the words are put on here, where the rules' findings
+    become a report. A finding whose rule wrote its `fixes` out keeps them."""
+    return tuple(f if f.fixes or not (f.remedies or f.hints) else replace(f, fixes=suggestions(f.remedies, f.hints))
+                 for f in findings)
+
+
 def _worded(strategy: str, remedies: list[Remedy]) -> FixSuggestion:
     known = STRATEGIES.get(strategy)
     if known is None:  # a rule naming a strategy no module defines: said plainly, never applied
@@ -84,5 +87,5 @@ def help_text() -> str:
 
 __all__ = [
     "ADVICE_STRATEGY", "AUTO_ORDER", "NAMES", "SAFE", "STRATEGIES", "UNSAFE", "Change", "Context", "Pipeline", "Site", "Skip", "Step",
-    "Strategy", "convert_keeping_fp32", "describe", "help_text", "suggestion", "suggestions",
+    "Strategy", "convert_keeping_fp32", "describe", "help_text", "suggestion", "suggestions", "worded",
 ]

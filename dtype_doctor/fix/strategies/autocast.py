@@ -66,6 +66,9 @@ def autocast_context(model, batch):
     def module_part(self, parts: dict[str, dict[str, Any]], c: Change, site: Site) -> None:
         parts.setdefault(self.name, {"dtype": c.to, "device_type": site.device_type})
 
+    def scan_options(self, params: Mapping[str, Any]) -> Mapping[str, str]:
+        return {"--autocast": params["dtype"]}
+
     def module_fields(self, params: Mapping[str, Any]) -> dict[str, str]:
         """``dtype`` (float16), ``device_type`` (default: the model's device type)."""
         import re

@@ -23,15 +23,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Sequence
 
 from dtype_doctor.errors import is_out_of_memory
-from dtype_doctor.fix.outcome import Change, Step
+from dtype_doctor.fix.outcome import JSON_KINDS, Change, Step
 from dtype_doctor.records import Finding, Remedy, Report, SourceLoc
 from dtype_doctor.trace.request import TraceRequest
+from dtype_doctor.words import listed  # noqa: F401 - the strategies say their lists with it
 
 if TYPE_CHECKING:
     import torch
 
     from dtype_doctor.fix import codemods as cm
-    from dtype_doctor.fix.patches import Attempt, UserCode
+    from dtype_doctor.fix.patches import UserCode
 
 SAFE, UNSAFE = "safe", "unsafe"
 
@@ -149,17 +150,17 @@ class Site:
         """Where the model's dtype is set: the converting line's file, else the script."""
         return resolve(self.conversion) if self.converted else self.script
 
-    def retarget_conversion(self, c: Change) -> list["Attempt"]:
+    def retarget_conversion(self, c: Change) -> list["cm.Attempt"]:
         """fix --run, a script that builds its model itself: the conversion on the line that
         made it half, retargeted to `c.to`."""
-        from dtype_doctor.fix import codemods as cm
-        from dtype_doctor.fix.patches import Attempt
+        from dtype_doctor.fix.codemods.base import Attempt
+        from dtype_doctor.fix.codemods.casts import RetargetCast
 
         where = self.conversion_file
         if not self.run or where is None or self.conversion is None:
             return []
         function = enclosing_function(where, self.conversion.line)
-        return [Attempt(where, cm.RetargetCast(function, c.to, lines=[self.conversion.line]))]
+        return [Attempt(where, RetargetCast(function, c.to, lines=[self.conversion.line]))]
 
 
 def said(r: Remedy) -> str:
@@ -203,14 +204,6 @@ def made_in_model(r: Remedy) -> bool:
     return r.target.startswith(("created:", "param:", "buffer:")) or r.stage in ("model-code", "model-loading")
 
 
-def listed(items: Sequence[str], most: int = 3) -> str:
-    """'a', 'a and b', 'a, b and c', 'a, b, c and 2 more'."""
-    items = list(dict.fromkeys(items))
-    if len(items) > most:
-        items = [*items[:most], f"{len(items) - most} more"]
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
-
 def resolve(loc: SourceLoc | None) -> Path | None:
     """The existing file a source location names (relative to the working directory)."""
     if loc is None:
@@ -233,25 +226,24 @@ def enclosing_function(file: Path, line: int) -> str | None:
         return None
 
 
-def at_source(c: Change) -> list["Attempt"]:
+def at_source(c: Change) -> list["cm.Attempt"]:
     """Rewrite the cast on the line the lineage names, in the function (or top-level code) holding it."""
-    from dtype_doctor.fix import codemods as cm
-    from dtype_doctor.fix.patches import Attempt
+    from dtype_doctor.fix.codemods.base import Attempt
+    from dtype_doctor.fix.codemods.casts import RetargetCast
 
     file = resolve(c.source)
     if file is None or c.source is None:
         return []
-    return [Attempt(file, cm.RetargetCast(enclosing_function(file, c.source.line), c.to, lines=[c.source.line]))]
+    return [Attempt(file, RetargetCast(enclosing_function(file, c.source.line), c.to, lines=[c.source.line]))]
 
 
-def one_attempt(file: Path | None, mods: list["cm.Codemod"]) -> list["Attempt"]:
+def one_attempt(file: Path | None, mods: list["cm.Codemod"]) -> list["cm.Attempt"]:
     """The codemods as one attempt on `file` (all of them, or none)."""
-    from dtype_doctor.fix import codemods as cm
-    from dtype_doctor.fix.patches import Attempt
+    from dtype_doctor.fix.codemods.base import AllOf, Attempt
 
     if file is None or not mods:
         return []
-    return [Attempt(file, mods[0] if len(mods) == 1 else cm.AllOf(mods))]
+    return [Attempt(file, mods[0] if len(mods) == 1 else AllOf(mods))]
 
 
 class Strategy(ABC):
@@ -267,6 +259,8 @@ class Strategy(ABC):
     # The `kind` a change of it has in the report's JSON (`strategy` gives the name): the name,
     # or the word reports gave it before strategies had names (SPEC extends, never renames).
     json_kind: ClassVar[str]
+    # Its remedies move a tensor to another device (their `to` is a device, not a dtype).
+    moves_tensor: ClassVar[bool] = False
 
     def __init_subclass__(
         cls, *, name: str, applicability: str, rank: int, summary: str, on_request: bool = False,
@@ -275,6 +269,7 @@ class Strategy(ABC):
         super().__init_subclass__(**kw)
         cls.name, cls.applicability, cls.rank, cls.summary, cls.on_request = name, applicability, rank, summary, on_request
         cls.json_kind = json_kind or name
+        JSON_KINDS[name] = cls.json_kind
 
     # -- what a rule's finding says -------------------------------------------------------
 
@@ -314,8 +309,6 @@ class Strategy(ABC):
             return Step(self.name, "skipped", str(why))
 
     def applied(self, changes: tuple[Change, ...]) -> Step:
-        from dtype_doctor.fix.strategies import describe
-
         return Step(self.name, "applied", "; ".join(describe(c) for c in changes), changes)
 
     def relevant(self, report: Report, ctx: Context) -> list[Finding]:
@@ -353,7 +346,7 @@ class Strategy(ABC):
 
     # -- in the user's files ----------------------------------------------------------------
 
-    def edits(self, c: Change, site: Site) -> list["Attempt"]:
+    def edits(self, c: Change, site: Site) -> list["cm.Attempt"]:
         """The codemods to try, in order, to write change `c` into the user's code at `site`;
         the first that applies wins. [] when no user code can take it (the fix module does)."""
         return []
@@ -376,3 +369,23 @@ class Strategy(ABC):
         """The casts ({input: dtype}) the part makes that a datasets transform could make as each
         batch is read (the module's `preprocess`); None when it makes none."""
         return None
+
+    def scan_options(self, params: Mapping[str, Any]) -> Mapping[str, str] | None:
+        """The `scan` options ("--dtype", "--autocast": a value) that check a pipeline holding this strategy's
+        part of the fix module, with `params`; None where scan cannot express the part (hooks,
+        a move the user's loop makes). Casts reach scan through the module's `preprocess`
+        (module_casts), not here."""
+        return {}
+
+
+def defined() -> dict[str, type[Strategy]]:
+    """Every Strategy class defined so far, by name: the strategy modules (discovered by the
+    table, fix.strategies.STRATEGIES) and any a test defines."""
+    return {cls.name: cls for cls in Strategy.__subclasses__()}
+
+
+def describe(c: Change) -> str:
+    """One change as the report says it, in the words of the strategy it belongs to (a change
+    one strategy plans may be another's: fp32-trainable's autocast)."""
+    strategy = defined().get(c.kind)
+    return strategy().describe(c) if strategy else f"{c.kind} {c.target} → {c.to}"

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from dtype_doctor.fix.outcome import Change
+from dtype_doctor.fix.strategies.autocast import Autocast
 from dtype_doctor.fix.strategies.base import SAFE, Context, ModulePart, Pipeline, Site, Skip, Strategy, one_attempt
 from dtype_doctor.records import HALF, Finding, Remedy, Report
 
@@ -29,7 +30,7 @@ class Fp32Trainable(
         changes = [Change(self.name, "trainable", "float32", ",".join(half))]
         if not pipeline.autocast:
             # fp32 trainable weights beside half frozen ones only meet cleanly under autocast.
-            changes.append(Change("autocast", "forward", half[0] if half else "bfloat16", None))
+            changes.append(Change(Autocast.name, "forward", half[0] if half else "bfloat16", None))
         return tuple(changes)
 
     def apply(self, pipeline: Pipeline, changes: tuple[Change, ...]) -> Pipeline:
@@ -42,8 +43,10 @@ class Fp32Trainable(
             for p in model.parameters():
                 if p.requires_grad and p.is_floating_point():
                     p.data = p.data.float()
-        autocast = next((c.to for c in changes if c.kind == "autocast"), pipeline.autocast)
-        return pipeline.with_(model=model, request=pipeline.request.with_(autocast=autocast))
+        new = pipeline.with_(model=model)
+        # The autocast change it plans is the autocast strategy's to apply.
+        autocast = tuple(c for c in changes if c.kind == Autocast.name)
+        return Autocast().apply(new, autocast) if autocast else new
 
     fix_module = ModulePart(
         function="fp32_trainable",
@@ -64,6 +67,9 @@ def fp32_trainable(model, batch):
     return model
 ''',
     )
+
+    def scan_options(self, params: Mapping[str, Any]) -> Mapping[str, str]:
+        return {"--dtype": "float32"}
 
     def script_changes(self, finding: Finding, remedies: Sequence[Remedy], report: Report, ctx: Context) -> tuple[Change, ...]:
         if not remedies:

@@ -58,7 +58,7 @@ class HalfModel(
         return pipeline.with_(model=model)
 
     def edits(self, c: Change, site: Site) -> list["Attempt"]:
-        from dtype_doctor.fix import codemods as cm
+        from dtype_doctor.fix.codemods import model as cm
 
         mods = [cm.SetLoadDtype(c.to), cm.RemoveModelConversion()]
         return one_attempt(site.conversion_file if site.run else site.script, mods) + site.retarget_conversion(c)
@@ -88,6 +88,9 @@ def half_model(model, batch):
 
     def module_part(self, parts: dict[str, dict[str, Any]], c: Change, site: Site) -> None:
         parts.setdefault(self.name, {"dtype": c.to})
+
+    def scan_options(self, params: Mapping[str, Any]) -> Mapping[str, str]:
+        return {"--dtype": params["dtype"]}
 
     def module_fields(self, params: Mapping[str, Any]) -> dict[str, str]:
         """``dtype`` (float16)."""

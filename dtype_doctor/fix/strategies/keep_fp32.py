@@ -73,6 +73,9 @@ class KeepFp32(
         apply_keep_fp32(model, [c.target for c in changes if c.target != "model"], dtype)
         return pipeline.with_(model=model)
 
+    def scan_options(self, params: Mapping[str, Any]) -> None:
+        return None  # forward hooks: no scan option says them
+
     def module_part(self, parts: dict[str, dict[str, Any]], c: Change, site: Site) -> None:
         part = parts.setdefault(self.name, {"modules": []})
         if c.target == "model":

@@ -20,6 +20,8 @@ class ToDevice(
     Strategy, name="to-device", applicability=SAFE, rank=10, json_kind="move-input",
     summary="move stray inputs to the model's device",
 ):
+    moves_tensor = True
+
     def suggestion(self, remedies: Sequence[Remedy]) -> str:
         to = remedies[0].to
         made = [said(r) for r in remedies if r.target.startswith("created:")]
@@ -96,6 +98,9 @@ def to_device(model, batch):
 
     def module_part(self, parts: dict[str, dict[str, Any]], c: Change, site: Site) -> None:
         parts.setdefault(self.name, {"device": c.to})
+
+    def scan_options(self, params: Mapping[str, Any]) -> None:
+        return None  # apply_fix moves the batch in the user's own loop, which scan does not run
 
     def module_fields(self, params: Mapping[str, Any]) -> dict[str, str]:
         """``device`` (default: the model's device)."""
