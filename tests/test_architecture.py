@@ -215,11 +215,11 @@ LAYER_OF = {
     "machine": "machine", "placement": "machine",
     "trace": "trace", "quantization": "trace", "source_analysis": "trace", "attention": "trace", "components": "trace",
     "load": "load",
-    "rules": "rules", "diagnosis": "rules",
+    "rules": "rules", "diagnosis": "rules", "diffusion": "rules",
     "fix": "fix",
     "report": "report",
     "run": "run",
-    "pipeline": "pipeline", "compare": "pipeline",
+    "pipeline": "pipeline", "compare": "pipeline", "pipeline_folder": "pipeline",
     "cli": "cli", "__main__": "cli", "integrations": "cli",
 }
 # Upward imports still to invert, as (importing module, imported module). A new one fails; a
