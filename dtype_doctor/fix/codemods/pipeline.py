@@ -45,9 +45,10 @@ class SetUpPipeline(Codemod):
         text = [line.format(pipe=pipe) for line in self.lines]
         if all(t.strip() in source for t in text):
             raise _Skip(f"{filename} already has these lines")
-        first_call = next((s for s in body[i + 1:] if _calls(s, pipe)), None)
+        # After the set-up that follows the load (a cast, .to(device)), right before the statement that calls it.
+        calling = next((j for j in range(i + 1, len(body)) if _calls(body[j], pipe)), len(body))
         lines = source.splitlines(keepends=True)
-        at = first_call.lineno - 1 if first_call is not None else stmt.end_lineno  # type: ignore[attr-defined]
+        at = body[calling - 1].end_lineno
         indent = " " * stmt.col_offset
         added = [indent + t + "\n" for t in text]
         lines[at:at] = added

@@ -58,8 +58,8 @@ class VaeFp32(
             f"{{pipe}}.{c.target}.to(torch.float32)  # dtype-doctor: the VAE decodes in float32 (float16 overflows)",
             f"for _part in (getattr({{pipe}}.{c.target}, \"post_quant_conv\", None), {{pipe}}.{c.target}.decoder):",
             "    if _part is not None:  # the latents enter the float32 decoder cast to float32",
-            "        _part.register_forward_pre_hook(lambda _m, args: tuple("
-            "a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args))",
+            "        _part.register_forward_pre_hook(",
+            "            lambda _m, args: tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args))",
         ]
 
     def edits(self, c: Change, site: Site) -> list["Attempt"]:
