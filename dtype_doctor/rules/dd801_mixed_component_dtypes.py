@@ -99,8 +99,8 @@ RULE = Rule(
             "pipe('a cat')  # RuntimeError: mat1 and mat2 must have the same dtype, but got Float and BFloat16",
     fix="Cast the odd component to the pipeline's dtype (pipe.unet.to(torch.float32)), or load or cast the whole "
         "pipeline in one dtype (torch_dtype= at from_pretrained, or pipe.to(dtype)).",
-    fix_safety="safe: `cast-component` casts the odd component up to the others' dtype (casting one down is applied only "
-               "when asked for by name, --strategy cast-component); `fix PIPELINE_DIR` verifies it by re-tracing the step.",
+    fix_safety="safe: cast-component casts the odd component up to the others' dtype (casting one down is applied only "
+               "when asked for by name, --strategy cast-component); fix PIPELINE_DIR verifies it by re-tracing the step.",
     check=check,
     references=("https://github.com/huggingface/diffusers/issues/11436", "https://github.com/huggingface/diffusers/issues/11117"),
     device_note="The same on CPU and CUDA: Linear and Conv refuse mixed dtypes outside autocast on both.",

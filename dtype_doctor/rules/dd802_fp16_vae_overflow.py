@@ -70,8 +70,8 @@ RULE = Rule(
     example="pipe = StableDiffusionXLPipeline.from_pretrained(p, torch_dtype=torch.float16)\n"
             "pipe.vae.config.force_upcast = False\nimage = pipe('a cat').images[0]  # black: NaN in the decoder",
     fix="Keep the VAE in float32 for decoding, or use an fp16-safe VAE.",
-    fix_safety="safe: `vae-fp32` keeps the VAE in float32 and casts the latents it decodes; more memory for the VAE, "
-               "no precision lost. `fix PIPELINE_DIR` verifies it by re-tracing the step.",
+    fix_safety="safe: vae-fp32 keeps the VAE in float32 and casts the latents it decodes; more memory for the VAE, "
+               "no precision lost. fix PIPELINE_DIR verifies it by re-tracing the step.",
     check=check,
     references=("diffusers pipeline_stable_diffusion_xl.py: needs_upcasting = vae.dtype == float16 and vae.config.force_upcast",
                 "https://huggingface.co/madebyollin/sdxl-vae-fp16-fix"),
