@@ -78,3 +78,22 @@ def test_an_fp16_vae_that_leaves_the_range_decodes_to_nan(pipe) -> None:
     assert (f.module, f.severity) == ("vae", "error") and "vae.decoder.conv_in" in f.message and "NaN" in f.message
     assert any("pipe.vae.to(torch.float32)" in x.description for x in f.fixes)
     assert {x.module for x in found(report, "DD301")} == {"vae.decoder.conv_in"}
+
+
+def test_a_float32_lora_on_a_bf16_unet_with_no_cast_between() -> None:
+    pytest.importorskip("peft")
+    from peft import LoraConfig
+    from peft.helpers import disable_input_dtype_casting
+
+    pipe = tiny_sd_pipeline().to(torch.bfloat16)
+    pipe.unet.add_adapter(LoraConfig(r=2, lora_alpha=2, init_lora_weights="gaussian", target_modules=["to_q", "to_v"]))
+    for name, p in pipe.unet.named_parameters():
+        if "lora_" in name:
+            p.data = p.data.float()  # an adapter kept in float32, as peft keeps trainable adapters
+    assert diagnose_pipeline(pipe).findings == ()  # peft casts the adapters' input: nothing to report
+    with disable_input_dtype_casting(pipe.unet):  # as under CUDA autocast, or a wrapper that turns it off
+        with pytest.raises(RuntimeError):
+            _run(pipe)
+        report = diagnose_pipeline(pipe)
+    [f] = found(report, "DD502")
+    assert f.module.startswith("unet.") and ".lora_A." in f.module

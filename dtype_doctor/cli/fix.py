@@ -91,6 +91,10 @@ def fix_command(model: FixModel = None, dataset: FixDataset = None, command: Com
     words = [w for w in (model, dataset, *(command or [])) if w is not None]
     writes = (("--write-patch", fix.write_patch),)
     if fix.run:
+        if prompt is not None:
+            from dtype_doctor.errors import UsageError
+
+            raise UsageError("--prompt is for a diffusers pipeline folder; with --run the script calls its pipeline itself")
         script, options = _check_script(words, fix, batch, loading, step, machine, findings, general)
         reporting = Reporting.prepare(outputs, findings, reads=(script.target,) if script.kind == "file" else (),
                                       writes=writes, config=general.config)
