@@ -97,3 +97,16 @@ def test_a_float32_lora_on_a_bf16_unet_with_no_cast_between() -> None:
         report = diagnose_pipeline(pipe)
     [f] = found(report, "DD502")
     assert f.module.startswith("unet.") and ".lora_A." in f.module
+
+
+def test_a_float32_vae_in_an_fp16_pipeline_is_kept_with_its_latents_cast(pipe) -> None:
+    pipe.to(torch.float16)
+    pipe.vae.to(torch.float32)  # as SDXL users load a VAE that must not decode in fp16
+    try:
+        with pytest.raises(RuntimeError):  # the half latents reach the float32 post_quant_conv
+            _run(pipe)
+        report = diagnose_pipeline(pipe, prompt="a red circle")
+    finally:
+        pipe.to(torch.float32)
+    [f] = found(report, "DD801")
+    assert (f.module, [(r.strategy, r.target, r.to) for r in f.remedies]) == ("vae", [("vae-fp32", "vae", "float32")])

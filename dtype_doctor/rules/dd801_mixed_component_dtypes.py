@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterator
 
-from dtype_doctor.components import component_dtypes
-from dtype_doctor.records import Finding, ModelInfo, Remedy, TensorMeta, Trace
+from dtype_doctor.components import component_dtypes, is_vae
+from dtype_doctor.records import HALF, Finding, ModelInfo, Remedy, TensorMeta, Trace
 from dtype_doctor.rules.base import Rule
 from dtype_doctor.trace.verdicts import classify_error
 
@@ -63,7 +63,7 @@ def check(trace: Trace) -> Iterator[Finding]:
             module=into,
             module_type=classes[into],
             stage="model-loading",
-            remedies=_remedies(dtypes, into, sources),
+            remedies=_remedies(dtypes, into, sources, classes[into]),
             hints=(f"or put the whole pipeline in one dtype: pipe.to(torch.{want}), or load it with "
                    f"DiffusionPipeline.from_pretrained(..., torch_dtype=torch.{want})",
                    "or keep a component in another dtype only where the pipeline casts between them "
@@ -71,9 +71,12 @@ def check(trace: Trace) -> Iterator[Finding]:
         )
 
 
-def _remedies(dtypes: dict[str, str | None], into: str, sources: dict[str, set[str]]) -> list[Remedy]:
+def _remedies(dtypes: dict[str, str | None], into: str, sources: dict[str, set[str]], cls: str) -> list[Remedy]:
     """Cast the odd component out to the pipeline's dtype (the one most components have; on a tie,
-    the one `into` was handed): `into` itself, or the components that handed it another dtype."""
+    the one `into` was handed): `into` itself, or the components that handed it another dtype. A
+    float32 VAE in a half pipeline is kept (its decoder safe from fp16 overflow) and its latents cast."""
+    if dtypes[into] == "float32" and is_vae(into, cls) and any(d in HALF for ds in sources.values() for d in ds):
+        return [Remedy("vae-fp32", into, "float32", stage="model-loading")]
     counts = Counter(d for d in dtypes.values() if d)
     handed = Counter(d for ds in sources.values() for d in ds)
     top = max(counts.values())

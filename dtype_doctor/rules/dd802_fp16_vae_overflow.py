@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
-from dtype_doctor.components import component_dtypes
+from dtype_doctor.components import component_dtypes, is_vae
 from dtype_doctor.records import FP16_MAX, Finding, Remedy, Trace
 from dtype_doctor.rules._numerics import FORECAST_MARGIN, module_outputs, overflowed, value
 from dtype_doctor.rules.base import Rule
@@ -14,7 +14,7 @@ from dtype_doctor.rules.base import Rule
 def _vaes(trace: Trace) -> list[str]:
     dtypes = component_dtypes(trace.model)
     return [name for name, cls in trace.model.components
-            if ("Autoencoder" in cls or name == "vae") and dtypes.get(name) == "float16"]
+            if is_vae(name, cls) and dtypes.get(name) == "float16"]
 
 
 def check(trace: Trace) -> Iterator[Finding]:

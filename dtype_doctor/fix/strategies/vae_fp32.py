@@ -27,18 +27,19 @@ class VaeFp32(
                 "cast as they enter its decoder (SDXL pipelines do this when vae.config.force_upcast is true)")
 
     def describe(self, c: Change) -> str:
-        return f"keep pipe.{c.target} in float32 ({c.before} before), its latents cast to float32 as it decodes"
+        was = f" ({c.before} before)" if c.before not in (None, "float32") else ""
+        return f"keep pipe.{c.target} in float32{was}, its latents cast to float32 as it decodes"
 
     def plan(self, pipeline: Pipeline, report: Report, ctx: Context) -> tuple[Change, ...]:
         pipe = getattr(pipeline.model, "pipeline", None)
         if pipe is None:
             raise Skip("not a diffusers pipeline")
         dtypes = {c["name"]: c["dtype"] for c in report.target.components or ()}
+        # A half VAE (DD802) is cast up; a float32 one in a half pipeline (DD801) keeps its dtype: both get the casts.
         changes = {r.target: Change(self.name, r.target, "float32", dtypes.get(r.target), r.stage)
-                   for r in self.remedies(report, ctx)
-                   if dtypes.get(r.target) not in (None, "float32") and hasattr(getattr(pipe, r.target, None), "decoder")}
+                   for r in self.remedies(report, ctx) if hasattr(getattr(pipe, r.target, None), "decoder")}
         if not changes:
-            raise Skip("no half-precision VAE with a decoder to keep in float32")
+            raise Skip("no VAE with a decoder among the components named")
         return tuple(changes.values())
 
     def apply(self, pipeline: Pipeline, changes: tuple[Change, ...]) -> Pipeline:
