@@ -133,3 +133,21 @@ def test_a_folder_that_cannot_be_scanned_is_one_line(capsys, monkeypatch, tmp_pa
     expected = {"bad-json": "not valid JSON", "custom-code": "--trust-remote-code", "simulate": "--simulate",
                 "unknown-component": "did you mean 'unet'", "no-diffusers": "dtype-doctor[diffusers]"}[case]
     assert expected in line, line
+
+
+def test_set_up_pipeline_inserts_before_the_first_call_and_skips_what_it_cannot_place() -> None:
+    from dtype_doctor.fix.codemods import SetUpPipeline
+
+    lines = ("{pipe}.vae.to(torch.float32)",)
+    before = ("import torch\nfrom diffusers import AutoPipelineForText2Image\n\n\ndef main():\n"
+              "    p = AutoPipelineForText2Image.from_pretrained('x', dtype=torch.float16).to('cuda')\n"
+              "    p.unet.to(torch.bfloat16)  # the user's own cast\n\n    for prompt in ('a', 'b'):\n        p(prompt)\n")
+    after = before.replace("bfloat16)  # the user's own cast\n", "bfloat16)  # the user's own cast\n    p.vae.to(torch.float32)\n")
+    assert SetUpPipeline(lines).apply(before, "gen.py").new_source == after
+    no_torch = "from diffusers import DiffusionPipeline\npipe = DiffusionPipeline.from_pretrained('x')\npipe('a')\n"
+    assert SetUpPipeline(lines).apply(no_torch, "gen.py").new_source == (
+        "from diffusers import DiffusionPipeline\nimport torch\npipe = DiffusionPipeline.from_pretrained('x')\n"
+        "pipe.vae.to(torch.float32)\npipe('a')\n")
+    for skipped in ("model = AutoModel.from_pretrained('x')\n",
+                    "def a():\n    p = DiffusionPipeline.from_pretrained('x')\ndef b():\n    q = DiffusionPipeline.from_pretrained('y')\n"):
+        assert SetUpPipeline(lines).apply(skipped, "gen.py").status == "skipped"
