@@ -35,6 +35,11 @@ class PipelineComponents(torch.nn.Module):
         self.pipeline = pipeline  # not a module: held, never traced as a child
         self.pipeline_class = type(pipeline).__name__
         self._classes = tuple((name, type(m).__name__) for name, m in modules.items())
+        # The modules each component declares fp32 (T5's "wo"), as the container's own: the rules and
+        # the recorder read a model's declaration, and a pipeline's is the union of its components'.
+        self._keep_in_fp32_modules = list(dict.fromkeys(
+            k for m in modules.values() for attr in ("_keep_in_fp32_modules", "_keep_in_fp32_modules_strict")
+            for k in getattr(m, attr, None) or ()))
         for name, module in modules.items():
             self.add_module(name, module)
 

@@ -110,3 +110,17 @@ def test_a_float32_vae_in_an_fp16_pipeline_is_kept_with_its_latents_cast(pipe) -
         pipe.to(torch.float32)
     [f] = found(report, "DD801")
     assert (f.module, [(r.strategy, r.target, r.to) for r in f.remedies]) == ("vae", [("vae-fp32", "vae", "float32")])
+
+
+def test_the_modules_a_component_declares_fp32_are_the_pipelines_own() -> None:
+    from types import SimpleNamespace
+
+    from dtype_doctor.integrations.diffusion import PipelineComponents
+
+    class T5Like(torch.nn.Linear):
+        _keep_in_fp32_modules = ["wo"]  # as T5EncoderModel declares its feed-forward output
+
+    text_encoder, unet = T5Like(2, 2), torch.nn.Linear(2, 2)
+    container = PipelineComponents(SimpleNamespace(components={"text_encoder": text_encoder, "unet": unet, "tokenizer": None}))
+    assert container._keep_in_fp32_modules == ["wo"]
+    assert [n for n, _ in container.named_children()] == ["text_encoder", "unet"]
