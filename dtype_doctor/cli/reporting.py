@@ -62,9 +62,13 @@ def quiet_diffusers(outputs: o.Outputs) -> None:
     import os
 
     os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")  # read as diffusers imports: its import notes too
+    import logging
+
     import diffusers
 
-    diffusers.utils.logging.set_verbosity_error()
+    # Not even its errors: a load it cannot make is logged there and raised, and the raise becomes
+    # the command's one line.
+    diffusers.utils.logging.set_verbosity(logging.CRITICAL)
     diffusers.utils.logging.disable_progress_bar()
 
 

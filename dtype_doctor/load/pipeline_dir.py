@@ -125,7 +125,8 @@ def load_pipeline(spec: str, *, dtype: str = "auto", device: str = "cpu", trust_
         pipe = diffusers.DiffusionPipeline.from_pretrained(str(index.path), **kwargs)
     except (OSError, ValueError, EnvironmentError, ImportError, AttributeError, TypeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        hint = "" if allow_pickle or "safetensors" not in first.lower() else " (pickled weights load only with --allow-pickle)"
+        pickled = not allow_pickle and any(index.path.glob("*/*.bin"))
+        hint = " (its weights are pickled: .bin files load only with --allow-pickle)" if pickled else ""
         raise InputError(f"{spec}: diffusers cannot load this pipeline: {first}{hint}") from None
     if device != "cpu":
         pipe.to(device)
