@@ -106,10 +106,12 @@ def fix_pipeline(spec: str, dataset: str | None, options: Any, *, prompt: str | 
     result = fix_model(PipelineComponents(it.loaded.pipeline), {"prompt": it.prompt}, it.request, strategy=strategy,
                        fail_on=fail_on, unsafe_fixes=unsafe_fixes, force=force, max_rounds=max_rounds, measure=False,
                        tracer=lambda p: it.trace(p.model.pipeline, p.request, p.inputs["prompt"]))
-    if patch_path is None or not result.applied:
+    if patch_path is None:
         return result.report(None)
     if not result.verified:
         return result.report(None, patch_skipped="the fix was not verified, so it is not written")
+    if not result.applied:
+        return result.report(None)  # nothing to fix, so nothing to patch: no file written
     from dtype_doctor.fix.pipeline_patch import write_pipeline_patch
 
     def check(apply_fix: Callable[[Any], Any]) -> str | None:
