@@ -7,6 +7,11 @@ from typing import Any
 from dtype_doctor.records import ModelInfo, main_dtype_of, numel
 
 
+def is_vae(name: str, cls: str) -> bool:
+    """Whether a pipeline component is its VAE (an Autoencoder class, or named vae)."""
+    return "Autoencoder" in cls or name == "vae"
+
+
 def component_dtypes(model: ModelInfo) -> dict[str, str | None]:
     """Each component's dtype: the floating dtype most of its parameter elements have."""
     sizes: dict[str, list[tuple[str, int]]] = {name: [] for name, _ in model.components}

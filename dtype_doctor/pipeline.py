@@ -52,6 +52,8 @@ class ScanOptions:
     load_in_8bit: bool = False
     bnb_compute_dtype: str | None = None
     bnb_quant_type: str = "nf4"
+    # A diffusers pipeline folder's components loaded in their own dtype (--dtype float16,vae=float32)
+    component_dtypes: tuple[tuple[str, str], ...] = ()
 
     def validate(self) -> None:
         if self.batch_size < 1:

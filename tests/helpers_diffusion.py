@@ -34,3 +34,15 @@ def tiny_sd_pipeline() -> Any:
                                    requires_safety_checker=False)
     pipe.set_progress_bar_config(disable=True)
     return pipe
+
+
+def saved_sd_pipeline(folder: Path, *, hot_vae: bool = False) -> Path:
+    """tiny_sd_pipeline saved with save_pretrained (safetensors) into `folder`; `hot_vae`: a decoder whose
+    first conv reaches ~1.5e5 in fp32, as a full-size SDXL VAE's activations do (fine in fp32, NaN in fp16)."""
+    pipe = tiny_sd_pipeline()
+    if hot_vae:
+        with torch.no_grad():
+            pipe.vae.decoder.conv_in.weight.mul_(2e4)
+            pipe.vae.decoder.conv_in.bias.mul_(2e4)
+    pipe.save_pretrained(folder)
+    return folder

@@ -216,10 +216,10 @@ LAYER_OF = {
     "trace": "trace", "quantization": "trace", "source_analysis": "trace", "attention": "trace", "components": "trace",
     "load": "load",
     "rules": "rules",
-    "fix": "fix", "diagnosis": "fix",
+    "fix": "fix", "diagnosis": "fix", "diffusion": "fix",
     "report": "report",
     "run": "run",
-    "pipeline": "pipeline", "compare": "pipeline",
+    "pipeline": "pipeline", "compare": "pipeline", "pipeline_folder": "pipeline",
     "cli": "cli", "__main__": "cli", "integrations": "cli",
 }
 # Upward imports: none. The rules state their fixes as data (Remedy records and hints) and the

@@ -78,3 +78,49 @@ def test_an_fp16_vae_that_leaves_the_range_decodes_to_nan(pipe) -> None:
     assert (f.module, f.severity) == ("vae", "error") and "vae.decoder.conv_in" in f.message and "NaN" in f.message
     assert any("pipe.vae.to(torch.float32)" in x.description for x in f.fixes)
     assert {x.module for x in found(report, "DD301")} == {"vae.decoder.conv_in"}
+
+
+def test_a_float32_lora_on_a_bf16_unet_with_no_cast_between() -> None:
+    pytest.importorskip("peft")
+    from peft import LoraConfig
+    from peft.helpers import disable_input_dtype_casting
+
+    pipe = tiny_sd_pipeline().to(torch.bfloat16)
+    pipe.unet.add_adapter(LoraConfig(r=2, lora_alpha=2, init_lora_weights="gaussian", target_modules=["to_q", "to_v"]))
+    for name, p in pipe.unet.named_parameters():
+        if "lora_" in name:
+            p.data = p.data.float()  # an adapter kept in float32, as peft keeps trainable adapters
+    assert diagnose_pipeline(pipe).findings == ()  # peft casts the adapters' input: nothing to report
+    with disable_input_dtype_casting(pipe.unet):  # as under CUDA autocast, or a wrapper that turns it off
+        with pytest.raises(RuntimeError):
+            _run(pipe)
+        report = diagnose_pipeline(pipe)
+    [f] = found(report, "DD502")
+    assert f.module.startswith("unet.") and ".lora_A." in f.module
+
+
+def test_a_float32_vae_in_an_fp16_pipeline_is_kept_with_its_latents_cast(pipe) -> None:
+    pipe.to(torch.float16)
+    pipe.vae.to(torch.float32)  # as SDXL users load a VAE that must not decode in fp16
+    try:
+        with pytest.raises(RuntimeError):  # the half latents reach the float32 post_quant_conv
+            _run(pipe)
+        report = diagnose_pipeline(pipe, prompt="a red circle")
+    finally:
+        pipe.to(torch.float32)
+    [f] = found(report, "DD801")
+    assert (f.module, [(r.strategy, r.target, r.to) for r in f.remedies]) == ("vae", [("vae-fp32", "vae", "float32")])
+
+
+def test_the_modules_a_component_declares_fp32_are_the_pipelines_own() -> None:
+    from types import SimpleNamespace
+
+    from dtype_doctor.integrations.diffusion import PipelineComponents
+
+    class T5Like(torch.nn.Linear):
+        _keep_in_fp32_modules = ["wo"]  # as T5EncoderModel declares its feed-forward output
+
+    text_encoder, unet = T5Like(2, 2), torch.nn.Linear(2, 2)
+    container = PipelineComponents(SimpleNamespace(components={"text_encoder": text_encoder, "unet": unet, "tokenizer": None}))
+    assert container._keep_in_fp32_modules == ["wo"]
+    assert [n for n, _ in container.named_children()] == ["text_encoder", "unet"]

@@ -56,6 +56,20 @@ def dtypes(dtype: str | None, autocast: str | None = None, bnb_compute_dtype: st
     choice("--bnb-compute-dtype", dtype_name(bnb_compute_dtype, "--bnb-compute-dtype"), COMPUTE_DTYPES, aliases=aliases)
 
 
+def component_dtypes(value: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """A pipeline folder's --dtype: `float16`, `unet=bfloat16` or `float16,vae=float32` as (the
+    pipeline's dtype, ((component, dtype), ...)); each dtype checked, aliases as their names."""
+    base, components = "auto", []
+    for part in (p.strip() for p in value.split(",")):
+        name, _, dtype = part.rpartition("=")
+        choice("--dtype", dtype_name(dtype, "--dtype"), MODEL_DTYPES[1:] if name else MODEL_DTYPES, aliases=tuple(DTYPE_ALIASES))
+        if name:
+            components.append((name.strip(), dtype_name(dtype, "--dtype") or dtype))
+        else:
+            base = dtype
+    return base, tuple(components)
+
+
 def gpu(value: str | None) -> None:
     """A --gpu that is neither a known profile nor a compute capability, with the nearest name."""
     if value is None:

@@ -70,22 +70,31 @@ class FixOptions:
 
 
 @o.flat(omit=("gpus", "device_map", "max_memory"))
-def fix_command(model: FixModel = None, dataset: FixDataset = None, command: Command = None, *, fix: FixOptions, batch: o.Batch,
-                loading: o.Loading, machine: o.Machine, step: o.Step, findings: o.Findings, outputs: o.Outputs,
-                general: o.General) -> None:
+def fix_command(model: FixModel = None, dataset: FixDataset = None, command: Command = None, *, prompt: o.Prompt = None,
+                fix: FixOptions, batch: o.Batch, loading: o.Loading, machine: o.Machine, step: o.Step, findings: o.Findings,
+                outputs: o.Outputs, general: o.General) -> None:
     """Fix the mismatches in memory, re-run the trace to verify, and show what the fix costs.
 
     With --run, your own script is traced as `dtype-doctor run` traces it, the fix is written
     as a patch against your files, and the patched script is run again to verify it.
+    MODEL may be a diffusers pipeline folder (model_index.json): its components are cast in memory,
+    the step re-traced, and the lines go into --script (before its pipeline's first call) or a new
+    dtype_doctor_fix.py.
     Exit 0 when the re-run trace is clean at --fail-on, 1 when findings remain (a patch still holds
     every verified edit), 3 when an edit of the doctor's made your script raise.
     """
-    from dtype_doctor.cli.reporting import Reporting, check_pipeline, import_libraries, libraries
+    from dtype_doctor.cli.reporting import (
+        Reporting, check_pipeline, check_pipeline_folder, import_libraries, libraries, pipeline_folder,
+    )
 
     fix.check()
     words = [w for w in (model, dataset, *(command or [])) if w is not None]
     writes = (("--write-patch", fix.write_patch),)
     if fix.run:
+        if prompt is not None:
+            from dtype_doctor.errors import UsageError
+
+            raise UsageError("--prompt is for a diffusers pipeline folder; with --run the script calls its pipeline itself")
         script, options = _check_script(words, fix, batch, loading, step, machine, findings, general)
         reporting = Reporting.prepare(outputs, findings, reads=(script.target,) if script.kind == "file" else (),
                                       writes=writes, config=general.config)
@@ -98,6 +107,19 @@ def fix_command(model: FixModel = None, dataset: FixDataset = None, command: Com
         except EditBrokeScript as exc:
             print(exc.diff, file=sys.stderr, end="")  # the doctor's edit, above the line that says it broke the script (exit 3)
             raise
+    elif not command and pipeline_folder(model, dataset, prompt):
+        assert model is not None
+        options = check_pipeline_folder(model, dataset, batch, loading, machine, step, findings, general)
+        reporting = Reporting.prepare(outputs, findings, writes=writes, model=model, dataset=dataset, script=fix.script,
+                                      config=general.config)
+        from dtype_doctor.cli.reporting import quiet_diffusers
+        from dtype_doctor.pipeline_folder import fix_pipeline
+
+        with libraries(outputs) as say:
+            quiet_diffusers(outputs)
+            report = fix_pipeline(model, dataset, options, prompt=prompt, **fix.engine(findings.fail_on),
+                                  write_patch=str(fix.write_patch) if fix.write_patch else None,
+                                  script=str(fix.script) if fix.script else None, progress=say)
     else:
         model, dataset = _model_and_dataset(model, dataset, command)
         options = check_pipeline(model, dataset, batch, loading, machine, step, findings, general)

@@ -36,6 +36,9 @@ PREPROCESS_TIMEOUT = 60.0
 
 Model = Annotated[str, typer.Argument(metavar="MODEL", help="Model directory (config.json + weights) or a hub id in the local cache.", show_default=False)]
 Dataset = Annotated[str, typer.Argument(metavar="DATASET", help="save_to_disk directory, data file/folder (csv, json, jsonl, parquet, arrow, images) or a cached hub id.", show_default=False)]
+# scan and fix: a diffusers pipeline folder (model_index.json) takes no DATASET; its prompt is --prompt.
+MaybeDataset = Annotated[Optional[str], typer.Argument(metavar="DATASET", help="save_to_disk directory, data file/folder (csv, json, jsonl, parquet, arrow, images) or a cached hub id; for a diffusers pipeline folder, optional: prompts (a prompt/text/caption column).", show_default=False)]
+Prompt = Annotated[Optional[str], typer.Option("--prompt", metavar="TEXT", rich_help_panel=DATA, help="The prompt a diffusers pipeline folder (model_index.json) is called with (default: 'a photo').")]
 
 Split = Annotated[Optional[str], typer.Option("--split", metavar="NAME", rich_help_panel=DATA, help="Dataset split (default: train, else the first split).")]
 BatchSize = Annotated[int, typer.Option("--batch-size", metavar="N", rich_help_panel=DATA, help="Rows traced; only these rows are read and preprocessed.")]

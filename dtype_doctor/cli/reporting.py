@@ -12,6 +12,7 @@ outputs, hold back the libraries' noise while the engine runs, then suppress, wr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -31,6 +32,58 @@ def check_pipeline(model: str, dataset: str, batch: o.Batch, loading: o.Loading,
     options = o.scan_options(batch, loading, machine, step, findings, general)
     options.validate()
     return options
+
+
+def check_pipeline_folder(model: str, dataset: str | None, batch: o.Batch, loading: o.Loading, machine: o.Machine,
+                          step: o.Step, findings: o.Findings, general: o.General) -> Any:
+    """PIPELINE_DIR [DATASET] checked (no torch yet): its model_index.json, the options a pipeline
+    takes (--dtype may name components: float16,vae=float32), diffusers installed; as ScanOptions."""
+    from dtype_doctor.load.pipeline_dir import check_pipeline_dir, refuse_options, require_diffusers
+
+    if dataset is not None:
+        checks.dataset_path(dataset)
+    dtype, components = checks.component_dtypes(loading.dtype)
+    loading = dataclasses.replace(loading, dtype=dtype)
+    check_values(loading, machine, step, findings)
+    options = dataclasses.replace(o.scan_options(batch, loading, machine, step, findings, general), component_dtypes=components)
+    options.validate()
+    refuse_options(options)
+    index = check_pipeline_dir(model, trust_remote_code=options.trust_remote_code)
+    for name, _ in components:
+        checks.choice("--dtype component", name, index.modules)
+    require_diffusers(model)
+    return options
+
+
+def quiet_diffusers(outputs: o.Outputs) -> None:
+    """No component-loading bars or import notes from diffusers unless --verbose (as quiet_libraries for the rest)."""
+    if outputs.verbose:
+        return
+    import os
+
+    os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")  # read as diffusers imports: its import notes too
+    import logging
+
+    import diffusers
+
+    # Not even its errors: a load it cannot make is logged there and raised, and the raise becomes
+    # the command's one line.
+    diffusers.utils.logging.set_verbosity(logging.CRITICAL)
+    diffusers.utils.logging.disable_progress_bar()
+
+
+def pipeline_folder(model: str | None, dataset: str | None, prompt: str | None) -> bool:
+    """Whether MODEL is a diffusers pipeline folder; for any other MODEL, DATASET is needed and --prompt refused."""
+    from dtype_doctor.errors import UsageError
+    from dtype_doctor.load.pipeline_dir import is_pipeline_dir
+
+    if model is not None and is_pipeline_dir(model):
+        return True
+    if model is not None and dataset is None:
+        raise UsageError("Missing argument 'DATASET' (only a diffusers pipeline folder, with model_index.json, needs none)")
+    if prompt is not None:
+        raise UsageError(f"--prompt is for a diffusers pipeline folder (model_index.json); {model} is not one")
+    return False
 
 
 def check_values(loading: o.Loading | None, machine: o.Machine | None, step: o.Step | None, findings: o.Findings) -> None:

@@ -19,20 +19,40 @@ Examples:
 \b
   dtype-doctor scan ./my-model ./images --preprocess prep.py:transform \\
       --simulate --device cuda
+
+\b
+  dtype-doctor scan ./my-sd-pipeline --prompt "a cat" --dtype float16
 """
 
 
 @o.flat()
-def scan_command(model: o.Model, dataset: o.Dataset, batch: o.Batch, loading: o.Loading, machine: o.Machine,
-                 step: o.Step, findings: o.Findings, outputs: o.Outputs, general: o.General) -> None:
-    """Trace one batch through MODEL and report every dtype and device mismatch."""
-    from dtype_doctor.cli.reporting import Reporting, check_pipeline, libraries
-    from dtype_doctor.pipeline import scan
+def scan_command(model: o.Model, dataset: o.MaybeDataset = None, *, prompt: o.Prompt = None, batch: o.Batch,
+                 loading: o.Loading, machine: o.Machine, step: o.Step, findings: o.Findings, outputs: o.Outputs,
+                 general: o.General) -> None:
+    """Trace one batch through MODEL and report every dtype and device mismatch.
 
-    options = check_pipeline(model, dataset, batch, loading, machine, step, findings, general)
+    MODEL may be a diffusers pipeline folder (model_index.json): one denoising step is traced
+    (text encoder, UNet or transformer, one scheduler step, VAE decode), called with --prompt.
+    """
+    from dtype_doctor.cli.reporting import Reporting, check_pipeline, check_pipeline_folder, libraries, pipeline_folder
+
+    folder = pipeline_folder(model, dataset, prompt)
+    if folder:
+        options = check_pipeline_folder(model, dataset, batch, loading, machine, step, findings, general)
+    else:
+        options = check_pipeline(model, dataset, batch, loading, machine, step, findings, general)
     reporting = Reporting.prepare(outputs, findings, model=model, dataset=dataset, preprocess=batch.preprocess,
                                   config=general.config)
     with libraries(outputs) as say:
-        report = scan(model, dataset, options, progress=say)
+        if folder:
+            from dtype_doctor.cli.reporting import quiet_diffusers
+            from dtype_doctor.pipeline_folder import scan_pipeline
+
+            quiet_diffusers(outputs)
+            report = scan_pipeline(model, dataset, options, prompt=prompt, progress=say)
+        else:
+            from dtype_doctor.pipeline import scan
+
+            report = scan(model, dataset, options, progress=say)
     report = reporting.finish(report)
     raise typer.Exit(reporting.exit_code(report))

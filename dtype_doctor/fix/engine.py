@@ -82,6 +82,7 @@ def fix_model(
     force: bool = False,
     max_rounds: int = MAX_ROUNDS,
     measure: bool = True,
+    tracer: Callable[[Pipeline], Report] | None = None,
     **options: Any,
 ) -> FixResult:
     """Diagnose, fix in memory, re-verify, and measure what the fix costs.
@@ -89,14 +90,15 @@ def fix_model(
     `request` (or its fields as keywords, as for `diagnose`) says how to trace; where the
     trace runs is decided once, so every re-trace runs there too. The user's model is never
     changed: strategies that change weights work on a copy. `measure=False` skips parity
-    and the autocast-vs-half comparison (extra forwards).
+    and the autocast-vs-half comparison (extra forwards). `tracer` traces a pipeline whose model
+    is not called as `model(**inputs)` (a diffusers pipeline's components: dtype_doctor.diffusion).
     """
     if strategy not in NAMES:
         raise UsageError(f"unknown --strategy {strategy!r}; choose one of: {', '.join(NAMES)}")
     request = settle(model, inputs, as_request(request, options))
 
     def trace(p: Pipeline) -> Report:
-        return diagnose(p.model, p.inputs, p.request)
+        return tracer(p) if tracer is not None else diagnose(p.model, p.inputs, p.request)
 
     start = Pipeline(model=model, inputs=dict(inputs.items()), request=request)
     before = trace(start)

@@ -1,102 +1,12 @@
-"""A diffusers pipeline, traced as one step: text encoder → UNet/transformer → one scheduler step → VAE decode.
+"""A diffusers pipeline, traced as one step (the engine is dtype_doctor.diffusion).
 
     from dtype_doctor.integrations.diffusion import diagnose_pipeline
     report = diagnose_pipeline(pipe, prompt="a photo of a cat")
     report.target.components      # each component's class, dtype and device
-    [f.module for f in report.findings]   # "unet.down_blocks.0.attentions.0...", "vae.decoder..."
-
-Every component that is a torch module is traced as itself: the pipeline's modules are held, not
-moved or copied, in one container whose children are named as the pipeline names its components,
-so a finding's module path starts with its component ("unet.conv_in", "text_encoder.text_model...").
-The pipeline runs as the user's call would, with one denoising step and a small image, and the
-recorder steps over each refusal (repairing it as the fix would), so one pass names every mismatch.
-Nothing is changed: parameters, buffers and devices are as they were.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dtype_doctor.diffusion import PipelineComponents, diagnose_pipeline, modules_of
 
-import torch
-
-from dtype_doctor.records import Report, Subject
-from dtype_doctor.trace.request import TraceRequest
-
-
-class PipelineComponents(torch.nn.Module):
-    """A pipeline's torch modules as children named by their component names (held, not copied)."""
-
-    def __init__(self, pipeline: Any, modules: dict[str, torch.nn.Module]) -> None:
-        super().__init__()
-        self.pipeline_class = type(pipeline).__name__
-        self._classes = tuple((name, type(m).__name__) for name, m in modules.items())
-        for name, module in modules.items():
-            self.add_module(name, module)
-
-    def pipeline_components(self) -> tuple[tuple[str, str], ...]:
-        """(component name, class) of each traced component, in the pipeline's order."""
-        return self._classes
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - a container is never called
-        raise TypeError("the pipeline calls its components itself")
-
-
-def modules_of(pipeline: Any) -> dict[str, torch.nn.Module]:
-    """The pipeline's components that are torch modules (text encoders, UNet/transformer, VAE, adapters)."""
-    components = getattr(pipeline, "components", {}) or {}
-    return {name: c for name, c in components.items() if isinstance(c, torch.nn.Module)}
-
-
-def diagnose_pipeline(
-    pipeline: Any,
-    request: TraceRequest | None = None,
-    *,
-    prompt: str = "a photo",
-    steps: int = 1,
-    height: int | None = None,
-    width: int | None = None,
-    call: dict[str, Any] | None = None,
-    **options: Any,
-) -> Report:
-    """Run `pipeline(prompt, num_inference_steps=steps, ...)` once under the recorder and judge it.
-
-    `height`/`width` default to the smallest image the VAE decodes to one latent of the UNet's
-    sample size; `call` adds keyword arguments to the pipeline call (guidance_scale, negative_prompt …).
-    Options are TraceRequest fields, as for `diagnose`.
-    """
-    from dtype_doctor.diagnosis import as_request, watch
-
-    request = as_request(request, options)
-    if request.subject is None:
-        request = request.with_(subject=Subject(model=type(pipeline).__name__))
-    modules = modules_of(pipeline)
-    if not modules:
-        raise TypeError(f"{type(pipeline).__name__} holds no torch modules to trace")
-    container = PipelineComponents(pipeline, modules)
-    kwargs: dict[str, Any] = {"num_inference_steps": steps, "output_type": "np", **(call or {})}
-    size = _image_size(pipeline)
-    if size is not None:
-        kwargs.setdefault("height", height or size)
-        kwargs.setdefault("width", width or size)
-    set_bar = getattr(pipeline, "set_progress_bar_config", None)
-    if callable(set_bar):
-        set_bar(disable=True)
-    w = watch(container, request, raise_errors=False)
-    try:
-        with w, torch.no_grad():
-            pipeline(prompt, **kwargs)
-    except Exception:  # noqa: BLE001 - the report holds the failure (DD001 when no rule explains it)
-        if w.report is None:
-            raise
-    assert w.report is not None
-    return w.report
-
-
-def _image_size(pipeline: Any) -> int | None:
-    """The pixel size whose latent is the denoiser's configured sample size."""
-    denoiser = getattr(pipeline, "unet", None) or getattr(pipeline, "transformer", None)
-    sample = getattr(getattr(denoiser, "config", None), "sample_size", None)
-    factor = getattr(pipeline, "vae_scale_factor", None)
-    if isinstance(sample, int) and isinstance(factor, int):
-        return sample * factor
-    return None
+__all__ = ["PipelineComponents", "diagnose_pipeline", "modules_of"]

@@ -217,6 +217,40 @@ def target_fields(report: Report) -> list[tuple[str, str]]:
     return rows
 
 
+# Where a loaded dtype came from (records.LoadFacts.origin), in words.
+_ORIGIN = {"auto": 'dtype="auto"', "config": "config.json's dtype", "checkpoint": "the checkpoint's dtype",
+           "default": "the library's default"}
+
+
+def load_fields(t: Any) -> list[tuple[str, str]]:
+    """The header's long lines after model and dataset, where the report has them: the dtype the
+    model loaded in and where it came from; the attention implementation and the SDPA backend CUDA picks."""
+    rows = []
+    f = t.loaded_dtype
+    if f is not None:
+        origin = f"asked for: {f.asked}" if f.origin == "argument" and f.asked else _ORIGIN.get(f.origin, f.origin)
+        text = f"{f.dtype} · {origin}" + (f" · {f.library}" if f.library else "")
+        if f.v4_dtype and f.v4_dtype != f.dtype:
+            text += f" (transformers 4 loaded {f.v4_dtype})"
+        rows.append(("loaded", text))
+    a = t.attention
+    if a:
+        impl = a.get("implementation") or ("sdpa" if a.get("sdpa") else NOT_SET)
+        text = impl + (f" ({a['origin']})" if a.get("origin") else "") + (f", traced as {a['traced_as']}" if a.get("traced_as") else "")
+        if a.get("sdpa_backend"):
+            text += f" · CUDA picks {a['sdpa_backend']}: {a.get('why') or ''}".rstrip(": ")
+        elif a.get("why"):
+            text += f" · SDPA backend: {a['why']}"
+        rows.append(("attention", text))
+    return rows
+
+
+def component_rows(t: Any) -> list[tuple[str, str, str, str, str]]:
+    """A pipeline's components as (name, class, dtype, devices, parameters); [] for one model."""
+    return [(c["name"], c["class"], c["dtype"] or NOT_SET, ", ".join(c["devices"]) or NOT_SET, f"{c['parameters']:,}")
+            for c in t.components or ()]
+
+
 def device_map_fields(t: Any) -> list[tuple[str, str]]:
     """The device map a multi-GPU simulation used (weights per device against its memory, what is
     offloaded) and the world a distributed step was traced in."""

@@ -38,6 +38,7 @@ from dtype_doctor.report.common import (
     TOOL_NAME,
     UNKNOWN,
     RenderOptions,
+    component_rows,
     counts_line,
     coverage_line,
     dtype_style,
@@ -47,6 +48,7 @@ from dtype_doctor.report.common import (
     fix_outcome,
     fix_steps,
     lineage_rows,
+    load_fields,
     module_label,
     partial_trace,
     plural,
@@ -127,6 +129,8 @@ def report_renderable(report: Report) -> RenderableType:
             )
         )
     sections: list[RenderableType] = []
+    if report.target.components:
+        sections.append(components_table(report))
     if report.findings:
         sections.append(findings_table(report.findings))
     if report.lineage:
@@ -154,9 +158,9 @@ def report_renderable(report: Report) -> RenderableType:
 
 def header(report: Report) -> Panel:
     fields = target_fields(report)
-    # model and dataset a line each; the short fields two to a line, so the header is
-    # four lines at any width, and the first labels line up across both grids.
-    long_fields, pairs = fields[:2], fields[2:]
+    # model and dataset a line each (and the loaded dtype and attention, where known); the short
+    # fields two to a line, so the header is compact at any width, and the first labels line up.
+    long_fields, pairs = [*fields[:2], *load_fields(report.target)], fields[2:]
     first_labels = [label for label, _ in long_fields] + [label for label, _ in pairs[::2]]
     width = max(len(label) for label in first_labels)
     grid = Table.grid(padding=(0, 2))
@@ -184,6 +188,19 @@ def header(report: Report) -> Panel:
         title_align="left",
         box=box.ROUNDED,
     )
+
+
+def components_table(report: Report) -> Table:
+    """A pipeline's components: each one's class, dtype, devices and size, the odd dtype out marked."""
+    rows = component_rows(report.target)
+    dtypes = [r[2] for r in rows]
+    table = Table(box=box.SIMPLE_HEAD, title="pipeline components", title_justify="left", title_style="bold", pad_edge=False)
+    for column in ("component", "class", "dtype", "device", "parameters"):
+        table.add_column(column, justify="right" if column == "parameters" else "left", no_wrap=column != "class")
+    for name, cls, dtype, devices, params in rows:
+        odd = len(set(dtypes)) > 1 and dtypes.count(dtype) < max(dtypes.count(d) for d in dtypes)
+        table.add_row(name, cls, Text(dtype, style="bold yellow" if odd else ""), devices, params)
+    return table
 
 
 def _tensor_rows(f: Finding) -> Table:

@@ -18,12 +18,14 @@ from dtype_doctor.report.common import (
     NO_PROBLEMS_BUT_STOPPED,
     TOOL_NAME,
     RenderOptions,
+    component_rows,
     environment_line,
     failure_line,
     fix_fields,
     fix_outcome,
     fix_steps,
     lineage_rows,
+    load_fields,
     module_label,
     shape_label,
     source_label,
@@ -47,11 +49,16 @@ def render(report: Report, options: RenderOptions) -> str:
     if report.fix is not None:
         verified, outcome, before = fix_outcome(report.fix, summary)
         out += [f"**{'✓' if verified else '✗'} {outcome}** ({before})", ""]
-    out += [f"- **{label}**: {_text(value)}" for label, value in target_fields(report)]
+    out += [f"- **{label}**: {_text(value)}" for label, value in [*target_fields(report), *load_fields(report.target)]]
     env = environment_line(report.environment)
     if env:
         out.append(f"- **environment**: {_text(env)}")
     out.append("")
+
+    if report.target.components:
+        out += ["### Pipeline components", ""]
+        out += _table(("component", "class", "dtype", "device", "parameters"),
+                      ((_code(n), _text(c), d, _text(dev), p) for n, c, d, dev, p in component_rows(report.target)))
 
     failure = report.trace.failure if report.trace else None
     if failure is not None:

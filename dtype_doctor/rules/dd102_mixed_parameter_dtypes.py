@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from dtype_doctor.components import component_dtypes
 from dtype_doctor.records import FLOATING, Finding, StateTensor, TensorMeta, Trace, main_dtype_of, numel
 from dtype_doctor.rules._common import half_model_remedy, is_half, keep_fp32, main_dtype
 from dtype_doctor.rules.base import Rule
@@ -11,7 +12,15 @@ from dtype_doctor.rules.base import Rule
 
 def check(trace: Trace) -> Iterator[Finding]:
     params = [p for p in trace.model.parameters if p.dtype in FLOATING]
-    base = base_dtype(trace, params)
+    if not trace.model.components:
+        yield from _odd_ones(trace, params, base_dtype(trace, params))
+        return
+    # A pipeline's components are models of their own: each is judged apart (DD801 judges them together).
+    for name, base in component_dtypes(trace.model).items():
+        yield from _odd_ones(trace, [p for p in params if trace.model.component_of(p.name) == name], base)
+
+
+def _odd_ones(trace: Trace, params: list[StateTensor], base: str | None) -> Iterator[Finding]:
     if base is None:
         return
     frozen_half_base = is_half(base) and any(not p.requires_grad for p in params)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Iterator
 
-from dtype_doctor.components import component_dtypes
-from dtype_doctor.records import Finding, ModelInfo, TensorMeta, Trace
+from dtype_doctor.components import component_dtypes, is_vae
+from dtype_doctor.records import HALF, Finding, ModelInfo, Remedy, TensorMeta, Trace
 from dtype_doctor.rules.base import Rule
 from dtype_doctor.trace.verdicts import classify_error
 
@@ -62,11 +63,27 @@ def check(trace: Trace) -> Iterator[Finding]:
             module=into,
             module_type=classes[into],
             stage="model-loading",
-            hints=(f"put the pipeline in one dtype: pipe.to(torch.{want}), or load it with "
+            remedies=_remedies(dtypes, into, sources, classes[into]),
+            hints=(f"or put the whole pipeline in one dtype: pipe.to(torch.{want}), or load it with "
                    f"DiffusionPipeline.from_pretrained(..., torch_dtype=torch.{want})",
                    "or keep a component in another dtype only where the pipeline casts between them "
                    "(as SDXL's does for an fp32 VAE with vae.config.force_upcast)"),
         )
+
+
+def _remedies(dtypes: dict[str, str | None], into: str, sources: dict[str, set[str]], cls: str) -> list[Remedy]:
+    """Cast the odd component out to the pipeline's dtype (the one most components have; on a tie,
+    the one `into` was handed): `into` itself, or the components that handed it another dtype. A
+    float32 VAE in a half pipeline is kept (its decoder safe from fp16 overflow) and its latents cast."""
+    if dtypes[into] == "float32" and is_vae(into, cls) and any(d in HALF for ds in sources.values() for d in ds):
+        return [Remedy("vae-fp32", into, "float32", stage="model-loading")]
+    counts = Counter(d for d in dtypes.values() if d)
+    handed = Counter(d for ds in sources.values() for d in ds)
+    top = max(counts.values())
+    tied = [d for d, n in counts.items() if n == top]
+    pipeline = tied[0] if len(tied) == 1 else max(tied, key=lambda d: handed.get(d, 0))
+    odd = [into] if dtypes[into] != pipeline else [s for s in sources if dtypes.get(s) not in (None, pipeline)]
+    return [Remedy("cast-component", name, pipeline, stage="model-loading") for name in odd]
 
 
 RULE = Rule(
@@ -83,8 +100,10 @@ RULE = Rule(
     ),
     example="pipe = StableDiffusionPipeline.from_pretrained(p)\npipe.unet.to(torch.bfloat16)\n"
             "pipe('a cat')  # RuntimeError: mat1 and mat2 must have the same dtype, but got Float and BFloat16",
-    fix="Load or cast the whole pipeline in one dtype (torch_dtype= at from_pretrained, or pipe.to(dtype)).",
-    fix_safety="display-only: the dtypes are set in your loading code.",
+    fix="Cast the odd component to the pipeline's dtype (pipe.unet.to(torch.float32)), or load or cast the whole "
+        "pipeline in one dtype (torch_dtype= at from_pretrained, or pipe.to(dtype)).",
+    fix_safety="safe: cast-component casts the odd component up to the others' dtype (casting one down is applied only "
+               "when asked for by name, --strategy cast-component); fix PIPELINE_DIR verifies it by re-tracing the step.",
     check=check,
     references=("https://github.com/huggingface/diffusers/issues/11436", "https://github.com/huggingface/diffusers/issues/11117"),
     device_note="The same on CPU and CUDA: Linear and Conv refuse mixed dtypes outside autocast on both.",

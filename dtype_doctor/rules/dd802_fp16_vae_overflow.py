@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
-from dtype_doctor.components import component_dtypes
-from dtype_doctor.records import FP16_MAX, Finding, Trace
+from dtype_doctor.components import component_dtypes, is_vae
+from dtype_doctor.records import FP16_MAX, Finding, Remedy, Trace
 from dtype_doctor.rules._numerics import FORECAST_MARGIN, module_outputs, overflowed, value
 from dtype_doctor.rules.base import Rule
 
@@ -14,7 +14,7 @@ from dtype_doctor.rules.base import Rule
 def _vaes(trace: Trace) -> list[str]:
     dtypes = component_dtypes(trace.model)
     return [name for name, cls in trace.model.components
-            if ("Autoencoder" in cls or name == "vae") and dtypes.get(name) == "float16"]
+            if is_vae(name, cls) and dtypes.get(name) == "float16"]
 
 
 def check(trace: Trace) -> Iterator[Finding]:
@@ -34,6 +34,7 @@ def check(trace: Trace) -> Iterator[Finding]:
                 module_type=cls,
                 op=hit.op,
                 stage="model-loading",
+                remedies=(Remedy("vae-fp32", vae, "float32", stage="model-loading"),),
                 hints=_HINTS,
             )
             continue
@@ -47,13 +48,12 @@ def check(trace: Trace) -> Iterator[Finding]:
                 module_type=cls,
                 stage="model-loading",
                 severity="warning",
+                remedies=(Remedy("vae-fp32", vae, "float32", stage="model-loading"),),
                 hints=_HINTS,
             )
 
 
 _HINTS = (
-    "keep the VAE in float32: pipe.vae.to(torch.float32) and decode latents.to(torch.float32) (SDXL pipelines do "
-    "this when vae.config.force_upcast is true)",
     "or use a VAE fine-tuned to stay in float16's range (madebyollin/sdxl-vae-fp16-fix)",
 )
 
@@ -70,7 +70,8 @@ RULE = Rule(
     example="pipe = StableDiffusionXLPipeline.from_pretrained(p, torch_dtype=torch.float16)\n"
             "pipe.vae.config.force_upcast = False\nimage = pipe('a cat').images[0]  # black: NaN in the decoder",
     fix="Keep the VAE in float32 for decoding, or use an fp16-safe VAE.",
-    fix_safety="display-only: the VAE's dtype is set in your pipeline code.",
+    fix_safety="safe: vae-fp32 keeps the VAE in float32 and casts the latents it decodes; more memory for the VAE, "
+               "no precision lost. fix PIPELINE_DIR verifies it by re-tracing the step.",
     check=check,
     references=("diffusers pipeline_stable_diffusion_xl.py: needs_upcasting = vae.dtype == float16 and vae.config.force_upcast",
                 "https://huggingface.co/madebyollin/sdxl-vae-fp16-fix"),

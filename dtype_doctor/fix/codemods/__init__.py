@@ -17,6 +17,7 @@ The modules are split by what they edit:
                 CastBatch, LabelsToLong
     quant       a script's BitsAndBytesConfig(...): SetConfigKeyword
     fp8         a script's fp8 conversion call: ExcludeFromConversion (its module_filter_fn)
+    pipeline    a script's diffusers pipeline set-up: SetUpPipeline (lines before its first call)
     fix_module  no user code to patch: NewFixModule (a new ``dtype_doctor_fix.py``)
     base, context  the contract (EditResult, Codemod, run_codemods) and the LibCST editing context,
                 built on dtype_doctor.source_analysis, the one analysis the lineage reads too
@@ -31,6 +32,7 @@ from dtype_doctor.fix.codemods.fp8 import ExcludeFromConversion
 from dtype_doctor.fix.codemods.forward import CastBatch, LabelsToLong, MoveBatchToDevice, WrapForwardInAutocast
 from dtype_doctor.fix.codemods.devices import AddDevice, CastWhereMade, MoveWhereHandled
 from dtype_doctor.fix.codemods.model import DropLoadDtype, KeepTrainableFloat32, RemoveModelConversion, ReplaceModelConversion, SetLoadDtype
+from dtype_doctor.fix.codemods.pipeline import SetUpPipeline
 from dtype_doctor.fix.codemods.precision import SetMixedPrecision
 from dtype_doctor.fix.codemods.quant import SetConfigKeyword
 
@@ -38,6 +40,7 @@ __all__ = [
     "EditResult",
     "Codemod",
     "RetargetCast",
+    "SetUpPipeline",
     "CastLabelsToLong",
     "CastReturnedValue",
     "AllOf",

@@ -351,6 +351,11 @@ class Strategy(ABC):
         the first that applies wins. [] when no user code can take it (the fix module does)."""
         return []
 
+    def pipeline_lines(self, c: Change) -> list[str]:
+        """Change `c` to a diffusers pipeline as lines of the user's loading code, `{pipe}` standing
+        for the pipeline's name ("{pipe}.vae.to(torch.float32)"); [] for a strategy of one model."""
+        return []
+
     # -- in the generated fix module (dtype_doctor_fix.py) ---------------------------------
 
     # The part's text; None: the strategy has no part in the fix module.

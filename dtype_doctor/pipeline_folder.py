@@ -1,0 +1,124 @@
+"""`scan PIPELINE_DIR` and `fix PIPELINE_DIR`: a diffusers pipeline folder (model_index.json), loaded
+as a user's script would and traced as one denoising step (dtype_doctor.diffusion).
+
+    report = scan_pipeline("sd-tiny", None, ScanOptions(), prompt="a photo")
+    report = fix_pipeline("sd-tiny", None, ScanOptions(), prompt="a photo", write_patch="fix.patch")
+
+A fix changes the loaded pipeline in memory (cast-component, vae-fp32), re-traces the step to
+verify it, and writes the change as lines of the user's loading code: into `--script FILE.py`
+(before its pipeline's first call) or, without one, a new `dtype_doctor_fix.py` whose
+`apply_fix(pipe)` the user calls after loading. The files in the folder are never changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable
+
+from dtype_doctor.errors import UsageError
+from dtype_doctor.records import Report, Subject
+from dtype_doctor.trace.request import TraceRequest
+
+DEFAULT_PROMPT = "a photo"
+FIX_MODULE = "dtype_doctor_fix.py"
+# A dataset of prompts: the first row's text, from the first of these columns it has (else its first text).
+PROMPT_COLUMNS = ("prompt", "text", "caption")
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """The loaded pipeline, the prompt it is called with, and how to trace it."""
+
+    loaded: Any  # load.pipeline_dir.LoadedPipeline
+    prompt: str
+    request: TraceRequest
+
+    def trace(self, pipeline: Any, request: TraceRequest | None = None, prompt: str | None = None) -> Report:
+        from dtype_doctor.diffusion import diagnose_pipeline
+
+        report = diagnose_pipeline(pipeline, request or self.request, prompt=prompt or self.prompt)
+        facts = dataclasses.replace(self.loaded.load_facts, dtype=report.target.model_dtype or self.loaded.load_facts.dtype)
+        return dataclasses.replace(report, target=dataclasses.replace(report.target, loaded_dtype=facts))
+
+
+def load(spec: str, dataset: str | None, options: Any, prompt: str | None,
+         progress: Callable[[str], None] | None = None) -> Loaded:
+    from dtype_doctor.load.pipeline_dir import load_pipeline, refuse_options
+
+    options.validate()
+    refuse_options(options)
+    if dataset is not None and prompt is not None:
+        raise UsageError("--prompt and DATASET both give the prompt; pass one")
+    say = progress or (lambda _msg: None)
+    if dataset is not None:
+        say(f"reading a prompt from {dataset}")
+        prompt = prompt_from(dataset, options.split)
+    say(f"loading pipeline {spec}")
+    loaded = load_pipeline(spec, dtype=options.dtype, device=options.placement.device or "cpu",
+                           trust_remote_code=options.trust_remote_code, allow_pickle=options.allow_pickle,
+                           components=options.component_dtypes)
+    request = TraceRequest(placement=dataclasses.replace(options.placement, device=None), select=options.select,
+                           ignore=options.ignore, subject=Subject(spec, dataset, options.split if dataset else None))
+    say("tracing one denoising step")
+    return Loaded(loaded, prompt or DEFAULT_PROMPT, request)
+
+
+def prompt_from(dataset: str, split: str | None) -> str:
+    """The first row's prompt: its prompt/text/caption column, else its first text."""
+    from dtype_doctor.errors import InputError
+    from dtype_doctor.load import load_rows
+
+    row = load_rows(dataset, split=split, n=1).dataset[0]
+    texts = {k: v for k, v in row.items() if isinstance(v, str) and v.strip()}
+    column = next((c for c in PROMPT_COLUMNS if c in texts), next(iter(texts), None))
+    if column is None:
+        raise InputError(f"{dataset} has no text column to read a prompt from; pass --prompt instead")
+    return texts[column]
+
+
+def scan_pipeline(spec: str, dataset: str | None, options: Any, *, prompt: str | None = None,
+                  progress: Callable[[str], None] | None = None) -> Report:
+    """Load the pipeline folder, trace one denoising step, judge it."""
+    it = load(spec, dataset, options, prompt, progress)
+    return it.trace(it.loaded.pipeline)
+
+
+def fix_pipeline(spec: str, dataset: str | None, options: Any, *, prompt: str | None = None, strategy: str = "auto",
+                 fail_on: str = "error", unsafe_fixes: bool = False, force: bool = False, max_rounds: int = 5,
+                 write_patch: str | None = None, script: str | None = None,
+                 progress: Callable[[str], None] | None = None) -> Report:
+    """Fix the pipeline's components in memory, re-trace to verify, and write the fix as a patch."""
+    from dtype_doctor.diffusion import PipelineComponents
+    from dtype_doctor.errors import InputError
+    from dtype_doctor.fix.engine import fix_model
+    from dtype_doctor.fix.strategies import NAMES
+
+    if strategy not in NAMES:
+        raise UsageError(f"unknown --strategy {strategy!r}; choose one of: {', '.join(NAMES)}")
+    patch_path = Path(write_patch) if write_patch else None
+    if patch_path is not None and patch_path.exists() and not force:
+        raise UsageError(f"patch file {patch_path} already exists; pass --force to overwrite it")
+    script_path = Path(script).resolve() if script else None
+    if script_path is not None and not script_path.is_file():
+        raise InputError(f"--script {script}: no such file")
+    it = load(spec, dataset, options, prompt, progress)
+    result = fix_model(PipelineComponents(it.loaded.pipeline), {"prompt": it.prompt}, it.request, strategy=strategy,
+                       fail_on=fail_on, unsafe_fixes=unsafe_fixes, force=force, max_rounds=max_rounds, measure=False,
+                       tracer=lambda p: it.trace(p.model.pipeline, p.request, p.inputs["prompt"]))
+    if patch_path is None:
+        return result.report(None)
+    if not result.verified:
+        return result.report(None, patch_skipped="the fix was not verified, so it is not written")
+    if not result.applied:
+        return result.report(None)  # nothing to fix, so nothing to patch: no file written
+    from dtype_doctor.fix.pipeline_patch import write_pipeline_patch
+
+    def check(apply_fix: Callable[[Any], Any]) -> str | None:
+        """The written lines, run on the pipeline loaded afresh: None when its step is clean at --fail-on."""
+        again = load(spec, dataset, options, it.prompt)
+        after = it.trace(apply_fix(again.loaded.pipeline))
+        left = after.at_or_above(fail_on)
+        return f"{len(left)} finding(s) at or above {fail_on} remain ({', '.join(sorted({f.code for f in left}))})" if left else None
+
+    return result.report(write_pipeline_patch(result.applied, spec, patch_path, script_path, force=force, check=check))
