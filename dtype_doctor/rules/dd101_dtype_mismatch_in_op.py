@@ -89,7 +89,10 @@ def _finding(trace: Trace, op: OpCall, bad: tuple[TensorMeta, ...], main: str | 
         # The weight is the odd one out: the model itself holds mixed dtypes.
         off = next((w for w in weights if w.dtype != main), weights[0])
         expected = main or others[0].dtype
-        message = f"{what} has a {off.dtype} weight ({off.name}) but receives {others[0].dtype} {describe(others[0])}"
+        said = describe(others[0])
+        # "input_ids float32" reads as "float32 input_ids"; a made tensor as "a float32 tensor from randn"
+        got = f"a {others[0].dtype} {said.removeprefix('a ')}" if said.startswith("a tensor") else f"{others[0].dtype} {said}"
+        message = f"{what} has a {off.dtype} weight ({off.name}) but receives {got}"
         if is_half(expected):
             remedies += [half_model_remedy(expected, off.name.rsplit(".", 1)[0] if off.name else op.module), autocast_remedy(expected)]
     else:
