@@ -289,20 +289,9 @@ def fix(
     progress: Callable[[str], None] | None = None,
 ) -> Report:
     """Diagnose, fix in memory, re-verify, measure, and optionally write the fix as a patch."""
-    from pathlib import Path
-
-    from dtype_doctor.errors import InputError
     from dtype_doctor.fix.engine import fix_model
-    from dtype_doctor.fix.strategies import NAMES
 
-    if strategy not in NAMES:
-        raise UsageError(f"unknown --strategy {strategy!r}; choose one of: {', '.join(NAMES)}")
-    patch_path = Path(write_patch) if write_patch else None
-    if patch_path is not None and patch_path.exists() and not force:
-        raise UsageError(f"patch file {patch_path} already exists; pass --force to overwrite it")
-    script_path = Path(script).resolve() if script else None
-    if script_path is not None and not script_path.is_file():
-        raise InputError(f"--script {script}: no such file")
+    patch_path, script_path = fix_files(strategy, write_patch, script, force=force)
     refused = refused_load(model, dataset, options or ScanOptions())
     if refused is not None:
         return _unfixable_load(refused, strategy)
@@ -409,3 +398,22 @@ def _unfixable_load(report: Report, strategy: str) -> Report:
     steps = tuple(Step(n, "skipped", why) for n in names)
     outcome = FixOutcome(strategy, steps, False, report.findings, report.summary, True, 0, why)
     return dataclasses.replace(report, fix=outcome)
+
+
+def fix_files(strategy: str, write_patch: str | None, script: str | None, *, force: bool) -> tuple[Any, Any]:
+    """fix's arguments checked before anything loads: the strategy is known, the patch file is new
+    (or --force), --script exists. (patch path or None, resolved script path or None)."""
+    from pathlib import Path
+
+    from dtype_doctor.errors import InputError
+    from dtype_doctor.fix.strategies import NAMES
+
+    if strategy not in NAMES:
+        raise UsageError(f"unknown --strategy {strategy!r}; choose one of: {', '.join(NAMES)}")
+    patch_path = Path(write_patch) if write_patch else None
+    if patch_path is not None and patch_path.exists() and not force:
+        raise UsageError(f"patch file {patch_path} already exists; pass --force to overwrite it")
+    script_path = Path(script).resolve() if script else None
+    if script_path is not None and not script_path.is_file():
+        raise InputError(f"--script {script}: no such file")
+    return patch_path, script_path

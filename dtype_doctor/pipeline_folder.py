@@ -90,18 +90,10 @@ def fix_pipeline(spec: str, dataset: str | None, options: Any, *, prompt: str | 
                  progress: Callable[[str], None] | None = None) -> Report:
     """Fix the pipeline's components in memory, re-trace to verify, and write the fix as a patch."""
     from dtype_doctor.diffusion import PipelineComponents
-    from dtype_doctor.errors import InputError
     from dtype_doctor.fix.engine import fix_model
-    from dtype_doctor.fix.strategies import NAMES
+    from dtype_doctor.pipeline import fix_files
 
-    if strategy not in NAMES:
-        raise UsageError(f"unknown --strategy {strategy!r}; choose one of: {', '.join(NAMES)}")
-    patch_path = Path(write_patch) if write_patch else None
-    if patch_path is not None and patch_path.exists() and not force:
-        raise UsageError(f"patch file {patch_path} already exists; pass --force to overwrite it")
-    script_path = Path(script).resolve() if script else None
-    if script_path is not None and not script_path.is_file():
-        raise InputError(f"--script {script}: no such file")
+    patch_path, script_path = fix_files(strategy, write_patch, script, force=force)
     it = load(spec, dataset, options, prompt, progress)
     result = fix_model(PipelineComponents(it.loaded.pipeline), {"prompt": it.prompt}, it.request, strategy=strategy,
                        fail_on=fail_on, unsafe_fixes=unsafe_fixes, force=force, max_rounds=max_rounds, measure=False,
