@@ -11,7 +11,19 @@ from dtype_doctor.rules.base import Rule
 
 def check(trace: Trace) -> Iterator[Finding]:
     params = [p for p in trace.model.parameters if p.dtype in FLOATING]
-    base = base_dtype(trace, params)
+    if not trace.model.components:
+        yield from _check(trace, params)
+        return
+    # Several models (a pipeline's components, a teacher and a student): each is judged on its own.
+    by_component: dict[str | None, list[StateTensor]] = {}
+    for p in params:
+        by_component.setdefault(trace.model.component_of(p.name), []).append(p)
+    for group in by_component.values():
+        yield from _check(trace, group, main_dtype_of((p.dtype, numel(p.shape)) for p in group))
+
+
+def _check(trace: Trace, params: list[StateTensor], main: str | None = None) -> Iterator[Finding]:
+    base = base_dtype(trace, params, main)
     if base is None:
         return
     frozen_half_base = is_half(base) and any(not p.requires_grad for p in params)
@@ -42,7 +54,7 @@ def check(trace: Trace) -> Iterator[Finding]:
         )
 
 
-def base_dtype(trace: Trace, params: list[StateTensor]) -> str | None:
+def base_dtype(trace: Trace, params: list[StateTensor], main: str | None = None) -> str | None:
     """The dtype the model is meant to be in: its frozen parameters' when some train and some do not.
 
     Trainable heads and adapters can outweigh a tiny frozen backbone, so counting every
@@ -51,7 +63,7 @@ def base_dtype(trace: Trace, params: list[StateTensor]) -> str | None:
     frozen = [p for p in params if not p.requires_grad and not keep_fp32(trace, p.name)]
     if frozen and len(frozen) < len(params):
         return main_dtype_of((p.dtype, numel(p.shape)) for p in frozen)
-    return main_dtype(trace)
+    return main or main_dtype(trace)
 
 
 RULE = Rule(
