@@ -126,6 +126,9 @@ class RunSession:
         from dtype_doctor.run.compiled import CompileWatch
 
         self.compiles = CompileWatch(lambda: self.model is not None and self.report is None)  # torch.compile's regions
+        from dtype_doctor.run.loads import LoadWatch
+
+        self.loads = LoadWatch()  # the script's from_pretrained calls: target.loaded_dtype
         self._arms = contextlib.ExitStack()
         self._closed = False
         # Lineage is the pipeline's: inside the model the recorder sees everything.
@@ -167,6 +170,7 @@ class RunSession:
         self._arms.enter_context(self.watch)
         self._arms.enter_context(self.compiles)
         self._arms.enter_context(self.trainer_args)
+        self._arms.enter_context(self.loads)
         if self.placement.simulated:
             from dtype_doctor.machine.gpus import gpu_profile
 
@@ -296,7 +300,7 @@ class RunSession:
         rec.adopt(holder.module, holder.name, model=holder.module is module)
         rec.adopt(module, holder.name, model=True)  # its forward is a model's, named under its holder
         name = rec.module_name(module) or holder.name
-        models.sites.setdefault(name, user_site(2))
+        models.sites.setdefault(holder.name, user_site(2))
         return True, self._repeat(module, name)
 
     def _repeat(self, module: torch.nn.Module, name: str) -> bool:
@@ -315,7 +319,7 @@ class RunSession:
         """The step calls more than one model: the first is named as the others are, from here on and back."""
         if not self.models.several:
             self.models.several = True
-            self.models.sites.setdefault(self.models.first_name(), self.capture.call_site if self.capture else None)
+            self.models.sites.setdefault(self.models.first_name().split(".", 1)[0], self.capture.call_site if self.capture else None)
             self._session.recorder.name_root(self.models.first_name())  # type: ignore[union-attr]
 
     def _next_step(self) -> None:
@@ -472,7 +476,8 @@ class RunSession:
         coverage = self.watch.coverage(trace, self.forwards, getattr(self, "_stopped", None))
         coverage = dataclasses.replace(coverage, compiled=self.compiles.regions(self._reported, {m.name for m in trace.modules}),
                                        skipped=tuple(self.models.repeats.items()), dropped_ops=self._session.recorder.dropped)
-        trace = dataclasses.replace(trace, coverage=coverage, scaler=self.watch.scaler_class())
+        trace = dataclasses.replace(trace, coverage=coverage, scaler=self.watch.scaler_class(),
+                                    loaded=None if self.models.several else self.loads.facts_of(self.model))
         if self.launch is not None:
             trace = self._launched(trace)
         if self.trainer_args.launch is not None:  # the script's TrainingArguments: their precision and DeepSpeed config
@@ -484,7 +489,18 @@ class RunSession:
         environment = dict(report.environment)
         if self.placement.simulated or self.hide_cuda:
             environment["cuda_available"] = _real_cuda_available()
-        return dataclasses.replace(report, findings=findings, environment=environment)
+        return dataclasses.replace(report, findings=findings, environment=environment, target=self._with_loads(report.target))
+
+    def _with_loads(self, target: Any) -> Any:
+        """Several models: each component says how the script's from_pretrained loaded it."""
+        if not target.components or not isinstance(self._reported, torch.nn.Module):
+            return target
+        children = dict(self._reported.named_children())
+        components = []
+        for c in target.components:
+            facts = self.loads.facts_of(children.get(c["name"]))
+            components.append({**c, "loaded_dtype": facts.to_dict()} if facts is not None else c)
+        return dataclasses.replace(target, components=tuple(components))
 
     def _launched(self, trace: Trace) -> Trace:
         """The trace as rank 0 of the launcher's world, with the launch configuration it was given."""
