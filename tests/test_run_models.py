@@ -137,7 +137,8 @@ def test_an_fp16_pipeline_whose_vae_leaves_the_range(pipelines: Path, workdir: P
     code, report, err = _run(["run", "-f", "json", "--", "python", "generate.py", *args], capsys)
     [f] = _by_code(report, "DD802")
     assert (f["module"], f["severity"]) == ("vae", "error") and "vae.decoder.conv_in" in f["message"]
-    assert f["source"] == {"file": "generate.py", "line": _line(PIPELINE_SCRIPT, 'image = pipe("a cat"')}
+    # The line that made the VAE float16: the pipeline's from_pretrained(..., torch_dtype=torch.float16).
+    assert f["source"] == {"file": "generate.py", "line": _line(PIPELINE_SCRIPT, "StableDiffusionPipeline.from_pretrained")}
     assert {x["module"] for x in _by_code(report, "DD301")} == {"vae.decoder.conv_in"}
     assert code == 1
 

@@ -24,7 +24,8 @@ _LOADERS = (("transformers.modeling_utils", "PreTrainedModel"), ("diffusers.mode
 
 
 class LoadWatch:
-    """`with LoadWatch() as w:` — `w.facts_of(model)` is how the script's from_pretrained loaded `model`."""
+    """`with LoadWatch() as w:` — `w.facts_of(model)` is how the script's from_pretrained loaded `model`,
+    `w.site_of(model)` the user's line that called it."""
 
     def __init__(self) -> None:
         self._facts: WeakKeyDictionary = WeakKeyDictionary()
@@ -33,7 +34,13 @@ class LoadWatch:
         self._inside = 0
 
     def facts_of(self, model: Any) -> LoadFacts | None:
-        return self._facts.get(model)
+        found = self._facts.get(model) if model is not None else None
+        return found[0] if found is not None else None
+
+    def site_of(self, model: Any) -> Any:
+        """The user's line whose from_pretrained loaded `model` (a SourceLoc), or None."""
+        found = self._facts.get(model) if model is not None else None
+        return found[1] if found is not None else None
 
     def __enter__(self) -> "LoadWatch":
         from dtype_doctor.machine.libraries import after_import
@@ -66,7 +73,9 @@ class LoadWatch:
                 watch._inside -= 1
             if not watch._inside:
                 try:
-                    watch._facts[model] = load_facts_of(model, path, kwargs, cls.__module__.split(".")[0])
+                    from dtype_doctor.machine.user_code import user_site
+
+                    watch._facts[model] = (load_facts_of(model, path, kwargs, cls.__module__.split(".")[0]), user_site(1))
                 except Exception:  # noqa: BLE001 - bookkeeping never breaks the script
                     pass
             return model

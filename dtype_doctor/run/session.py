@@ -554,7 +554,8 @@ class RunSession:
 
     def _with_model_source(self, finding: Any) -> Any:
         """A finding about one of several models as a whole (DD801, DD802) names the user's line that gave
-        that model its dtype (pipe.unet.to(torch.bfloat16)), else the line that first called it."""
+        that model its dtype (pipe.unet.to(torch.bfloat16), or the from_pretrained that loaded it so),
+        else the line that first called it."""
         if finding.source is not None or not self.models.several or not finding.module:
             return finding
         from dtype_doctor.components import component_dtypes
@@ -562,6 +563,10 @@ class RunSession:
         head = finding.module.split(".", 1)[0]
         dtype = component_dtypes(self._info).get(head)
         source = self._conversions.source_for(self._reported, head, dtype=dtype) if dtype else None
+        model = dict(self._reported.named_children()).get(head) if source is None else None
+        facts = self.loads.facts_of(model)
+        if facts is not None and facts.dtype == dtype:
+            source = self.loads.site_of(model)
         source = source or self.models.sites.get(head)
         return dataclasses.replace(finding, source=source) if source is not None else finding
 
