@@ -37,10 +37,21 @@ class LoadWatch:
         found = self._facts.get(model) if model is not None else None
         return found[0] if found is not None else None
 
-    def site_of(self, model: Any) -> Any:
-        """The user's line whose from_pretrained loaded `model` (a SourceLoc), or None."""
+    def site_of(self, model: Any, *, dtype: str | None = None) -> Any:
+        """The user's line whose from_pretrained loaded `model` (in `dtype`, when given), or None."""
         found = self._facts.get(model) if model is not None else None
-        return found[1] if found is not None else None
+        return found[1] if found is not None and dtype in (None, found[0].dtype) else None
+
+    def with_component_loads(self, target: Any, root: Any) -> Any:
+        """`target` whose components (several models) each say how the script's from_pretrained loaded them."""
+        if not target.components:
+            return target
+        children = dict(root.named_children())
+        components = []
+        for c in target.components:
+            facts = self.facts_of(children.get(c["name"]))
+            components.append({**c, "loaded_dtype": facts.to_dict()} if facts is not None else c)
+        return dataclasses.replace(target, components=tuple(components))
 
     def __enter__(self) -> "LoadWatch":
         from dtype_doctor.machine.libraries import after_import

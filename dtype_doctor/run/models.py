@@ -36,8 +36,8 @@ class Holders(torch.nn.Module):
 
     def __init__(self, holders: list[Holder], pipeline_class: str | None) -> None:
         super().__init__()
-        if pipeline_class is not None:
-            self.pipeline_class = pipeline_class
+        # What the report calls the model: the pipeline's class, else the models' names ("teacher + student").
+        self.pipeline_class = pipeline_class or " + ".join(h.name for h in holders)
         self._classes = tuple((h.name, type(h.module).__name__) for h in holders)
         for h in holders:
             self.add_module(h.name, h.module)

@@ -300,7 +300,8 @@ class RunSession:
         rec.adopt(holder.module, holder.name, model=holder.module is module)
         rec.adopt(module, holder.name, model=True)  # its forward is a model's, named under its holder
         name = rec.module_name(module) or holder.name
-        models.sites.setdefault(holder.name, user_site(2))
+        if holder.name not in models.sites:
+            models.sites[holder.name] = user_site(2)
         return True, self._repeat(module, name)
 
     def _repeat(self, module: torch.nn.Module, name: str) -> bool:
@@ -366,7 +367,6 @@ class RunSession:
         session.start()
         if self.models.pipeline is not None:  # a pipeline's component: its other components are the step's too
             self._several_models()
-
 
     @property
     def steps(self) -> int:
@@ -489,18 +489,7 @@ class RunSession:
         environment = dict(report.environment)
         if self.placement.simulated or self.hide_cuda:
             environment["cuda_available"] = _real_cuda_available()
-        return dataclasses.replace(report, findings=findings, environment=environment, target=self._with_loads(report.target))
-
-    def _with_loads(self, target: Any) -> Any:
-        """Several models: each component says how the script's from_pretrained loaded it."""
-        if not target.components or not isinstance(self._reported, torch.nn.Module):
-            return target
-        children = dict(self._reported.named_children())
-        components = []
-        for c in target.components:
-            facts = self.loads.facts_of(children.get(c["name"]))
-            components.append({**c, "loaded_dtype": facts.to_dict()} if facts is not None else c)
-        return dataclasses.replace(target, components=tuple(components))
+        return dataclasses.replace(report, findings=findings, environment=environment, target=self.loads.with_component_loads(report.target, self._reported))
 
     def _launched(self, trace: Trace) -> Trace:
         """The trace as rank 0 of the launcher's world, with the launch configuration it was given."""
@@ -563,10 +552,7 @@ class RunSession:
         head = finding.module.split(".", 1)[0]
         dtype = component_dtypes(self._info).get(head)
         source = self._conversions.source_for(self._reported, head, dtype=dtype) if dtype else None
-        model = dict(self._reported.named_children()).get(head) if source is None else None
-        facts = self.loads.facts_of(model)
-        if facts is not None and facts.dtype == dtype:
-            source = self.loads.site_of(model)
+        source = source or self.loads.site_of(dict(self._reported.named_children()).get(head), dtype=dtype)
         source = source or self.models.sites.get(head)
         return dataclasses.replace(finding, source=source) if source is not None else finding
 
