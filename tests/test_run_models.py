@@ -32,6 +32,7 @@ pipe = StableDiffusionPipeline.from_pretrained(sys.argv[1], torch_dtype=getattr(
 pipe.set_progress_bar_config(disable=True)
 if sys.argv[3] == "bf16-unet":
     pipe.unet.to(torch.bfloat16)
+pipe.to(sys.argv[4])
 image = pipe("a cat", num_inference_steps=2, output_type="np").images
 print("nan image:", bool(image.mean() != image.mean()))
 """
@@ -102,7 +103,7 @@ def _by_code(report: dict, code: str) -> list[dict]:
 @pytest.mark.parametrize("simulate", [False, True], ids=["real", "simulated"])
 def test_a_pipeline_script_with_a_bf16_unet(simulate: bool, pipelines: Path, workdir: Path,
                                             monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
-    args = [str(pipelines / "sd"), "float32", "bf16-unet"]
+    args = [str(pipelines / "sd"), "float32", "bf16-unet", "cuda" if simulate else "cpu"]
     if not simulate:
         with raises_dtype_error("float32", "bfloat16"):
             _plain("generate.py", *args, monkeypatch=monkeypatch)
@@ -111,6 +112,7 @@ def test_a_pipeline_script_with_a_bf16_unet(simulate: bool, pipelines: Path, wor
     cast = {"file": "generate.py", "line": _line(PIPELINE_SCRIPT, "pipe.unet.to(torch.bfloat16)")}
     assert code == 1
     components = {c["name"]: c for c in report["target"]["components"]}
+    assert {d for c in components.values() for d in c["devices"]} == {"cuda:0" if simulate else "cpu"}
     assert [(n, c["class"], c["dtype"]) for n, c in components.items()] == [
         ("vae", "AutoencoderKL", "float32"), ("text_encoder", "CLIPTextModel", "float32"),
         ("unet", "UNet2DConditionModel", "bfloat16")]
@@ -126,12 +128,15 @@ def test_a_pipeline_script_with_a_bf16_unet(simulate: bool, pipelines: Path, wor
     assert _by_code(report, "DD102") == []  # each model is judged on its own dtype
     # The negative prompt's encoder call and the second denoising step ran (repaired), not kept.
     assert report["coverage"]["skipped"]["calls"] == {"text_encoder": 1, "unet": 1}
+    assert report["coverage"]["complete"] is True  # through the VAE's decode
     assert "nan image: False" in err  # the step went on to the decoded image
+    if simulate:  # the scheduler's alphas_cumprod[timestep] read the CUDA timestep: a stand-in, listed
+        assert any(s["what"].startswith("Tensor.__getitem__") for s in report["stand_ins"])
 
 
 def test_an_fp16_pipeline_whose_vae_leaves_the_range(pipelines: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture) -> None:
-    args = [str(pipelines / "sd-hot-vae"), "float16", "as-loaded"]
+    args = [str(pipelines / "sd-hot-vae"), "float16", "as-loaded", "cpu"]
     _plain("generate.py", *args, monkeypatch=monkeypatch)
     assert "nan image: True" in capsys.readouterr().out  # no error: a NaN image
     code, report, err = _run(["run", "-f", "json", "--", "python", "generate.py", *args], capsys)

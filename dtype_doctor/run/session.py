@@ -272,7 +272,10 @@ class RunSession:
         self._depth += 1
         self._model_depth += is_model
         try:
-            return original(module, *args, **kwargs)
+            out = original(module, *args, **kwargs)
+            if repeat and self._session is not None:
+                self._session.recorder.made_by(out, module)
+            return out
         except Exception as exc:
             if is_model and self._session is not None and self.report is None:
                 self._failure = self._session.failure(exc)
@@ -297,6 +300,8 @@ class RunSession:
             return None
         holder = models.holder(module, _user_frame())
         self._several_models()
+        if rec.module_name(holder.module) is None and not self.placement.simulated:
+            self.grads.arm(holder.module, holder.name)  # a model joining the step: its gradients too
         rec.adopt(holder.module, holder.name, model=holder.module is module)
         rec.adopt(module, holder.name, model=True)  # its forward is a model's, named under its holder
         name = rec.module_name(module) or holder.name
@@ -322,6 +327,8 @@ class RunSession:
             self.models.several = True
             self.models.sites.setdefault(self.models.first_name().split(".", 1)[0], self.capture.call_site if self.capture else None)
             self._session.recorder.name_root(self.models.first_name())  # type: ignore[union-attr]
+            if not self.placement.simulated:
+                self.grads.arm(self.model, self.models.first_name())  # type: ignore[arg-type]
 
     def _next_step(self) -> None:
         if self.models.several:

@@ -594,6 +594,15 @@ class Recorder:
             self.modules[i] = replace(m, name=renamed.module(m.name) if m.name in paths else m.name,
                                       inputs=renamed.metas(m.inputs), outputs=renamed.metas(m.outputs))
 
+    def made_by(self, out: Any, module: torch.nn.Module) -> None:
+        """The outputs of a model's repeated call, whose ops were not recorded, are known as that model's
+        (the negative prompt's embeddings go on into the UNet): "created:CLASS@NAME"."""
+        name = self._module_names.get(id(module), "")
+        with _NoTorchFunction():
+            for t in tensors_in(out):
+                if self.prov.get(t) is None:
+                    self.prov[t] = Provenance("activation", None, f"created:{type(module).__name__}@{name}")
+
     def pause_keeping(self) -> None:
         """Ops from here on are recorded (and repaired) as the step's, then dropped at resume_keeping:
         a model's repeated calls (a denoising loop's later steps) add nothing the first did not say."""
@@ -778,6 +787,13 @@ class _DispatchRecorder(TorchDispatchMode):
             rec.writes.before(func, args, kwargs)
         if rec._suspended:
             return func(*args, **kwargs)
+        if rec._unkept is not None and rec._in_root and rec.predict is None and rec.amp is None and rec.writes is None:
+            # Inside a model's repeated call, whose ops are dropped: run as is; only an op that raises
+            # goes through record() below, to be repaired as the first call's was.
+            try:
+                return func(*args, **kwargs)
+            except Exception:  # noqa: BLE001 - recorded and repaired (or raised) below
+                pass
         name = facts(func).name
         wrapper = wrapper_type(types)
         if wrapper is None:
