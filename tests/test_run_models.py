@@ -160,5 +160,6 @@ def test_a_finding_in_the_student_names_the_student(workdir: Path, monkeypatch: 
     assert f["source"] == {"file": "distill.py", "line": _line(DISTILL_SCRIPT, "x = torch.randn")}  # the batch it was fed
     [half] = _by_code(report, "DD110")  # the student's bf16 trainables, named at the line that made them so
     assert half["module"].startswith("student.") and half["source"]["line"] == _line(DISTILL_SCRIPT, "student = ")
+    assert half["message"].startswith("4 of 4 trainable")  # the teacher, called under no_grad, trains nowhere
     assert _by_code(report, "DD102") == [] and _by_code(report, "DD801") == []
     assert report["coverage"]["steps"] == 1 and report["coverage"]["phases"]["optimizer"] is True

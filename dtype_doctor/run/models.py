@@ -14,12 +14,15 @@ The report's model is `Holders`: the holders as one module whose children are na
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 import torch
+
+from dtype_doctor.records import ModelInfo
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,7 @@ class StepModels:
         self._pipeline_call: FrameType | None = None
         self._called: set[int] = set()
         self.repeats: dict[str, int] = {}  # model name → its calls not traced
+        self._with_grad: dict[str, bool] = {}  # holder name → whether any of its calls ran with gradients on
         self.sites: dict[str, Any] = {}  # model name → the user's line that first called it
 
     def begin(self, model: torch.nn.Module, frame: FrameType | None) -> None:
@@ -192,6 +196,23 @@ class StepModels:
             return True
         self._called.add(id(module))
         return False
+
+    def called(self, module: torch.nn.Module) -> None:
+        """A call of `module` ran: with gradients on, or (a teacher under torch.no_grad()) off."""
+        holder = self._of.get(id(module))
+        if holder is not None:
+            self._with_grad[holder.name] = self._with_grad.get(holder.name, False) or torch.is_grad_enabled()
+
+    def frozen(self, info: ModelInfo) -> ModelInfo:
+        """`info` with the parameters of each model the step only called under no_grad (a teacher) not
+        trainable in it: they train nowhere, whatever their requires_grad (DD110, DD401 read it)."""
+        frozen = {name for name, grad in self._with_grad.items() if not grad}
+        if not frozen:
+            return info
+        state = tuple(dataclasses.replace(s, requires_grad=False)
+                      if s.kind == "parameter" and s.requires_grad and info.component_of(s.name) in frozen else s
+                      for s in info.state)
+        return dataclasses.replace(info, state=state)
 
     def next_step(self) -> None:
         self._called = {id(self.first)}

@@ -269,6 +269,8 @@ class RunSession:
                 if joined is None:
                     return self._unrecorded(original, module, args, kwargs)
                 is_model, repeat = joined
+        if is_model:
+            self.models.called(module)
         self._depth += 1
         self._model_depth += is_model
         try:
@@ -427,7 +429,7 @@ class RunSession:
         self._session.recorder.resume_keeping(drop=self._failure is None)
         self._reported = self.models.root() if self.models.several else self.model
         if self.models.several:
-            self._info = model_info(self._reported, None, self.alias)
+            self._info = self.models.frozen(model_info(self._reported, None, self.alias))
         self.models.done()
         self.grads.disarm()
         if self.keep_running and not self.placement.simulated:
