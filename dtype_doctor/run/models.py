@@ -75,7 +75,7 @@ def holder_of(module: torch.nn.Module, frame: FrameType | None) -> Holder | None
     for exact in (True, False):
         for scope in scopes:
             for key, value in list(scope.items()):
-                if key.startswith("_"):
+                if key.startswith("_") or key == "self":  # `self` is read by its attributes (self.teacher)
                     continue
                 found = _held(module, key, value, exact)
                 if found is not None:
