@@ -502,6 +502,10 @@ class Coverage:
     steps: int = 1  # optimizer steps traced (forward calls where there is no optimizer)
     stopped: str | None = None  # where and why the trace ended before the step's end
     compiled: tuple[CompiledRegion, ...] = ()  # regions torch.compile would have compiled, traced eagerly
+    # A step of several models: each model's calls after its first (a denoising loop's), run and repaired
+    # but not kept, and the ops they (and what ran between them) recorded.
+    skipped: tuple[tuple[str, int], ...] = ()
+    dropped_ops: int = 0
 
     @property
     def missing(self) -> tuple[str, ...]:
@@ -522,6 +526,7 @@ class Coverage:
             "steps": self.steps,
             "stopped": self.stopped,
             **({"compiled": [r.to_dict() for r in self.compiled]} if self.compiled else {}),
+            **({"skipped": {"calls": dict(self.skipped), "ops": self.dropped_ops}} if self.skipped else {}),
         }
 
 

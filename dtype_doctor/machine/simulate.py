@@ -165,6 +165,12 @@ class _CudaMode(TorchFunctionMode):
                 args = (self.sim.faked(args[0]), *args[1:])  # a plain meta tensor forgets its GPU; a fake one keeps it
         elif func is torch.Tensor.pin_memory:
             return args[0]  # page-locked host memory is a CUDA-machine optimisation; the data is the same
+        elif func is torch.Tensor.__getitem__ and len(args) == 2 and not _simulated(args[0]) and _simulated(args[1]) \
+                and args[1].dim() == 0:
+            # A host table indexed by a CUDA scalar (a scheduler's alphas_cumprod[timestep]): torch reads the
+            # index's value; the index's stand-in is read instead, and the result is the host's, as on a GPU.
+            index = values.read(torch.Tensor.cpu, (args[1],), {}, "Tensor.__getitem__ (a host tensor at a CUDA index)")
+            return func(args[0], index)
         elif func is torch.Tensor.copy_ and len(args) > 1 and not _simulated(args[0]) and _simulated(args[1]):
             # A host tensor filled from simulated CUDA (load_state_dict of a checkpoint loaded to "cuda"): stand-in values.
             copy = values.read(torch.Tensor.cpu, (args[1],), {}, "Tensor.copy_ (from CUDA)")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.components import component_dtypes
 from dtype_doctor.records import FLOATING, Finding, StateTensor, TensorMeta, Trace, main_dtype_of, numel
 from dtype_doctor.rules._common import half_model_remedy, is_half, keep_fp32, main_dtype
 from dtype_doctor.rules.base import Rule
@@ -13,14 +12,18 @@ from dtype_doctor.rules.base import Rule
 def check(trace: Trace) -> Iterator[Finding]:
     params = [p for p in trace.model.parameters if p.dtype in FLOATING]
     if not trace.model.components:
-        yield from _odd_ones(trace, params, base_dtype(trace, params))
+        yield from _check(trace, params)
         return
-    # A pipeline's components are models of their own: each is judged apart (DD801 judges them together).
-    for name, base in component_dtypes(trace.model).items():
-        yield from _odd_ones(trace, [p for p in params if trace.model.component_of(p.name) == name], base)
+    # Several models (a pipeline's components, a teacher and a student): each is judged on its own.
+    by_component: dict[str | None, list[StateTensor]] = {}
+    for p in params:
+        by_component.setdefault(trace.model.component_of(p.name), []).append(p)
+    for group in by_component.values():
+        yield from _check(trace, group, main_dtype_of((p.dtype, numel(p.shape)) for p in group))
 
 
-def _odd_ones(trace: Trace, params: list[StateTensor], base: str | None) -> Iterator[Finding]:
+def _check(trace: Trace, params: list[StateTensor], main: str | None = None) -> Iterator[Finding]:
+    base = base_dtype(trace, params, main)
     if base is None:
         return
     frozen_half_base = is_half(base) and any(not p.requires_grad for p in params)
@@ -51,7 +54,7 @@ def _odd_ones(trace: Trace, params: list[StateTensor], base: str | None) -> Iter
         )
 
 
-def base_dtype(trace: Trace, params: list[StateTensor]) -> str | None:
+def base_dtype(trace: Trace, params: list[StateTensor], main: str | None = None) -> str | None:
     """The dtype the model is meant to be in: its frozen parameters' when some train and some do not.
 
     Trainable heads and adapters can outweigh a tiny frozen backbone, so counting every
@@ -60,7 +63,7 @@ def base_dtype(trace: Trace, params: list[StateTensor]) -> str | None:
     frozen = [p for p in params if not p.requires_grad and not keep_fp32(trace, p.name)]
     if frozen and len(frozen) < len(params):
         return main_dtype_of((p.dtype, numel(p.shape)) for p in frozen)
-    return main_dtype(trace)
+    return main or main_dtype(trace)
 
 
 RULE = Rule(

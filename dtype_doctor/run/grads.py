@@ -25,16 +25,23 @@ class StepGrads:
         self.done = done
         self.scale = scale
         self.handles: dict[str, tuple[str, int | None]] = {}  # parameter → (grad dtype, value handle)
-        self._hooks: list[Any] = []
+        self._hooks: dict[int, list[Any]] = {}  # per model armed
         self._paused: Any = None
 
-    def arm(self, model: torch.nn.Module) -> None:
-        self._hooks = [p.register_post_accumulate_grad_hook(self._hook(n)) for n, p in model.named_parameters() if p.requires_grad]
+    def arm(self, model: torch.nn.Module, prefix: str = "") -> None:
+        """Measure `model`'s trainable gradients, named under `prefix` when it is one of several models
+        (armed again under its name when a second model joins the step)."""
+        for hook in self._hooks.pop(id(model), []):
+            hook.remove()
+        at = f"{prefix}." if prefix else ""
+        self._hooks[id(model)] = [p.register_post_accumulate_grad_hook(self._hook(at + n))
+                                  for n, p in model.named_parameters() if p.requires_grad]
 
     def disarm(self) -> None:
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks = []
+        for hooks in self._hooks.values():
+            for hook in hooks:
+                hook.remove()
+        self._hooks = {}
 
     def _hook(self, name: str) -> Callable[[torch.Tensor], None]:
         def measured(p: torch.Tensor) -> None:

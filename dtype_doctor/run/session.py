@@ -126,6 +126,9 @@ class RunSession:
         from dtype_doctor.run.compiled import CompileWatch
 
         self.compiles = CompileWatch(lambda: self.model is not None and self.report is None)  # torch.compile's regions
+        from dtype_doctor.run.loads import LoadWatch
+
+        self.loads = LoadWatch()  # the script's from_pretrained calls: target.loaded_dtype
         self._arms = contextlib.ExitStack()
         self._closed = False
         # Lineage is the pipeline's: inside the model the recorder sees everything.
@@ -134,6 +137,9 @@ class RunSession:
         self._handled: dict[str, Handled] = {}
         # Factory name → the user lines in the model's code that called it without device=, in order.
         self.created: dict[str, list[SourceLoc]] = {}
+        from dtype_doctor.run.models import StepModels
+
+        self.models = StepModels()  # the step's models when it calls several (a pipeline's, a teacher and a student)
 
     # ------------------------------------------------------------------ arming
 
@@ -164,6 +170,7 @@ class RunSession:
         self._arms.enter_context(self.watch)
         self._arms.enter_context(self.compiles)
         self._arms.enter_context(self.trainer_args)
+        self._arms.enter_context(self.loads)
         if self.placement.simulated:
             from dtype_doctor.machine.gpus import gpu_profile
 
@@ -238,17 +245,18 @@ class RunSession:
 
     def _call(self, original: Any, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
         top_level = self._depth == 0 and threading.get_ident() == self._thread and os.getpid() == self._pid
-        is_model = False
+        is_model = repeat = False
         if top_level and self.report is None:
             if self.model is None and _is_model_call(module, args, kwargs):
                 self._start(module, args, kwargs)
                 is_model = True
-            elif module is self.model:
+            elif module is self.model and not self.models.within_pipeline_call():
                 # The step(s) end where the next one starts: after N optimizer steps (N forwards without an optimizer).
                 done = self.watch.step_done(self.forwards + 1, self.max_steps)
                 if not done:
                     self.forwards += 1
                     self._lineage.update(boundary_lineage(self.book, module, args, kwargs))
+                    self._next_step()
                     is_model = True
                 else:
                     self.finish(None)
@@ -257,14 +265,19 @@ class RunSession:
                             self.note = "--keep-running: a simulated script cannot go on after the traced steps (its CUDA tensors hold no data); stopped"
                         raise StopScript()
             elif self.model is not None and _has_parameters(module):
-                if not self._on_step_tensors(args, kwargs):
+                joined = self._joined(module, args, kwargs)
+                if joined is None:
                     return self._unrecorded(original, module, args, kwargs)
-                assert self._session is not None
-                self._session.recorder.adopt(module, _script_name(module))
+                is_model, repeat = joined
+        if is_model:
+            self.models.called(module)
         self._depth += 1
         self._model_depth += is_model
         try:
-            return original(module, *args, **kwargs)
+            out = original(module, *args, **kwargs)
+            if repeat and self._session is not None:
+                self._session.recorder.made_by(out, module)
+            return out
         except Exception as exc:
             if is_model and self._session is not None and self.report is None:
                 self._failure = self._session.failure(exc)
@@ -272,6 +285,57 @@ class RunSession:
         finally:
             self._depth -= 1
             self._model_depth -= is_model
+            if repeat and self.models.pipeline is None and self._session is not None:
+                self._session.recorder.resume_keeping(drop=self._failure is None)
+
+    def _joined(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[bool, bool] | None:
+        """How the step takes a top-level call beside its first model: (a model's forward, a repeat), or
+        None where it is not the step's (a module called with no tensor, weight_norm's parametrization)."""
+        assert self._session is not None
+        rec = self._session.recorder
+        models = self.models
+        if models.pipeline is None and module is not self.model and self._on_step_tensors(args, kwargs):
+            # Part of the step: the script's own head on the model's hidden states, a GAN's discriminator.
+            rec.adopt(module, _script_name(module))
+            return False, self._repeat(module, rec.module_name(module) or "")
+        if module is not self.model and not _is_model_call(module, args, kwargs):
+            return None
+        holder = models.holder(module, _user_frame())
+        self._several_models()
+        if rec.module_name(holder.module) is None and not self.placement.simulated:
+            self.grads.arm(holder.module, holder.name)  # a model joining the step: its gradients too
+        rec.adopt(holder.module, holder.name, model=holder.module is module)
+        rec.adopt(module, holder.name, model=True)  # its forward is a model's, named under its holder
+        name = rec.module_name(module) or holder.name
+        if holder.name not in models.sites:
+            models.sites[holder.name] = user_site(2)
+        return True, self._repeat(module, name)
+
+    def _repeat(self, module: torch.nn.Module, name: str) -> bool:
+        """With several models, a model called again in the step is recorded (and repaired) but dropped;
+        another model's first call ends what a repeat in a pipeline's loop began dropping."""
+        if not self.models.several:
+            return False
+        rec = self._session.recorder  # type: ignore[union-attr]
+        if self.models.repeated(module, name):
+            rec.pause_keeping()
+            return True
+        rec.resume_keeping()
+        return False
+
+    def _several_models(self) -> None:
+        """The step calls more than one model: the first is named as the others are, from here on and back."""
+        if not self.models.several:
+            self.models.several = True
+            self.models.sites.setdefault(self.models.first_name().split(".", 1)[0], self.capture.call_site if self.capture else None)
+            self._session.recorder.name_root(self.models.first_name())  # type: ignore[union-attr]
+            if not self.placement.simulated:
+                self.grads.arm(self.model, self.models.first_name())  # type: ignore[arg-type]
+
+    def _next_step(self) -> None:
+        if self.models.several:
+            self._session.recorder.resume_keeping()  # type: ignore[union-attr]
+            self.models.next_step()
 
     def _on_step_tensors(self, args: tuple, kwargs: dict) -> bool:
         """A module called on what the step made (the script's own head on the model's hidden states) is
@@ -298,6 +362,7 @@ class RunSession:
 
         self.model = model
         self.forwards = 1
+        self.models.begin(model, _user_frame())
         self._info = model_info(model, None, self.alias)
         # A real trace measures values (DD301-DD303 speak about the user's own step); fake tensors hold none.
         session = self._session = TraceSession(model, recover=True, simulated=self.placement.simulated, probe_gpu=self.placement.gpu,
@@ -312,6 +377,8 @@ class RunSession:
         self.capture = StepCapture(model, named_inputs(model, args, kwargs), user_site(1), self._autocast_now(model),
                                    self._conversions, self._handled)
         session.start()
+        if self.models.pipeline is not None:  # a pipeline's component: its other components are the step's too
+            self._several_models()
 
     @property
     def steps(self) -> int:
@@ -362,6 +429,11 @@ class RunSession:
         """End the trace: `error` is what ended the script during the traced step(s), if anything."""
         assert self._session is not None and self.model is not None
         self._session.stop()
+        self._session.recorder.resume_keeping(drop=self._failure is None)
+        self._reported = self.models.root() if self.models.several else self.model
+        if self.models.several:
+            self._info = self.models.frozen(model_info(self._reported, None, self.alias))
+        self.models.done()
         self.grads.disarm()
         if self.keep_running and not self.placement.simulated:
             self._disarm()  # the rest of the run goes at full speed
@@ -414,19 +486,22 @@ class RunSession:
         if values is not None and self.grads.handles:
             trace = dataclasses.replace(trace, grads=self.grads.stats(values), grad_scaler=bool(self.watch.scaler_calls))
         coverage = self.watch.coverage(trace, self.forwards, getattr(self, "_stopped", None))
-        coverage = dataclasses.replace(coverage, compiled=self.compiles.regions(self.model, {m.name for m in trace.modules}))
-        trace = dataclasses.replace(trace, coverage=coverage, scaler=self.watch.scaler_class())
+        coverage = dataclasses.replace(coverage, compiled=self.compiles.regions(self._reported, {m.name for m in trace.modules}),
+                                       skipped=tuple(self.models.repeats.items()), dropped_ops=self._session.recorder.dropped)
+        trace = dataclasses.replace(trace, coverage=coverage, scaler=self.watch.scaler_class(),
+                                    loaded=None if self.models.several else self.loads.facts_of(self.model))
         if self.launch is not None:
             trace = self._launched(trace)
         if self.trainer_args.launch is not None:  # the script's TrainingArguments: their precision and DeepSpeed config
             trace = dataclasses.replace(trace, launch=self.trainer_args.launch)
         request = TraceRequest(select=self.select, ignore=self.ignore, subject=Subject(model=self.label))
-        report = report_from_trace(trace, self.model, request)
-        findings = tuple(self._with_move_source(self._with_creation_source(self._with_parameter_source(f))) for f in report.findings)
+        report = report_from_trace(trace, self._reported, request)
+        findings = tuple(self._with_model_source(self._with_move_source(self._with_creation_source(self._with_parameter_source(f))))
+                         for f in report.findings)
         environment = dict(report.environment)
         if self.placement.simulated or self.hide_cuda:
             environment["cuda_available"] = _real_cuda_available()
-        return dataclasses.replace(report, findings=findings, environment=environment)
+        return dataclasses.replace(report, findings=findings, environment=environment, target=self.loads.with_component_loads(report.target, self._reported))
 
     def _launched(self, trace: Trace) -> Trace:
         """The trace as rank 0 of the launcher's world, with the launch configuration it was given."""
@@ -469,7 +544,7 @@ class RunSession:
         made it, in the words of that line ("torch.arange at model.py:96"), never an aten overload."""
         from dtype_doctor.run.created import with_creation_source
 
-        return with_creation_source(finding, self.created, self.model)
+        return with_creation_source(finding, self.created, self._reported)
 
     def _with_move_source(self, finding: Any) -> Any:
         """A device mismatch on a pipeline tensor names the last user line that handled it before the
@@ -478,6 +553,21 @@ class RunSession:
 
         return with_move_source(finding, self._handled)
 
+    def _with_model_source(self, finding: Any) -> Any:
+        """A finding about one of several models as a whole (DD801, DD802) names the user's line that gave
+        that model its dtype (pipe.unet.to(torch.bfloat16), or the from_pretrained that loaded it so),
+        else the line that first called it."""
+        if finding.source is not None or not self.models.several or not finding.module:
+            return finding
+        from dtype_doctor.components import component_dtypes
+
+        head = finding.module.split(".", 1)[0]
+        dtype = component_dtypes(self._info).get(head)
+        source = self._conversions.source_for(self._reported, head, dtype=dtype) if dtype else None
+        source = source or self.loads.site_of(dict(self._reported.named_children()).get(head), dtype=dtype)
+        source = source or self.models.sites.get(head)
+        return dataclasses.replace(finding, source=source) if source is not None else finding
+
     def _with_parameter_source(self, finding: Any) -> Any:
         """A finding about parameters names the user's line that converted them (model.half())."""
         if finding.source is not None or self.model is None:
@@ -485,7 +575,7 @@ class RunSession:
         for t in finding.tensors:
             if t.origin and t.origin.startswith(("param:", "buffer:")):
                 name = t.origin.split(":", 1)[1]
-                source = self._conversions.source_for(self.model, name, dtype=t.dtype)
+                source = self._conversions.source_for(self._reported, name, dtype=t.dtype)
                 if source is not None:
                     return dataclasses.replace(finding, source=source)
         return finding
@@ -523,6 +613,12 @@ def _script_name(module: torch.nn.Module) -> str:
             if name is not None:
                 return name
     return type(module).__name__
+
+
+def _user_frame() -> Any:
+    from dtype_doctor.machine.user_code import first_user_frame, frames_above
+
+    return first_user_frame(frames_above(2))
 
 
 def _has_parameters(module: torch.nn.Module) -> bool:

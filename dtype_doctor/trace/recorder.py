@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import torch
@@ -136,7 +136,12 @@ class Recorder:
         # The same few metadata recur op after op: each TensorMeta (frozen) is built once.
         self._metas: dict[tuple, TensorMeta] = {}
         self._device_names: dict[torch.device, str] = {}
-        self._in_root = 0
+        self._in_root = 0  # forwards of the model (or of another model of the step) in progress
+        self._roots = {id(model)}  # the model and the models adopted beside it (a script's several models)
+        # Op indices where the root's outermost calls began and ended, until it is named (name_root).
+        self._root_spans: list[int] | None = []
+        self._unkept: tuple[int, int, Any] | None = None  # where ops stopped being kept (pause_keeping)
+        self.dropped = 0  # ops recorded and then dropped (a model's repeated calls)
         # The write guard of a trace on the model's own parameters (trace/guard.py), called before
         # every op by the dispatch mode: one Python mode per op instead of a second one.
         self.writes: WriteGuard | None = None
@@ -543,17 +548,81 @@ class Recorder:
             self._handles.append(mod.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
             self._handles.append(mod.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
 
-    def adopt(self, mod: torch.nn.Module, name: str) -> None:
-        """Trace `mod`, a module outside the model that the step runs (a script's own head), under `name`."""
+    def adopt(self, mod: torch.nn.Module, name: str, *, model: bool = False) -> None:
+        """Trace `mod`, a module outside the model that the step runs (a script's own head), under `name`;
+        `model`: another model of the step (a UNet beside the text encoder), whose forward is a model's."""
+        if model:
+            self._roots.add(id(mod))
         if id(mod) in self._module_names:
             return
         for sub, p in mod.named_parameters(remove_duplicate=False):
             if self.prov.get(p) is None:
                 self.prov[p] = Provenance("param", f"{name}.{sub}", f"param:{name}.{sub}")
         for sub, child in mod.named_modules():
+            if id(child) in self._module_names:  # a model already traced inside it (vae.encoder, then vae)
+                continue
             self._module_names[id(child)] = f"{name}.{sub}" if sub else name
             self._handles.append(child.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
             self._handles.append(child.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
+
+    def name_root(self, name: str) -> None:
+        """The model becomes one of several in the step: its modules, state and what it made are named
+        under `name` ("text_encoder.text_model..."), in what was recorded already and from now on; the
+        ops outside every model (the script's own) name no model."""
+        if self._root_spans is None:
+            return
+        spans, self._root_spans = self._root_spans, None
+        inside = {id(m): n for n, m in self.model.named_modules() if self._module_names.get(id(m)) == n}
+        for key, n in inside.items():
+            self._module_names[key] = f"{name}.{n}" if n else name
+        paths = set(inside.values())
+        state = {f"param:{n}" for n, _ in self.model.named_parameters(remove_duplicate=False)}
+        state |= {f"buffer:{n}" for n, _ in self.model.named_buffers(remove_duplicate=False)}
+        renamed = _RootNames(name, paths, state)
+        self.prov.update_values(renamed.provenance)
+        self._metas.clear()
+        self.stack = [("", "")] + [(renamed.module(n), t) for n, t in self.stack[1:]]
+        ends = iter(spans + [len(self.ops)] * (len(spans) % 2))
+        bounds = list(zip(ends, ends))
+        for i, op in enumerate(self.ops):
+            in_model = any(a <= i < b for a, b in bounds)
+            module = renamed.module(op.module) if (in_model or op.module) else op.module
+            module_type = op.module_type if (in_model or op.module) else ""
+            self.ops[i] = replace(op, module=module, module_type=module_type, operands=renamed.metas(op.operands),
+                                  outputs=renamed.metas(op.outputs))
+        for i, m in enumerate(self.modules):
+            self.modules[i] = replace(m, name=renamed.module(m.name) if m.name in paths else m.name,
+                                      inputs=renamed.metas(m.inputs), outputs=renamed.metas(m.outputs))
+
+    def made_by(self, out: Any, module: torch.nn.Module) -> None:
+        """The outputs of a model's repeated call, whose ops were not recorded, are known as that model's
+        (the negative prompt's embeddings go on into the UNet): "created:CLASS@NAME"."""
+        name = self._module_names.get(id(module), "")
+        with _NoTorchFunction():
+            for t in tensors_in(out):
+                if self.prov.get(t) is None:
+                    self.prov[t] = Provenance("activation", None, f"created:{type(module).__name__}@{name}")
+
+    def pause_keeping(self) -> None:
+        """Ops from here on are recorded (and repaired) as the step's, then dropped at resume_keeping:
+        a model's repeated calls (a denoising loop's later steps) add nothing the first did not say."""
+        if self._unkept is None:
+            self._unkept = (len(self.ops), len(self.modules), self.values)
+            self.values = None  # nothing measured that is dropped
+
+    def resume_keeping(self, *, drop: bool = True) -> int:
+        """Keep ops again; those since pause_keeping are dropped (kept with `drop` False). Returns how many."""
+        if self._unkept is None:
+            return 0
+        ops, modules, self.values = self._unkept
+        self._unkept = None
+        if not drop:
+            return 0
+        dropped = len(self.ops) - ops
+        del self.ops[ops:]
+        del self.modules[modules:]
+        self.dropped += dropped
+        return dropped
 
     def module_name(self, mod: torch.nn.Module) -> str | None:
         return self._module_names.get(id(mod))
@@ -567,9 +636,11 @@ class Recorder:
         name = self._module_names.get(id(mod), "?")
         self.stack.append((name, type(mod).__name__))
         self.autocast_stack.append(self.amp.current() if self.amp is not None else _autocast_state())
-        if mod is self.model:
+        if id(mod) in self._roots:
             self._in_root += 1
-            if self._in_root == 1:
+            if self._in_root == 1 and self._root_spans is not None and mod is self.model:
+                self._root_spans.append(len(self.ops))
+            if self._in_root == 1 and mod is self.model:
                 with _NoTorchFunction():
                     self._tag_boundary(mod, args, kwargs)
         if isinstance(mod, torch.nn.RNNBase):
@@ -606,8 +677,10 @@ class Recorder:
     def _module_done(self, mod: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         name, module_type = self.stack.pop() if len(self.stack) > 1 else ("", type(mod).__name__)
         self.autocast_stack.pop() if len(self.autocast_stack) > 1 else None
-        if mod is self.model:
+        if id(mod) in self._roots:
             self._in_root -= 1
+            if self._in_root == 0 and self._root_spans is not None and mod is self.model:
+                self._root_spans.append(len(self.ops))
         inputs = tuple(self.meta(t) for t in tensors_in(args, kwargs))
         outputs = tuple(self.meta(t, "output") for t in tensors_in(output))
         if self.values is not None:
@@ -650,6 +723,45 @@ class Recorder:
 _NoTorchFunction = torch._C.DisableTorchFunction
 
 
+class _RootNames:
+    """The root model's names under a prefix: its module paths, its state's origins, what it made."""
+
+    def __init__(self, prefix: str, paths: set[str], state: set[str]) -> None:
+        self.prefix, self.paths, self.state = prefix, paths, state
+
+    def module(self, path: str) -> str:
+        return (f"{self.prefix}.{path}" if path else self.prefix) if path in self.paths else path
+
+    def origin(self, origin: str | None) -> str | None:
+        if origin is None:
+            return None
+        if origin in self.state:
+            kind, _, name = origin.partition(":")
+            return f"{kind}:{self.prefix}.{name}"
+        if origin.startswith("created:") and "@" in origin:
+            made, _, at = origin.partition("@")
+            return f"{made}@{self.module(at)}" if at else origin
+        return origin
+
+    def metas(self, metas: tuple[TensorMeta, ...]) -> tuple[TensorMeta, ...]:
+        out = []
+        for t in metas:
+            origin = self.origin(t.origin)
+            if origin == t.origin:
+                out.append(t)
+                continue
+            name = origin.partition(":")[2] if t.origin in self.state else t.name
+            out.append(replace(t, origin=origin, name=name))
+        return tuple(out)
+
+    def provenance(self, p: "Provenance") -> "Provenance":
+        origin = self.origin(p.origin)
+        if origin == p.origin:
+            return p
+        name = origin.partition(":")[2] if p.origin in self.state else p.name  # type: ignore[union-attr]
+        return Provenance(p.kind, name, origin)
+
+
 def _no_modes() -> Any:
     from torch.utils._python_dispatch import _disable_current_modes
 
@@ -675,6 +787,13 @@ class _DispatchRecorder(TorchDispatchMode):
             rec.writes.before(func, args, kwargs)
         if rec._suspended:
             return func(*args, **kwargs)
+        if rec._unkept is not None and rec._in_root and rec.predict is None and rec.amp is None and rec.writes is None:
+            # Inside a model's repeated call, whose ops are dropped: run as is; only an op that raises
+            # goes through record() below, to be repaired as the first call's was.
+            try:
+                return func(*args, **kwargs)
+            except Exception:  # noqa: BLE001 - recorded and repaired (or raised) below
+                pass
         name = facts(func).name
         wrapper = wrapper_type(types)
         if wrapper is None:

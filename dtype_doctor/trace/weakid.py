@@ -50,6 +50,12 @@ class WeakIdMap(Generic[V]):
             return entry[1]
         return default
 
+    def update_values(self, fn: Any) -> None:
+        """Replace every live entry's value with `fn(value)`."""
+        for k, (ref, value) in list(self._data.items()):
+            if ref() is not None:
+                self._data[k] = (ref, fn(value))
+
     def __len__(self) -> int:
         return len(self._data)
 
