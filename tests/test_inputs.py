@@ -394,11 +394,14 @@ def test_bad_modes(loaded, data_dirs) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_simulated_transfer_makes_fake_cuda_inputs(model_dirs, data_dirs) -> None:  # type: ignore[no-untyped-def]
+    from dtype_doctor.machine.home import simulated_home
+
     lm = load_model(str(model_dirs["bert"]), placement=Placement("cuda:0", simulated=True), dtype="float16")
     b = build_batch(lm, rows(data_dirs, "text"), device="cuda:0")
     for name, t in b.inputs.items():
         assert isinstance(t, FakeTensor) and t.fake_mode is lm.fake_mode
-        assert t.device == torch.device("cuda", 0)
+        # where every simulated tensor of the step lives (meta on a CPU-only build), named cuda:0 below
+        assert t.device == simulated_home("cuda:0", fakes_cuda=True)
         tr = step(b, name, "transfer")
         assert tr.device == "cuda:0" and "fake tensor" in tr.detail
         assert b.lineage[name][-1].device == "cuda:0"

@@ -91,8 +91,11 @@ def build_batch(
 def _batch(state: BatchState, ctx: BatchContext, preprocess: str | None) -> Batch:
     """The model boundary: the last lineage step of every input, and the finished record."""
     inputs = dict(state.inputs or {})
+    # a simulated input's fake lives where machine.home puts it; the lineage names the device asked for
+    asked = ctx.device if getattr(ctx.loaded, "fake_mode", None) is not None else None
     for key, t in inputs.items():
-        state = state.step(key, value_step("model-boundary", t, f"{ctx.loaded.class_name}.forward({key}=…)"))
+        at = asked if asked is not None and getattr(t, "device", None) is not None and t.device.type != "cpu" else None
+        state = state.step(key, value_step("model-boundary", t, f"{ctx.loaded.class_name}.forward({key}=…)", device=at))
     sources = dict(state.sources)
     if "labels" in inputs and "labels" not in sources:
         alias = next((a for a in ("label", "label_ids", "target", "score") if a in sources), None)
@@ -108,6 +111,6 @@ def _batch(state: BatchState, ctx: BatchContext, preprocess: str | None) -> Batc
         preprocess=preprocess,
         preprocess_fn=ctx.preprocess,
         preprocess_mode=ctx.preprocess_mode,
-        device=next((str(t.device) for t in inputs.values() if hasattr(t, "device")), ctx.device),
+        device=asked or next((str(t.device) for t in inputs.values() if hasattr(t, "device")), ctx.device),
         notes=state.notes,
     )

@@ -66,7 +66,8 @@ def describe_value(v: Any) -> tuple[str | None, tuple[int, ...] | None, str | No
     return None, None, None, type(v).__name__
 
 
-def value_step(stage: str, v: Any, detail: str) -> LineageStep:
-    """The lineage step of value `v` (a tensor, mostly) at `stage`."""
-    dt, shape, device, _ = describe_value(v)
-    return LineageStep(stage, dt, device, shape, detail)
+def value_step(stage: str, v: Any, detail: str, *, device: str | None = None) -> LineageStep:
+    """The lineage step of value `v` (a tensor, mostly) at `stage`; `device` names a simulated
+    tensor's device as the step asked for it (cuda:0), not where its fake lives (meta)."""
+    dt, shape, where, _ = describe_value(v)
+    return LineageStep(stage, dt, device or where, shape, detail)

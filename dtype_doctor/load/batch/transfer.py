@@ -1,5 +1,6 @@
 """The transfer stage: ``batch.to(device)`` as ``Trainer`` does before the forward; with
-``--simulate``, fake tensors on the target device (no data copied)."""
+``--simulate``, fake tensors where a simulated tensor on the target device lives
+(machine.home; no data copied), named in the lineage by the device the step asked for."""
 
 from __future__ import annotations
 
@@ -21,14 +22,21 @@ def run(state: BatchState, ctx: BatchContext) -> BatchState:
             out[key] = t
             continue
         if fake_mode is not None:
-            from torch._subclasses.fake_tensor import FakeTensor
-
-            with fake_mode:
-                moved = (t if isinstance(t, FakeTensor) else fake_mode.from_tensor(t)).to(dev)
-            detail = f".to({dev}) as a fake tensor (--simulate: no data copied)"
+            moved = _simulated(t, dev, fake_mode)
+            step = value_step("transfer", moved, f".to({dev}) as a fake tensor (--simulate: no data copied)", device=str(dev))
         else:
             moved = t.to(dev)
-            detail = f".to({dev})" if t.device != dev else f"already on {dev}"
+            step = value_step("transfer", moved, f".to({dev})" if t.device != dev else f"already on {dev}")
         out[key] = moved
-        state = state.step(key, value_step("transfer", moved, detail))
+        state = state.step(key, step)
     return state.but(inputs=out)
+
+
+def _simulated(t: Any, dev: Any, fake_mode: Any) -> Any:
+    """`t` as a fake tensor where a simulated tensor on `dev` lives (machine.home)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    from dtype_doctor.machine.home import simulated_home
+
+    with fake_mode:
+        return (t if isinstance(t, FakeTensor) else fake_mode.from_tensor(t)).to(simulated_home(dev, fakes_cuda=True))
