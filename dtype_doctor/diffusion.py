@@ -91,14 +91,7 @@ def diagnose_pipeline(
     if not modules:
         raise TypeError(f"{type(pipeline).__name__} holds no torch modules to trace")
     container = PipelineComponents(pipeline, modules)
-    kwargs: dict[str, Any] = {"num_inference_steps": steps, "output_type": "np", **(call or {})}
-    size = _image_size(pipeline)
-    if size is not None:
-        kwargs.setdefault("height", height or size)
-        kwargs.setdefault("width", width or size)
-    set_bar = getattr(pipeline, "set_progress_bar_config", None)
-    if callable(set_bar):
-        set_bar(disable=True)
+    kwargs = call_arguments(pipeline, steps=steps, height=height, width=width, call=call)
     w = watch(container, request, raise_errors=False)
     try:
         with w, torch.no_grad():
@@ -108,6 +101,21 @@ def diagnose_pipeline(
             raise
     assert w.report is not None
     return w.report
+
+
+def call_arguments(pipeline: Any, *, steps: int = 1, height: int | None = None, width: int | None = None,
+                   call: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The keywords of the one traced call, `pipeline(prompt, **them)`: `steps` denoising steps, a numpy
+    image of the smallest size the denoiser takes, `call` added; the progress bar turned off."""
+    kwargs: dict[str, Any] = {"num_inference_steps": steps, "output_type": "np", **(call or {})}
+    size = _image_size(pipeline)
+    if size is not None:
+        kwargs.setdefault("height", height or size)
+        kwargs.setdefault("width", width or size)
+    set_bar = getattr(pipeline, "set_progress_bar_config", None)
+    if callable(set_bar):
+        set_bar(disable=True)
+    return kwargs
 
 
 def _image_size(pipeline: Any) -> int | None:

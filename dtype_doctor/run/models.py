@@ -152,6 +152,11 @@ class StepModels:
         self._with_grad: dict[str, bool] = {}  # holder name → whether any of its calls ran with gradients on
         self.sites: dict[str, Any] = {}  # model name → the user's line that first called it
 
+    def expect(self, pipeline: Any) -> None:
+        """The pipeline the step will run, known before it runs: the caller is the doctor itself
+        (`scan PIPELINE_DIR --simulate`), so no user frame holds it to be found by."""
+        self.pipeline = pipeline
+
     def begin(self, model: torch.nn.Module, frame: FrameType | None) -> None:
         self.first = model
         self._called = {id(model)}
