@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 
@@ -163,3 +164,34 @@ def test_a_finding_in_the_student_names_the_student(workdir: Path, monkeypatch: 
     assert half["message"].startswith("4 of 4 trainable")  # the teacher, called under no_grad, trains nowhere
     assert _by_code(report, "DD102") == [] and _by_code(report, "DD801") == []
     assert report["coverage"]["steps"] == 1 and report["coverage"]["phases"]["optimizer"] is True
+
+
+@pytest.mark.parametrize(("folder", "dtype", "cast", "strategy", "plain_fails"), [
+    ("sd", "float32", "bf16-unet", "cast-component", True),
+    ("sd-hot-vae", "float16", "as-loaded", "vae-fp32", False),
+], ids=["bf16-unet", "fp16-vae"])
+def test_fix_run_writes_the_pipeline_fix_into_the_script(folder: str, dtype: str, cast: str, strategy: str, plain_fails: bool,
+                                                          pipelines: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    args = [str(pipelines / folder), dtype, cast, "cpu"]
+    if plain_fails:
+        with pytest.raises(RuntimeError):
+            _plain("generate.py", *args, monkeypatch=monkeypatch)
+    else:
+        _plain("generate.py", *args, monkeypatch=monkeypatch)
+        assert "nan image: True" in capsys.readouterr().out
+    code, report, err = _run(["fix", "--run", "--write-patch", "fix.patch", "-f", "json", "--", "python", "generate.py", *args], capsys)
+    fix = report["fix"]
+    assert code == 0, err[-2000:]
+    assert fix["verified"] and fix["after"]["summary"]["error"] == 0
+    assert [s["strategy"] for s in fix["applied"] if s["status"] == "applied"] == [strategy]
+    assert fix["patch"]["files"] == ["generate.py"]
+    assert (workdir / "generate.py").read_text() == PIPELINE_SCRIPT  # only the patch is written
+    # The lines go after the user's cast and the move, before the pipeline's first call.
+    subprocess.run(["git", "apply", "fix.patch"], cwd=workdir, check=True)
+    patched = (workdir / "generate.py").read_text().splitlines()
+    call = next(i for i, s in enumerate(patched) if s.startswith("image = pipe("))
+    assert patched[_line(PIPELINE_SCRIPT, "pipe.to(sys.argv[4])")].startswith(f"pipe.{'unet' if plain_fails else 'vae'}.to(torch.float32)")
+    assert call > _line(PIPELINE_SCRIPT, "pipe.to(sys.argv[4])")
+    _plain("generate.py", *args, monkeypatch=monkeypatch)  # the patched script, plainly: no error, a finite image
+    assert "nan image: False" in capsys.readouterr().out

@@ -491,9 +491,11 @@ def _leftover(f: Finding, why: str) -> Leftover:
 def _report(before: RunResult, strategy: str, steps: list[Step], verified: bool, after: Report, rounds: int, detail: str,
             patch: PatchOutcome | None = None, skipped: str | None = None, remaining: tuple[Leftover, ...] = (),
             new: tuple[Leftover, ...] = (), rejected: tuple[RejectedEdit, ...] = ()) -> Report:
+    # One line for what several findings said alike (each DD101 of a UNet cast alone: "names no fix").
+    said = {(s.strategy, s.status, s.detail): s for s in steps}
     outcome = FixOutcome(
         strategy=strategy,
-        steps=tuple(steps),
+        steps=tuple(said.values()),
         verified=verified,
         after_findings=after.findings,
         after_summary=after.summary,
