@@ -119,7 +119,23 @@ def simulated_step(it: Loaded, spec: str, placement: Any) -> Report:
     if session.report is None:
         said = f": {type(error).__name__}: {first_line(error)}" if error is not None else ""
         raise InputError(f"{spec}: the simulated pipeline call stopped before its first component ran{said}")
-    return session.report
+    return _libraries_named(session.report)
+
+
+def _libraries_named(report: Report) -> Report:
+    """No line of the user's asked for the stand-ins (the doctor called the pipeline): a library's
+    line is named from its package ("diffusers/schedulers/scheduling_ddim.py:448"), not site-packages."""
+    trace = report.trace
+    if trace is None or not trace.stand_ins:
+        return report
+
+    def named(loc: Any) -> Any:
+        parts = Path(loc.file).parts if loc else ()
+        at = max((i for i, p in enumerate(parts) if p in ("site-packages", "dist-packages")), default=None)
+        return dataclasses.replace(loc, file="/".join(parts[at + 1:])) if at is not None else loc
+
+    stand_ins = tuple(dataclasses.replace(s, source=named(s.source)) for s in trace.stand_ins)
+    return dataclasses.replace(report, trace=dataclasses.replace(trace, stand_ins=stand_ins))
 
 
 def fix_pipeline(spec: str, dataset: str | None, options: Any, *, prompt: str | None = None, strategy: str = "auto",

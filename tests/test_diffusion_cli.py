@@ -120,6 +120,8 @@ def test_scan_simulate_traces_the_folder_on_a_simulated_gpu(capsys, folder: Path
     verdicts = lambda rep: sorted((f["code"], f["module"]) for f in rep["findings"] if f["severity"] != "info")  # noqa: E731
     assert verdicts(report) == verdicts(real.json())
     assert ("DD801", "unet") in verdicts(report) and report["coverage"]["complete"]
+    # The scheduler's table read at the simulated timestep: a stand-in, listed.
+    assert any(s["what"].startswith("Tensor.__getitem__") for s in report["stand_ins"])
     assert list(folder.parent.iterdir()) == [folder]  # nothing written beside it
 
 
