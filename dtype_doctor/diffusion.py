@@ -27,13 +27,19 @@ from dtype_doctor.trace.request import TraceRequest
 
 
 class PipelineComponents(torch.nn.Module):
-    """A pipeline's torch modules as children named by their component names (held, not copied)."""
+    """A pipeline's torch modules as children named by their component names (held, not copied).
 
-    def __init__(self, pipeline: Any, modules: dict[str, torch.nn.Module] | None = None) -> None:
+    The one container of models traced as one: `diagnose_pipeline`'s, and `run`'s for a script whose
+    step calls several models (run/models.py), where `modules` may add the script's own models to a
+    pipeline's, or be a script's models alone (a teacher and a student: `pipeline` None, `name` says
+    what the report calls them)."""
+
+    def __init__(self, pipeline: Any, modules: dict[str, torch.nn.Module] | None = None, *, name: str | None = None) -> None:
         super().__init__()
         modules = modules_of(pipeline) if modules is None else modules
         self.pipeline = pipeline  # not a module: held, never traced as a child
-        self.pipeline_class = type(pipeline).__name__
+        # What the report calls the model: the pipeline's class, else `name`.
+        self.pipeline_class = type(pipeline).__name__ if pipeline is not None else name or " + ".join(modules)
         self._classes = tuple((name, type(m).__name__) for name, m in modules.items())
         # The modules each component declares fp32 (T5's "wo"), as the container's own: the rules and
         # the recorder read a model's declaration, and a pipeline's is the union of its components'.
@@ -51,6 +57,8 @@ class PipelineComponents(torch.nn.Module):
         """A new container over a shallow copy of the pipeline whose `name` is `module` (the rest shared)."""
         import copy
 
+        if self.pipeline is None:
+            raise TypeError("a container of a script's models holds no pipeline to copy")
         pipeline = copy.copy(self.pipeline)
         setattr(pipeline, name, module)
         return PipelineComponents(pipeline)
@@ -61,7 +69,7 @@ class PipelineComponents(torch.nn.Module):
 
 def modules_of(pipeline: Any) -> dict[str, torch.nn.Module]:
     """The pipeline's components that are torch modules (text encoders, UNet/transformer, VAE, adapters)."""
-    components = getattr(pipeline, "components", {}) or {}
+    components = getattr(pipeline, "components", None) or {}
     return {name: c for name, c in components.items() if isinstance(c, torch.nn.Module)}
 
 
@@ -91,14 +99,7 @@ def diagnose_pipeline(
     if not modules:
         raise TypeError(f"{type(pipeline).__name__} holds no torch modules to trace")
     container = PipelineComponents(pipeline, modules)
-    kwargs: dict[str, Any] = {"num_inference_steps": steps, "output_type": "np", **(call or {})}
-    size = _image_size(pipeline)
-    if size is not None:
-        kwargs.setdefault("height", height or size)
-        kwargs.setdefault("width", width or size)
-    set_bar = getattr(pipeline, "set_progress_bar_config", None)
-    if callable(set_bar):
-        set_bar(disable=True)
+    kwargs = call_arguments(pipeline, steps=steps, height=height, width=width, call=call)
     w = watch(container, request, raise_errors=False)
     try:
         with w, torch.no_grad():
@@ -108,6 +109,21 @@ def diagnose_pipeline(
             raise
     assert w.report is not None
     return w.report
+
+
+def call_arguments(pipeline: Any, *, steps: int = 1, height: int | None = None, width: int | None = None,
+                   call: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The keywords of the one traced call, `pipeline(prompt, **them)`: `steps` denoising steps, a numpy
+    image of the smallest size the denoiser takes, `call` added; the progress bar turned off."""
+    kwargs: dict[str, Any] = {"num_inference_steps": steps, "output_type": "np", **(call or {})}
+    size = _image_size(pipeline)
+    if size is not None:
+        kwargs.setdefault("height", height or size)
+        kwargs.setdefault("width", width or size)
+    set_bar = getattr(pipeline, "set_progress_bar_config", None)
+    if callable(set_bar):
+        set_bar(disable=True)
+    return kwargs
 
 
 def _image_size(pipeline: Any) -> int | None:

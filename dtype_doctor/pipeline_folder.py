@@ -4,6 +4,11 @@ as a user's script would and traced as one denoising step (dtype_doctor.diffusio
     report = scan_pipeline("sd-tiny", None, ScanOptions(), prompt="a photo")
     report = fix_pipeline("sd-tiny", None, ScanOptions(), prompt="a photo", write_patch="fix.patch")
 
+`--simulate` traces the same step on a simulated CUDA machine, as `run --simulate` runs a script's
+(machine/simulate.py through run's RunSession): the pipeline is loaded with its real weights on the
+CPU, moved to the simulated GPU (tensors without data), and called once; a finding needing values
+(DD802's overflow) is not measured there.
+
 A fix changes the loaded pipeline in memory (cast-component, vae-fp32), re-traces the step to
 verify it, and writes the change as lines of the user's loading code: into `--script FILE.py`
 (before its pipeline's first call) or, without one, a new `dtype_doctor_fix.py` whose
@@ -37,17 +42,20 @@ class Loaded:
     def trace(self, pipeline: Any, request: TraceRequest | None = None, prompt: str | None = None) -> Report:
         from dtype_doctor.diffusion import diagnose_pipeline
 
-        report = diagnose_pipeline(pipeline, request or self.request, prompt=prompt or self.prompt)
+        return self.finished(diagnose_pipeline(pipeline, request or self.request, prompt=prompt or self.prompt))
+
+    def finished(self, report: Report) -> Report:
+        """The report with the load's facts: the dtype the pipeline loaded in, and where it came from."""
         facts = dataclasses.replace(self.loaded.load_facts, dtype=report.target.model_dtype or self.loaded.load_facts.dtype)
         return dataclasses.replace(report, target=dataclasses.replace(report.target, loaded_dtype=facts))
 
 
 def load(spec: str, dataset: str | None, options: Any, prompt: str | None,
-         progress: Callable[[str], None] | None = None) -> Loaded:
+         progress: Callable[[str], None] | None = None, *, fixing: bool = False) -> Loaded:
     from dtype_doctor.load.pipeline_dir import load_pipeline, refuse_options
 
     options.validate()
-    refuse_options(options)
+    refuse_options(options, fixing=fixing)
     if dataset is not None and prompt is not None:
         raise UsageError("--prompt and DATASET both give the prompt; pass one")
     say = progress or (lambda _msg: None)
@@ -55,12 +63,13 @@ def load(spec: str, dataset: str | None, options: Any, prompt: str | None,
         say(f"reading a prompt from {dataset}")
         prompt = prompt_from(dataset, options.split)
     say(f"loading pipeline {spec}")
-    loaded = load_pipeline(spec, dtype=options.dtype, device=options.placement.device or "cpu",
+    device = "cpu" if options.simulate else options.placement.device or "cpu"  # simulated: moved where traced
+    loaded = load_pipeline(spec, dtype=options.dtype, device=device,
                            trust_remote_code=options.trust_remote_code, allow_pickle=options.allow_pickle,
                            components=options.component_dtypes)
     request = TraceRequest(placement=dataclasses.replace(options.placement, device=None), select=options.select,
                            ignore=options.ignore, subject=Subject(spec, dataset, options.split if dataset else None))
-    say("tracing one denoising step")
+    say("tracing one denoising step" + (" on a simulated GPU" if options.simulate else ""))
     return Loaded(loaded, prompt or DEFAULT_PROMPT, request)
 
 
@@ -81,7 +90,52 @@ def scan_pipeline(spec: str, dataset: str | None, options: Any, *, prompt: str |
                   progress: Callable[[str], None] | None = None) -> Report:
     """Load the pipeline folder, trace one denoising step, judge it."""
     it = load(spec, dataset, options, prompt, progress)
+    if options.simulate:
+        return it.finished(simulated_step(it, spec, options.placement))
     return it.trace(it.loaded.pipeline)
+
+
+def simulated_step(it: Loaded, spec: str, placement: Any) -> Report:
+    """The pipeline's one call on a simulated CUDA machine, traced as `run --simulate` traces a
+    script's: moved to the GPU and called inside a RunSession, each component traced as itself."""
+    from dtype_doctor.diffusion import call_arguments
+    from dtype_doctor.errors import InputError, StopScript, first_line
+    from dtype_doctor.run.session import RunSession
+
+    pipe = it.loaded.pipeline
+    kwargs = call_arguments(pipe)
+    session = RunSession(steps=1, select=it.request.select, ignore=it.request.ignore, label=spec, placement=placement)
+    session.models.expect(pipe)
+    error: BaseException | None = None
+    with session:
+        try:
+            pipe.to(placement.device)
+            pipe(it.prompt, **kwargs)
+        except StopScript:
+            pass
+        except Exception as exc:  # noqa: BLE001 - the report holds the failure, as run's does
+            error = exc
+        session.close(error)
+    if session.report is None:
+        said = f": {type(error).__name__}: {first_line(error)}" if error is not None else ""
+        raise InputError(f"{spec}: the simulated pipeline call stopped before its first component ran{said}")
+    return _libraries_named(session.report)
+
+
+def _libraries_named(report: Report) -> Report:
+    """No line of the user's asked for the stand-ins (the doctor called the pipeline): a library's
+    line is named from its package ("diffusers/schedulers/scheduling_ddim.py:448"), not site-packages."""
+    trace = report.trace
+    if trace is None or not trace.stand_ins:
+        return report
+
+    def named(loc: Any) -> Any:
+        parts = Path(loc.file).parts if loc else ()
+        at = max((i for i, p in enumerate(parts) if p in ("site-packages", "dist-packages")), default=None)
+        return dataclasses.replace(loc, file="/".join(parts[at + 1:])) if at is not None else loc
+
+    stand_ins = tuple(dataclasses.replace(s, source=named(s.source)) for s in trace.stand_ins)
+    return dataclasses.replace(report, trace=dataclasses.replace(trace, stand_ins=stand_ins))
 
 
 def fix_pipeline(spec: str, dataset: str | None, options: Any, *, prompt: str | None = None, strategy: str = "auto",
@@ -94,7 +148,7 @@ def fix_pipeline(spec: str, dataset: str | None, options: Any, *, prompt: str | 
     from dtype_doctor.pipeline import fix_files
 
     patch_path, script_path = fix_files(strategy, write_patch, script, force=force)
-    it = load(spec, dataset, options, prompt, progress)
+    it = load(spec, dataset, options, prompt, progress, fixing=True)
     result = fix_model(PipelineComponents(it.loaded.pipeline), {"prompt": it.prompt}, it.request, strategy=strategy,
                        fail_on=fail_on, unsafe_fixes=unsafe_fixes, force=force, max_rounds=max_rounds, measure=False,
                        tracer=lambda p: it.trace(p.model.pipeline, p.request, p.inputs["prompt"]))
@@ -108,7 +162,7 @@ def fix_pipeline(spec: str, dataset: str | None, options: Any, *, prompt: str | 
 
     def check(apply_fix: Callable[[Any], Any]) -> str | None:
         """The written lines, run on the pipeline loaded afresh: None when its step is clean at --fail-on."""
-        again = load(spec, dataset, options, it.prompt)
+        again = load(spec, dataset, options, it.prompt, fixing=True)
         after = it.trace(apply_fix(again.loaded.pipeline))
         left = after.at_or_above(fail_on)
         return f"{len(left)} finding(s) at or above {fail_on} remain ({', '.join(sorted({f.code for f in left}))})" if left else None

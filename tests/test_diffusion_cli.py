@@ -105,6 +105,26 @@ def test_an_fp16_vae_that_overflows_is_kept_in_float32(capsys, hot_folder: Path,
     assert run.stdout.strip() == "finite", run.stderr[-2000:]
 
 
+def test_scan_simulate_traces_the_folder_on_a_simulated_gpu(capsys, folder: Path) -> None:
+    """The bf16 UNet in an fp32 pipeline, on a simulated A100: the verdicts of the real CPU trace,
+    each component on cuda:0."""
+    real = cli(capsys, "scan", folder, "--dtype", "unet=bf16", "--format", "json")
+    r = cli(capsys, "scan", folder, "--dtype", "unet=bf16", "--simulate", "--gpu", "a100", "--format", "json")
+    assert (real.code, r.code) == (1, 1), r.err
+    report = r.json()
+    validate_report(report)
+    target = report["target"]
+    assert (target["simulated"], target["device"]) == (True, "cuda:0")
+    assert [(c["name"], c["dtype"], c["devices"]) for c in target["components"]] == [
+        ("vae", "float32", ["cuda:0"]), ("text_encoder", "float32", ["cuda:0"]), ("unet", "bfloat16", ["cuda:0"])]
+    verdicts = lambda rep: sorted((f["code"], f["module"]) for f in rep["findings"] if f["severity"] != "info")  # noqa: E731
+    assert verdicts(report) == verdicts(real.json())
+    assert ("DD801", "unet") in verdicts(report) and report["coverage"]["complete"]
+    # The scheduler's table read at the simulated timestep: a stand-in, listed.
+    assert any(s["what"].startswith("Tensor.__getitem__") for s in report["stand_ins"])
+    assert list(folder.parent.iterdir()) == [folder]  # nothing written beside it
+
+
 @pytest.mark.parametrize("case", ["bad-json", "custom-code", "simulate", "unknown-component", "no-diffusers"])
 def test_a_folder_that_cannot_be_scanned_is_one_line(capsys, monkeypatch, tmp_path: Path, case: str) -> None:
     folder = tmp_path / "pipe"
@@ -118,8 +138,8 @@ def test_a_folder_that_cannot_be_scanned_is_one_line(capsys, monkeypatch, tmp_pa
         if case == "custom-code":
             index["unet"] = ["my_unet", "MyUNet"]
         (folder / "model_index.json").write_text(json.dumps(index))
-    if case == "simulate":
-        args.append("--simulate")
+    if case == "simulate":  # scan takes it (below); fix verifies on real weights
+        args = ["fix", folder, "--simulate"]
     if case == "unknown-component":
         args += ["--dtype", "unt=bf16"]
     if case == "no-diffusers":

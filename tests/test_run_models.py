@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 
@@ -32,6 +33,8 @@ pipe = StableDiffusionPipeline.from_pretrained(sys.argv[1], torch_dtype=getattr(
 pipe.set_progress_bar_config(disable=True)
 if sys.argv[3] == "bf16-unet":
     pipe.unet.to(torch.bfloat16)
+elif sys.argv[3] == "fp32-vae":  # "keep the VAE in fp32", half done: nothing casts the latents it decodes
+    pipe.vae.to(torch.float32)
 pipe.to(sys.argv[4])
 image = pipe("a cat", num_inference_steps=2, output_type="np").images
 print("nan image:", bool(image.mean() != image.mean()))
@@ -163,3 +166,38 @@ def test_a_finding_in_the_student_names_the_student(workdir: Path, monkeypatch: 
     assert half["message"].startswith("4 of 4 trainable")  # the teacher, called under no_grad, trains nowhere
     assert _by_code(report, "DD102") == [] and _by_code(report, "DD801") == []
     assert report["coverage"]["steps"] == 1 and report["coverage"]["phases"]["optimizer"] is True
+
+
+@pytest.mark.parametrize(("folder", "dtype", "cast", "strategy", "plain_fails"), [
+    ("sd", "float32", "bf16-unet", "cast-component", True),
+    ("sd-hot-vae", "float16", "as-loaded", "vae-fp32", False),
+    # DD801 at vae, DD101 at vae.post_quant_conv: the VAE's own fix clears both (autocast around the
+    # call, the DD101's first edit, would run the fp32 VAE in fp16 again).
+    ("sd", "float16", "fp32-vae", "vae-fp32", True),
+], ids=["bf16-unet", "fp16-vae", "fp32-vae"])
+def test_fix_run_writes_the_pipeline_fix_into_the_script(folder: str, dtype: str, cast: str, strategy: str, plain_fails: bool,
+                                                          pipelines: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    args = [str(pipelines / folder), dtype, cast, "cpu"]
+    if plain_fails:
+        with pytest.raises(RuntimeError):
+            _plain("generate.py", *args, monkeypatch=monkeypatch)
+    else:
+        _plain("generate.py", *args, monkeypatch=monkeypatch)
+        assert "nan image: True" in capsys.readouterr().out
+    code, report, err = _run(["fix", "--run", "--write-patch", "fix.patch", "-f", "json", "--", "python", "generate.py", *args], capsys)
+    fix = report["fix"]
+    assert code == 0, err[-2000:]
+    assert fix["verified"] and fix["after"]["summary"]["error"] == 0
+    assert [s["strategy"] for s in fix["applied"] if s["status"] == "applied"] == [strategy]
+    assert fix["patch"]["files"] == ["generate.py"]
+    assert (workdir / "generate.py").read_text() == PIPELINE_SCRIPT  # only the patch is written
+    # The lines go after the user's cast and the move, before the pipeline's first call.
+    subprocess.run(["git", "apply", "fix.patch"], cwd=workdir, check=True)
+    patched = (workdir / "generate.py").read_text().splitlines()
+    call = next(i for i, s in enumerate(patched) if s.startswith("image = pipe("))
+    component = "unet" if strategy == "cast-component" else "vae"
+    assert patched[_line(PIPELINE_SCRIPT, "pipe.to(sys.argv[4])")].startswith(f"pipe.{component}.to(torch.float32)")
+    assert call > _line(PIPELINE_SCRIPT, "pipe.to(sys.argv[4])")
+    _plain("generate.py", *args, monkeypatch=monkeypatch)  # the patched script, plainly: no error, a finite image
+    assert "nan image: False" in capsys.readouterr().out

@@ -109,7 +109,7 @@ def fix_command(model: FixModel = None, dataset: FixDataset = None, command: Com
             raise
     elif not command and pipeline_folder(model, dataset, prompt):
         assert model is not None
-        options = check_pipeline_folder(model, dataset, batch, loading, machine, step, findings, general)
+        options = check_pipeline_folder(model, dataset, batch, loading, machine, step, findings, general, fixing=True)
         reporting = Reporting.prepare(outputs, findings, writes=writes, model=model, dataset=dataset, script=fix.script,
                                       config=general.config)
         from dtype_doctor.cli.reporting import quiet_diffusers

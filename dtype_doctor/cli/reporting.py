@@ -35,9 +35,10 @@ def check_pipeline(model: str, dataset: str, batch: o.Batch, loading: o.Loading,
 
 
 def check_pipeline_folder(model: str, dataset: str | None, batch: o.Batch, loading: o.Loading, machine: o.Machine,
-                          step: o.Step, findings: o.Findings, general: o.General) -> Any:
+                          step: o.Step, findings: o.Findings, general: o.General, *, fixing: bool = False) -> Any:
     """PIPELINE_DIR [DATASET] checked (no torch yet): its model_index.json, the options a pipeline
-    takes (--dtype may name components: float16,vae=float32), diffusers installed; as ScanOptions."""
+    takes (--dtype may name components: float16,vae=float32; --simulate for scan, not fix), diffusers
+    installed; as ScanOptions."""
     from dtype_doctor.load.pipeline_dir import check_pipeline_dir, refuse_options, require_diffusers
 
     if dataset is not None:
@@ -47,7 +48,7 @@ def check_pipeline_folder(model: str, dataset: str | None, batch: o.Batch, loadi
     check_values(loading, machine, step, findings)
     options = dataclasses.replace(o.scan_options(batch, loading, machine, step, findings, general), component_dtypes=components)
     options.validate()
-    refuse_options(options)
+    refuse_options(options, fixing=fixing)
     index = check_pipeline_dir(model, trust_remote_code=options.trust_remote_code)
     for name, _ in components:
         checks.choice("--dtype component", name, index.modules)

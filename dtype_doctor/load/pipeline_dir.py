@@ -153,13 +153,15 @@ def _main_dtype(pipe: Any) -> str:
     return max(sizes, key=sizes.__getitem__) if sizes else "float32"
 
 
-def refuse_options(options: Any) -> None:
-    """The scan options that shape a model's batch or load, which a pipeline folder has no use for."""
-    refused = (("--preprocess", options.preprocess), ("--train", options.train), ("--simulate", options.simulate),
+def refuse_options(options: Any, *, fixing: bool = False) -> None:
+    """The scan options that shape a model's batch or load, which a pipeline folder has no use for
+    (`fixing`: fix's, which also refuses --simulate: its fix is verified on real weights)."""
+    refused = (("--preprocess", options.preprocess), ("--train", options.train), ("--simulate", fixing and options.simulate),
                ("--load-in-4bit", options.load_in_4bit), ("--load-in-8bit", options.load_in_8bit),
                ("--gpus", options.gpus != 1), ("--device-map", options.device_map), ("--autocast", options.autocast != "off"))
     for flag, given in refused:
         if given:
-            why = ("a pipeline is traced with real weights, as its call runs them"
-                   if flag == "--simulate" else "a pipeline is traced as its own call runs it")
-            raise UsageError(f"{flag} does not apply to a diffusers pipeline folder: {why}")
+            if flag == "--simulate":
+                raise UsageError("--simulate does not apply to fix PIPELINE_DIR: its fix is verified by running the "
+                                 "pipeline with real weights (scan PIPELINE_DIR --simulate previews it on a simulated GPU)")
+            raise UsageError(f"{flag} does not apply to a diffusers pipeline folder: a pipeline is traced as its own call runs it")

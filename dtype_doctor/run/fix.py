@@ -222,8 +222,9 @@ class _Loop:
             if cand.identity not in made and edits.first_that_applies([cand.attempt]):
                 made[cand.identity] = cand
         taken: dict[Key, Candidate] = {}
+        waits = self._waiting()
         for key, plan in ([] if only_kept else self.plans.items()):
-            if key in self.kept or key in self.fixed_by:
+            if key in self.kept or key in self.fixed_by or key in waits:
                 continue
             while self.position[key] < len(plan.candidates):
                 cand = plan.candidates[self.position[key]]
@@ -244,6 +245,16 @@ class _Loop:
             return None
         kept = {k: c for k, c in self.kept.items()}
         return Written(edits.changed, dict(edits.originals), taken, kept, tuple(edits.outcomes))
+
+    def _waiting(self) -> set[Key]:
+        """The findings inside a module another open finding's edit changes whole (a DD101 at unet.conv_in
+        while DD801's `pipe.unet.to(torch.float32)` is untried): they wait a round, as that edit may clear
+        them too; an edit of their own first (autocast around the pipeline call) would undo it."""
+        wholes = {p.finding.module: k for k, p in self.plans.items()
+                  if p.finding.module and k not in self.kept and k not in self.fixed_by
+                  and self.position[k] < len(p.candidates) and any(r.target == p.finding.module for r in p.finding.remedies)}
+        return {k for k, p in self.plans.items()
+                if any(k != w and (p.finding.module or "").startswith(m + ".") for m, w in wholes.items())}
 
     # -- re-run
 
@@ -491,9 +502,11 @@ def _leftover(f: Finding, why: str) -> Leftover:
 def _report(before: RunResult, strategy: str, steps: list[Step], verified: bool, after: Report, rounds: int, detail: str,
             patch: PatchOutcome | None = None, skipped: str | None = None, remaining: tuple[Leftover, ...] = (),
             new: tuple[Leftover, ...] = (), rejected: tuple[RejectedEdit, ...] = ()) -> Report:
+    # One line for what several findings said alike (each DD101 of a UNet cast alone: "names no fix").
+    said = {(s.strategy, s.status, s.detail): s for s in steps}
     outcome = FixOutcome(
         strategy=strategy,
-        steps=tuple(steps),
+        steps=tuple(said.values()),
         verified=verified,
         after_findings=after.findings,
         after_summary=after.summary,

@@ -7,9 +7,10 @@ maps names to modules) when a diffusers pipeline holds it, else the script's var
 `self.` attribute). A module called on its own inside such a holder (`vae.decoder`, which
 `vae.decode()` calls) is traced as part of its holder, under the holder's name ("vae.decoder...").
 
-The report's model is `Holders`: the holders as one module whose children are named so, read by
-`model_info` as a pipeline traced as one (`pipeline_components`), so module paths, parameters,
-`target.components` and the component rules (DD801, DD802) read as `diagnose_pipeline`'s.
+The report's model is `diagnose_pipeline`'s container, dtype_doctor.diffusion.PipelineComponents:
+the holders as one module whose children are named so, read by `model_info` as a pipeline traced as
+one (`pipeline_components`), so module paths, parameters, `target.components` and the component
+rules (DD801, DD802) read as `diagnose_pipeline`'s.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ import dataclasses
 import sys
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from dtype_doctor.records import ModelInfo
+
+if TYPE_CHECKING:
+    from dtype_doctor.diffusion import PipelineComponents
 
 
 @dataclass(frozen=True)
@@ -34,24 +38,6 @@ class Holder:
     pipeline: Any = None  # the diffusers pipeline whose component it is, if one is
 
 
-class Holders(torch.nn.Module):
-    """The step's models as children named by their holders' names (held, not copied)."""
-
-    def __init__(self, holders: list[Holder], pipeline_class: str | None) -> None:
-        super().__init__()
-        # What the report calls the model: the pipeline's class, else the models' names ("teacher + student").
-        self.pipeline_class = pipeline_class or " + ".join(h.name for h in holders)
-        self._classes = tuple((h.name, type(h.module).__name__) for h in holders)
-        for h in holders:
-            self.add_module(h.name, h.module)
-
-    def pipeline_components(self) -> tuple[tuple[str, str], ...]:
-        return self._classes
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - a container is never called
-        raise TypeError("the script calls its models itself")
-
-
 def is_pipeline(obj: Any) -> bool:
     """A diffusers pipeline (without importing diffusers): its class derives from DiffusionPipeline."""
     return not isinstance(obj, torch.nn.Module) and any(
@@ -60,8 +46,9 @@ def is_pipeline(obj: Any) -> bool:
 
 def pipeline_modules(pipeline: Any) -> dict[str, torch.nn.Module]:
     """The pipeline's components that are torch modules, by component name."""
-    components = getattr(pipeline, "components", None) or {}
-    return {name: c for name, c in components.items() if isinstance(c, torch.nn.Module)}
+    from dtype_doctor.diffusion import modules_of
+
+    return modules_of(pipeline)
 
 
 def holder_of(module: torch.nn.Module, frame: FrameType | None) -> Holder | None:
@@ -152,6 +139,11 @@ class StepModels:
         self._with_grad: dict[str, bool] = {}  # holder name → whether any of its calls ran with gradients on
         self.sites: dict[str, Any] = {}  # model name → the user's line that first called it
 
+    def expect(self, pipeline: Any) -> None:
+        """The pipeline the step will run, known before it runs: the caller is the doctor itself
+        (`scan PIPELINE_DIR --simulate`), so no user frame holds it to be found by."""
+        self.pipeline = pipeline
+
     def begin(self, model: torch.nn.Module, frame: FrameType | None) -> None:
         self.first = model
         self._called = {id(model)}
@@ -221,12 +213,13 @@ class StepModels:
     def done(self) -> None:
         self._pipeline_call = None  # the frame and what it holds go
 
-    def root(self) -> Holders:
+    def root(self) -> "PipelineComponents":
         """The report's model: every model the step called, and a pipeline's other components, by name."""
         holders = list(self.holders.values())
         if self.pipeline is not None:  # the pipeline's components in its own order, then the script's other models
             own = {id(h.module): h for h in holders}
             components = [own.get(id(m)) or Holder(n, m, self.pipeline) for n, m in pipeline_modules(self.pipeline).items()]
             holders = components + [h for h in holders if all(h.module is not c.module for c in components)]
-        pipeline_class = type(self.pipeline).__name__ if self.pipeline is not None else None
-        return Holders(holders, pipeline_class)
+        from dtype_doctor.diffusion import PipelineComponents
+
+        return PipelineComponents(self.pipeline, {h.name: h.module for h in holders}, name=" + ".join(h.name for h in holders))
