@@ -26,7 +26,7 @@ class KeepFp32(
 
     def describe(self, c: Change) -> str:
         if c.target != "model":
-            return f"keep {c.target} float32 instead of {c.before}"
+            return f"keep {c.target} float32" + (f" instead of {c.before}" if c.before else "")
         return (
             (f"convert the model {c.before} → {c.to}" if c.before != c.to else f"keep the model {c.to}")
             + " except the modules kept float32 (and those it declares fp32); each module casts its inputs to its own dtype"
