@@ -170,6 +170,8 @@ def said(r: Remedy) -> str:
     target = r.target
     if target.startswith("created:"):
         factory, module = factory_of(target)
+        if factory[:1].isupper() and module:  # a model's output, under run with several models
+            return f"{module}'s output ({factory})"
         if r.source is not None:
             return f"torch.{factory} at {r.source.file}:{r.source.line}"
         return f"the tensor torch.{factory} makes in {module}" if module else f"the tensor torch.{factory} makes in the model's forward"

@@ -27,7 +27,8 @@ class CastInputs(
         return f"cast {casts} where the pipeline produces {'them' if many else 'it'}"
 
     def describe(self, c: Change) -> str:
-        return f"cast {c.target} {c.before} → {c.to}" if c.before else f"cast {c.target} to {c.to}"
+        target = said(Remedy(self.name, c.target, c.to, c.stage, c.source)) if c.target.startswith("created:") else c.target
+        return f"cast {target} {c.before} → {c.to}" if c.before else f"cast {target} to {c.to}"
 
     def plan(self, pipeline: Pipeline, report: Report, ctx: Context) -> tuple[Change, ...]:
         import torch
