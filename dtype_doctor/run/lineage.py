@@ -20,6 +20,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from dtype_doctor.records import LineageStep, SourceLoc
+from dtype_doctor.machine.imports import when_imported
 from dtype_doctor.machine.modes import push_function_mode, remove_function_mode
 from dtype_doctor.machine.user_code import display_path, first_outside_tool, first_user_frame, frames_above, is_user_file
 from dtype_doctor.numerics import device_name, dtype_name
@@ -337,13 +338,12 @@ def sources_of(lineage: dict[str, Chain]) -> dict[str, SourceLoc]:
 
 def patch_datasets(book: LineageBook) -> Callable[[], None]:
     """Remember what the user's map / transform functions return; join it back as rows come out.
+    Made when the script imports datasets (now, if it has), so a script without it never pays
+    for the import. Returns the function that undoes the patch."""
+    return when_imported("datasets.arrow_dataset", lambda arrow_dataset: _patch_dataset(book, arrow_dataset.Dataset))
 
-    Returns the function that undoes the patch."""
-    try:
-        from datasets import arrow_dataset
-    except ImportError:  # pragma: no cover - datasets is a dependency, but the script may not need it
-        return lambda: None
-    cls = arrow_dataset.Dataset
+
+def _patch_dataset(book: LineageBook, cls: Any) -> Callable[[], None]:
     saved = {name: cls.__dict__[name] for name in ("map", "set_transform", "with_transform", "__getitem__", "__getitems__") if name in cls.__dict__}
 
     def map(self: Any, function: Any = None, *args: Any, **kwargs: Any) -> Any:  # noqa: A001 - the method's name
