@@ -442,6 +442,165 @@ def dtype_plan(model: Any, dtype: Any) -> Callable[[str], Any]:
     return override
 
 
+@dataclass(frozen=True)
+class _ModelClass:
+    """The class config.json names: a transformers class, or (auto_ref set) a custom one of the
+    model directory's own code, which is imported only for a simulated load."""
+
+    cls: Any
+    auto_ref: tuple[str, str] | None
+
+
+@dataclass(frozen=True)
+class _Weights:
+    """The weight files, validated before any is read; `header_dtype` is the safetensors headers' dtype."""
+
+    safes: list[Path]
+    pickles: list[Path]
+    header_dtype: str | None
+    quantized: bool
+
+
+@dataclass(frozen=True)
+class _Attention:
+    """The attention implementation config.json asks for and the one traced in its place (None: the one asked)."""
+
+    asked: str | None
+    traced: str | None
+
+
+@dataclass(frozen=True)
+class _Built:
+    """The model as built: fake (with its mode, no weight files, no loading report) or loaded from its weights."""
+
+    model: Any
+    fake_mode: Any
+    weight_files: tuple[str, ...]
+    loading: Loading | None
+
+
+def _model_class(model_dir: Path, raw: dict[str, Any], trust_remote_code: bool) -> _ModelClass:
+    """The class of `raw`'s architecture, refusing remote code (the model's or its config's)
+    before anything is imported."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    arch: str = raw["architectures"][0]
+    auto_map = raw.get("auto_map") if isinstance(raw.get("auto_map"), dict) else None
+    cls: Any = None
+    if arch.isidentifier():
+        cand = getattr(transformers, arch, None)
+        if isinstance(cand, type) and issubclass(cand, transformers.PreTrainedModel):
+            cls = cand
+    config_needs_code = bool(raw.get("model_type") not in CONFIG_MAPPING and auto_map and "AutoConfig" in auto_map)
+    auto_ref: tuple[str, str] | None = None
+    if cls is None:
+        if not auto_map:
+            raise InputError(
+                f"{model_dir / 'config.json'}: architecture {arch!r} is not a class in transformers "
+                f"{transformers.__version__} and config.json has no auto_map; fix \"architectures\" or upgrade transformers"
+            )
+        auto_ref = _auto_map_ref(auto_map, arch)
+        if auto_ref is None:
+            raise InputError(
+                f"{model_dir / 'config.json'}: auto_map has no AutoModel entry for {arch!r}; add one or fix \"architectures\""
+            )
+        if not trust_remote_code:
+            _refuse_remote_code(model_dir, auto_ref[1])
+    if config_needs_code and not trust_remote_code:
+        _refuse_remote_code(model_dir, auto_map["AutoConfig"], " for its config")  # type: ignore[index]
+    return _ModelClass(cls, auto_ref)
+
+
+def _checked_weights(model_dir: Path, raw: dict[str, Any], *, simulate: bool, quantize: Quantize | None,
+                     allow_pickle: bool) -> _Weights:
+    """The weight files, refused before any is read: none (unless simulated), only pickles
+    (unless allowed), a quantized model simulated."""
+    quantized = quantize is not None or checkpoint_quantization(raw, model_dir) is not None
+    if quantized and simulate:
+        raise UsageError(f"{model_dir} is quantized (bitsandbytes); a quantized model is traced with real weights, without --simulate")
+    safes, pickles = _weight_files(model_dir)
+    header_dtype = _check_safetensors(safes) if safes else None
+    if not simulate:
+        if not safes and not pickles:
+            raise InputError(
+                f"{model_dir} has config.json but no weights (model.safetensors); "
+                "pass --simulate to trace with fake tensors"
+            )
+        if not safes and pickles and not allow_pickle:
+            names = ", ".join(p.name for p in pickles[:3]) + (", …" if len(pickles) > 3 else "")
+            raise PickleRefusedError(
+                f"{model_dir} has only pickled weights ({names}), which can run code when loaded; "
+                "convert them to model.safetensors, or pass --allow-pickle to load them with torch.load(weights_only=True)"
+            )
+    return _Weights(safes, pickles, header_dtype, quantized)
+
+
+def _config(model_dir: Path, arch: str, trust_remote_code: bool) -> Any:
+    import transformers
+
+    try:
+        return transformers.AutoConfig.from_pretrained(
+            str(model_dir), trust_remote_code=trust_remote_code, local_files_only=True
+        )
+    except Exception as e:
+        raise InputError(
+            f"{model_dir / 'config.json'} is not a valid {arch} config: {type(e).__name__}: {_first_line(e)}"
+        ) from None
+
+
+def _attention(raw: dict[str, Any], cls: Any, config: Any, dev: str) -> _Attention:
+    """flash-attn runs on CUDA GPUs with its package installed: where this machine cannot run it, the
+    model is traced with SDPA in its place (set on `config`), and DD701/DD702 judge the implementation asked for."""
+    asked = raw.get("attn_implementation") or raw.get("_attn_implementation")
+    asked = asked if isinstance(asked, str) else None
+    traced = _attention_in_place_of(asked, cls, dev=dev)
+    if traced is not None:
+        config._attn_implementation = traced
+    return _Attention(asked, traced)
+
+
+def _built_fake(model_dir: Path, found: _ModelClass, config: Any, dtype: str, header_dtype: str | None,
+                dev: str) -> _Built:
+    """The model on fake tensors, in the dtype from_pretrained would give it; a custom class imported now."""
+    import torch
+
+    cls = found.cls
+    if found.auto_ref is not None:
+        from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+        try:
+            cls = get_class_from_dynamic_module(found.auto_ref[1], str(model_dir), local_files_only=True)
+        except Exception as e:
+            raise InputError(f"{model_dir}: the custom class {found.auto_ref[1]} could not be imported: {_first_line(e)}") from None
+    if dtype == "auto":
+        cfg_dtype = getattr(config, "dtype", None)
+        if isinstance(cfg_dtype, str):
+            cfg_dtype = getattr(torch, cfg_dtype, None)
+        torch_dtype = cfg_dtype or (_torch_dtype(header_dtype) if header_dtype else torch.get_default_dtype())
+    else:
+        torch_dtype = _torch_dtype(dtype)
+    model, fake_mode = _simulate(cls, config, torch_dtype, dev, model_dir)
+    return _Built(model, fake_mode, (), None)
+
+
+def _built_real(model_dir: Path, found: _ModelClass, config: Any, dtype: str, weights: _Weights, *,
+                trust_remote_code: bool, quantize: Quantize | None, dev: str, attention: str | None) -> _Built:
+    """The model loaded from its weights (after checking they fit `dev`), in eval mode, on `dev`."""
+    from dtype_doctor.load.memory import check_fits, estimate
+
+    check_fits(model_dir, estimate(weights.safes, found.cls, config, dtype, weights.header_dtype), dev)
+    model, info = _real_load(model_dir, found.cls, found.auto_ref, config, dtype, weights.safes, weights.pickles,
+                             trust_remote_code, quantize=quantize, device=dev if weights.quantized else None,
+                             attention=attention)
+    weight_files = tuple(p.name for p in (weights.safes or weights.pickles))
+    loading = loading_report(model_dir, weight_files, model, info)
+    model.eval()
+    if dev != "cpu" and not weights.quantized:  # a quantized model was dispatched by device_map
+        model.to(dev)
+    return _Built(model, None, weight_files, loading)
+
+
 def load_model(
     spec: str,
     *,
@@ -464,132 +623,38 @@ def load_model(
     model_dir = resolve_model_dir(spec)
     raw = _read_config(model_dir)
     arch: str = raw["architectures"][0]
-    auto_map = raw.get("auto_map") if isinstance(raw.get("auto_map"), dict) else None
-
-    import transformers
-
-    # ---- the class, refusing remote code before anything is imported
-    cls: Any = None
-    if arch.isidentifier():
-        cand = getattr(transformers, arch, None)
-        if isinstance(cand, type) and issubclass(cand, transformers.PreTrainedModel):
-            cls = cand
-    model_type = raw.get("model_type")
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    config_needs_code = bool(model_type not in CONFIG_MAPPING and auto_map and "AutoConfig" in auto_map)
-    auto_ref: tuple[str, str] | None = None
-    if cls is None:
-        if not auto_map:
-            raise InputError(
-                f"{model_dir / 'config.json'}: architecture {arch!r} is not a class in transformers "
-                f"{transformers.__version__} and config.json has no auto_map; fix \"architectures\" or upgrade transformers"
-            )
-        auto_ref = _auto_map_ref(auto_map, arch)
-        if auto_ref is None:
-            raise InputError(
-                f"{model_dir / 'config.json'}: auto_map has no AutoModel entry for {arch!r}; add one or fix \"architectures\""
-            )
-        if not trust_remote_code:
-            _refuse_remote_code(model_dir, auto_ref[1])
-    if config_needs_code and not trust_remote_code:
-        _refuse_remote_code(model_dir, auto_map["AutoConfig"], " for its config")  # type: ignore[index]
-
-    quantized = quantize is not None or checkpoint_quantization(raw, model_dir) is not None
-    if quantized and simulate:
-        raise UsageError(f"{model_dir} is quantized (bitsandbytes); a quantized model is traced with real weights, without --simulate")
-    # ---- weights, validated before any is read
-    safes, pickles = _weight_files(model_dir)
-    header_dtype = _check_safetensors(safes) if safes else None
-    if not simulate:
-        if not safes and not pickles:
-            raise InputError(
-                f"{model_dir} has config.json but no weights (model.safetensors); "
-                "pass --simulate to trace with fake tensors"
-            )
-        if not safes and pickles and not allow_pickle:
-            names = ", ".join(p.name for p in pickles[:3]) + (", …" if len(pickles) > 3 else "")
-            raise PickleRefusedError(
-                f"{model_dir} has only pickled weights ({names}), which can run code when loaded; "
-                "convert them to model.safetensors, or pass --allow-pickle to load them with torch.load(weights_only=True)"
-            )
-
-    # ---- side objects (tokenizer …) — remote code refused there too
-    side = _load_side(model_dir, trust_remote_code)
-
-    # ---- config
-    try:
-        config = transformers.AutoConfig.from_pretrained(
-            str(model_dir), trust_remote_code=trust_remote_code, local_files_only=True
-        )
-    except Exception as e:
-        raise InputError(
-            f"{model_dir / 'config.json'} is not a valid {arch} config: {type(e).__name__}: {_first_line(e)}"
-        ) from None
-
-    import torch
-
-    # flash-attn runs on CUDA GPUs with its package installed: where this machine cannot run it, the
-    # model is traced with SDPA in its place, and DD701/DD702 judge the implementation asked for.
-    asked_attn = raw.get("attn_implementation") or raw.get("_attn_implementation")
-    asked_attn = asked_attn if isinstance(asked_attn, str) else None
+    found = _model_class(model_dir, raw, trust_remote_code)
+    weights = _checked_weights(model_dir, raw, simulate=simulate, quantize=quantize, allow_pickle=allow_pickle)
+    side = _load_side(model_dir, trust_remote_code)  # remote code refused there too
+    config = _config(model_dir, arch, trust_remote_code)
     dev = placement.device or "cpu"
-    traced_attn = _attention_in_place_of(asked_attn, cls, dev=dev)
-    if traced_attn is not None:
-        config._attn_implementation = traced_attn
-
-    fake_mode = None
-    weight_files: tuple[str, ...]
+    attention = _attention(raw, found.cls, config, dev)
     if simulate:
-        if auto_ref is not None:
-            from transformers.dynamic_module_utils import get_class_from_dynamic_module
-
-            try:
-                cls = get_class_from_dynamic_module(auto_ref[1], str(model_dir), local_files_only=True)
-            except Exception as e:
-                raise InputError(f"{model_dir}: the custom class {auto_ref[1]} could not be imported: {_first_line(e)}") from None
-        if dtype == "auto":
-            cfg_dtype = getattr(config, "dtype", None)
-            if isinstance(cfg_dtype, str):
-                cfg_dtype = getattr(torch, cfg_dtype, None)
-            torch_dtype = cfg_dtype or (_torch_dtype(header_dtype) if header_dtype else torch.get_default_dtype())
-        else:
-            torch_dtype = _torch_dtype(dtype)
-        model, fake_mode = _simulate(cls, config, torch_dtype, dev, model_dir)
-        weight_files = ()
-        loading = None
+        built = _built_fake(model_dir, found, config, dtype, weights.header_dtype, dev)
     else:
-        from dtype_doctor.load.memory import check_fits, estimate
-
-        check_fits(model_dir, estimate(safes, cls, config, dtype, header_dtype), dev)
-        model, info = _real_load(model_dir, cls, auto_ref, config, dtype, safes, pickles, trust_remote_code,
-                                 quantize=quantize, device=dev if quantized else None, attention=traced_attn)
-        weight_files = tuple(p.name for p in (safes or pickles))
-        loading = loading_report(model_dir, weight_files, model, info)
-        model.eval()
-        if dev != "cpu" and not quantized:  # a quantized model was dispatched by device_map
-            model.to(dev)
-
+        built = _built_real(model_dir, found, config, dtype, weights, trust_remote_code=trust_remote_code,
+                            quantize=quantize, dev=dev, attention=attention.traced)
+    model = built.model
     return LoadedModel(
         model=model,
         config=model.config if hasattr(model, "config") else config,
         path=str(model_dir),
-        class_name=arch if auto_ref is not None else type(model).__name__,
+        class_name=arch if found.auto_ref is not None else type(model).__name__,
         tokenizer=side["tokenizer"],
         image_processor=side["image_processor"],
         feature_extractor=side["feature_extractor"],
         processor=side["processor"],
         dtype=_main_dtype(model),
         simulated=simulate,
-        fake_mode=fake_mode,
+        fake_mode=built.fake_mode,
         forward_params=forward_params_of(model),
         spec=spec,
         device=dev,
         requested_dtype=dtype,
-        weight_files=weight_files,
+        weight_files=built.weight_files,
         is_encoder_decoder=bool(getattr(config, "is_encoder_decoder", False)),
-        loading=loading,
-        load_facts=load_facts(_main_dtype(model), dtype, raw, header_dtype, asked_attn, traced_attn),
+        loading=built.loading,
+        load_facts=load_facts(_main_dtype(model), dtype, raw, weights.header_dtype, attention.asked, attention.traced),
     )
 
 
