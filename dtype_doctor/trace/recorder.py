@@ -86,6 +86,18 @@ def _big_number(v: Any) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class _Site:
+    """Where one op runs, as record() sees it before running it."""
+
+    operand_tensors: list[tuple[torch.Tensor, str | None]]
+    operands: tuple[TensorMeta, ...]
+    module: str
+    module_type: str
+    phase: str
+    autocast: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Provenance:
     kind: str  # param | buffer | input | created
     name: str | None
@@ -232,6 +244,55 @@ class Recorder:
     ) -> Any:
         """Record one op and run it; `refusal` is an error the target would raise that this
         machine would not (CUDA autocast's banned functions), handled as a predicted one."""
+        site = self._site(func, args, kwargs)
+        predicted = refusal or (
+            self.predict(func, args, kwargs, OpCall(0, op_name, site.module, site.module_type, site.operands,
+                                                    autocast=site.autocast, level=level))
+            if self.predict is not None
+            else None
+        )
+        error: str | None = None
+        recovered = False
+        out = _FAILED
+        made = getattr(self.predict, "as_made", None)
+        if made is not None:
+            # A simulated target's forward saves what its own kernel saves (the probe knows).
+            plain_run = run
+            run = lambda a, k: made(func, a, k, plain_run(a, k))  # noqa: E731
+        if self.values is not None:
+            with _NoTorchFunction():
+                self._observe_written(func, site.operand_tensors, kwargs)
+        if predicted is not None:
+            # Fake kernels would run this op; a real device would not. Repair as after a real error.
+            error = predicted
+            out = self._run_repaired(op_name, site.operand_tensors, args, kwargs, classify_error(predicted, site.operands), run)
+            recovered = out is not _FAILED
+        if out is _FAILED:
+            try:
+                out = run(args, kwargs)
+            except Exception as exc:  # noqa: BLE001 - every failure is recorded, then re-raised or repaired
+                error = error or self.aliased(_first_line(exc))
+                kind = classify_error(_first_line(exc), site.operands)
+                if kind == "dtype" and getattr(self.predict, "last_accepted", False):
+                    out = self._accepted(func, op_name, args, kwargs, run, site, kind, predicted, level)
+                    if out is not _FAILED:
+                        return out
+                if self.recover and kind in ("dtype", "device", "overflow") and predicted is None:
+                    out = self._run_repaired(op_name, site.operand_tensors, args, kwargs, kind, run)
+                if out is _FAILED:
+                    self.ops.append(OpCall(len(self.ops), op_name, site.module, site.module_type, site.operands, (),
+                                           site.phase, site.autocast, error, False, level))
+                    raise
+                recovered = True
+        with _NoTorchFunction():
+            outputs = self._tag_outputs(func, op_name, out, site.operand_tensors, site.module)
+            self._observe_op(func, out, site.operand_tensors)
+        self.ops.append(OpCall(len(self.ops), op_name, site.module, site.module_type, site.operands, outputs, site.phase,
+                               site.autocast, error, recovered, level, self._attrs(op_name, args, kwargs, self._in_root)))
+        return out
+
+    def _site(self, func: Any, args: tuple, kwargs: dict) -> _Site:
+        """Where an op runs: its operands, the module calling it, the phase and the autocast state."""
         # The doctor's own reads of tensor metadata (.dtype, .shape) are not the model's calls: with
         # torch functions off they skip every function mode (each read would be one).
         with _NoTorchFunction():
@@ -245,61 +306,22 @@ class Recorder:
         # An emulated CUDA autocast knows its state per op (a disabled block inside a module), as
         # the function mode last saw it: a dispatch mode runs with autocast's keys excluded.
         autocast = (self.amp_state if self.amp is not None else self.autocast_stack[-1]) if phase == "forward" else None
-        error: str | None = None
-        recovered = False
-        predicted = refusal or (
-            self.predict(func, args, kwargs, OpCall(0, op_name, module, module_type, operands, autocast=autocast, level=level))
-            if self.predict is not None
-            else None
-        )
-        out = _FAILED
-        made = getattr(self.predict, "as_made", None)
-        if made is not None:
-            # A simulated target's forward saves what its own kernel saves (the probe knows).
-            plain_run = run
-            run = lambda a, k: made(func, a, k, plain_run(a, k))  # noqa: E731
-        if self.values is not None:
-            with _NoTorchFunction():
-                self._observe_written(func, operand_tensors, kwargs)
-        if predicted is not None:
-            # Fake kernels would run this op; a real device would not. Repair as after a real error.
-            error = predicted
-            out = self._run_repaired(op_name, operand_tensors, args, kwargs, classify_error(predicted, operands), run)
-            recovered = out is not _FAILED
+        return _Site(operand_tensors, operands, module, module_type, phase, autocast)
+
+    def _accepted(self, func: Any, op_name: str, args: tuple, kwargs: dict, run: Callable[[tuple, dict], Any], site: _Site,
+                  kind: str, predicted: str | None, level: str) -> Any:
+        """A fake kernel (a Python decomposition) stricter than the real one, which the probe just
+        ran: not a refusal. Go on as the repair would, recording only the target's own refusal, if
+        it had one (the CPU ran it, CUDA would not). The op's output, recorded, or _FAILED."""
+        out = self._run_repaired(op_name, site.operand_tensors, args, kwargs, kind, run)
         if out is _FAILED:
-            try:
-                out = run(args, kwargs)
-            except Exception as exc:  # noqa: BLE001 - every failure is recorded, then re-raised or repaired
-                error = error or self.aliased(_first_line(exc))
-                kind = classify_error(_first_line(exc), operands)
-                if kind == "dtype" and getattr(self.predict, "last_accepted", False):
-                    # A fake kernel (a Python decomposition) stricter than the real one, which the
-                    # probe just ran: not a refusal. Go on as the repair would, recording only the
-                    # target's own refusal, if it had one (the CPU ran it, CUDA would not).
-                    out = self._run_repaired(op_name, operand_tensors, args, kwargs, kind, run)
-                    if out is _FAILED:
-                        out = self._run_as_accepted(args, kwargs, run)
-                    if out is not _FAILED:
-                        outputs = self._tag_outputs(func, op_name, out, operand_tensors, module)
-                        self._observe_op(func, out, operand_tensors)
-                        self.ops.append(OpCall(len(self.ops), op_name, module, module_type, operands, outputs, phase, autocast,
-                                               predicted, predicted is not None, level,
-                                               self._attrs(op_name, args, kwargs, self._in_root)))
-                        return out
-                if self.recover and kind in ("dtype", "device", "overflow") and predicted is None:
-                    out = self._run_repaired(op_name, operand_tensors, args, kwargs, kind, run)
-                if out is _FAILED:
-                    self.ops.append(
-                        OpCall(len(self.ops), op_name, module, module_type, operands, (), phase, autocast, error, False, level)
-                    )
-                    raise
-                recovered = True
-        with _NoTorchFunction():
-            outputs = self._tag_outputs(func, op_name, out, operand_tensors, module)
-            self._observe_op(func, out, operand_tensors)
-        self.ops.append(
-            OpCall(len(self.ops), op_name, module, module_type, operands, outputs, phase, autocast, error, recovered, level, self._attrs(op_name, args, kwargs, self._in_root))
-        )
+            out = self._run_as_accepted(args, kwargs, run)
+        if out is not _FAILED:
+            outputs = self._tag_outputs(func, op_name, out, site.operand_tensors, site.module)
+            self._observe_op(func, out, site.operand_tensors)
+            self.ops.append(OpCall(len(self.ops), op_name, site.module, site.module_type, site.operands, outputs, site.phase,
+                                   site.autocast, predicted, predicted is not None, level,
+                                   self._attrs(op_name, args, kwargs, self._in_root)))
         return out
 
     # ------------------------------------------------------------------ values
