@@ -20,11 +20,13 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Any
+from typing import Any
 
 from dtype_doctor.errors import InputError, PickleRefusedError, RemoteCodeError, UsageError, first_line as _first_line
 from dtype_doctor.machine.placement import ON_CPU, Placement
+from dtype_doctor.load.fake_model import _simulate
 from dtype_doctor.load.quantize import Quantize, checkpoint_quantization
+from dtype_doctor.load.side_objects import _load_side, _module_file
 from dtype_doctor.records import LoadFacts, Loading
 
 __all__ = ["LoadedModel", "load_model", "MODEL_DTYPES", "resolve_model_dir"]
@@ -40,10 +42,6 @@ _SAFETENSORS_DTYPES = {
     "F8_E4M3": "float8_e4m3fn",
     "F8_E5M2": "float8_e5m2",
 }
-# config files that sit beside a model and the objects they describe
-_TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
-_PREPROCESSOR_FILE = "preprocessor_config.json"
-_PROCESSOR_FILE = "processor_config.json"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 
 
@@ -137,12 +135,6 @@ def _read_config(model_dir: Path) -> dict[str, Any]:
             f'add one, e.g. "architectures": ["BertForSequenceClassification"]'
         )
     return raw
-
-
-def _module_file(ref: str) -> str:
-    """'repo--modeling_x.MyModel' / 'modeling_x.MyModel' → 'modeling_x.py'."""
-    ref = ref.split("--")[-1]
-    return ref.rsplit(".", 1)[0] + ".py"
 
 
 def _auto_map_ref(auto_map: dict[str, Any], arch: str) -> tuple[str, str] | None:
@@ -245,201 +237,7 @@ def forward_params_of(model: Any) -> tuple[str, ...]:
     )
 
 
-# --------------------------------------------------------------------------- simulate
-
-
-def _simulate(cls: Any, config: Any, torch_dtype: Any, device: str, model_dir: Path) -> tuple[Any, Any]:
-    """Build `cls` on meta, then give every parameter and buffer a fake tensor on `device`."""
-    import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    contexts: list[Any] = [torch.device("meta")]
-    try:
-        from transformers import initialization as hf_init
-
-        if hasattr(hf_init, "meta_device_safe_creation_ops"):
-            contexts.append(hf_init.meta_device_safe_creation_ops())
-    except ImportError:  # pragma: no cover - older transformers
-        pass
-    from contextlib import ExitStack
-
-    try:
-        with ExitStack() as stack:
-            for c in contexts:
-                stack.enter_context(c)
-            model = cls._from_config(config, dtype=torch_dtype)
-    except Exception as e:
-        raise InputError(
-            f"{model_dir}: {cls.__name__} could not be built from config.json: {type(e).__name__}: {_first_line(e)}"
-        ) from None
-
-    override = dtype_plan(model, torch_dtype)
-    persistent_keys = set(model.state_dict().keys())
-
-    def target_dtype(full_name: str, t: Any) -> Any:
-        if t.is_floating_point() and full_name in persistent_keys:
-            return override(full_name) or t.dtype
-        return t.dtype
-
-    def fake_of(t: Any, dtype: Any) -> Any:
-        # A dense tensor's empty_like copies its strides: empty_strided gives the same fake tensor
-        # from a factory call that the fake mode's cache answers (empty_like of a meta tensor, a
-        # non-fake input, bypasses it: five times the cost over a 70B model's 700 parameters).
-        if t.is_contiguous():
-            return torch.empty_strided(tuple(t.shape), tuple(t.stride()), device=device, dtype=dtype)
-        return torch.empty_like(t, device=device, dtype=dtype)
-
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-    memo: dict[int, Any] = {}
-    with fake_mode:
-        for mod_name, module in model.named_modules(remove_duplicate=False):
-            prefix = f"{mod_name}." if mod_name else ""
-            for name, p in list(module._parameters.items()):
-                if p is None:
-                    continue
-                if id(p) not in memo:  # tied weights stay one Parameter
-                    fake = fake_of(p, target_dtype(prefix + name, p))
-                    memo[id(p)] = torch.nn.Parameter(fake, requires_grad=p.requires_grad)
-                module._parameters[name] = memo[id(p)]
-            for name, b in list(module._buffers.items()):
-                if b is None:
-                    continue
-                if id(b) not in memo:
-                    memo[id(b)] = fake_of(b, target_dtype(prefix + name, b))
-                module._buffers[name] = memo[id(b)]
-    model.eval()
-    return model, fake_mode
-
-
-# --------------------------------------------------------------------------- side objects
-
-
-def _has_auto_map(path: Path) -> str | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path} is not valid JSON: {_first_line(e)}; fix or remove it") from None
-    amap = data.get("auto_map") if isinstance(data, dict) else None
-    if not amap:
-        return None
-    if isinstance(amap, dict):
-        for v in amap.values():
-            if isinstance(v, (list, tuple)):
-                v = next((x for x in v if x), None)
-            if isinstance(v, str):
-                return v
-    return "custom code"
-
-
-def _preprocessor_kind(path: Path) -> str:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path} is not valid JSON: {_first_line(e)}; fix or remove it") from None
-    if not isinstance(data, dict):
-        return "image"
-    if "image_processor_type" in data or "video_processor_type" in data:
-        return "image"
-    if "feature_extractor_type" in data:
-        return "feature"
-    return "image" if any(k in data for k in ("do_resize", "crop_size", "image_mean")) else "feature"
-
-
-def _check_json(file: Path, what: str) -> None:
-    """A JSON file beside the model that is not JSON is named itself, not the file that points to it."""
-    if not file.is_file():
-        return
-    try:
-        json.loads(file.read_text(encoding="utf-8"))
-    except RecursionError:
-        raise InputError(f"{file} is nested too deeply to be a {what} file") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"{file} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}; fix or regenerate it") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{file} cannot be read: {_first_line(e)}") from None
-
-
-def _load_side(model_dir: Path, trust_remote_code: bool) -> dict[str, Any]:
-    """Tokenizer, image processor, feature extractor and processor found beside the model."""
-    import transformers
-
-    out: dict[str, Any] = {"tokenizer": None, "image_processor": None, "feature_extractor": None, "processor": None}
-    d = str(model_dir)
-
-    def guarded(file: Path, what: str) -> None:
-        ref = _has_auto_map(file)
-        if ref and not trust_remote_code:
-            raise RemoteCodeError(
-                f"{file} needs code from the model repository for its {what} (auto_map → "
-                f"{_module_file(ref) if ref != 'custom code' else ref}); pass --trust-remote-code to allow it"
-            )
-
-    def load(file: Path, what: str, fn: Any, **kw: Any) -> Any:
-        guarded(file, what)
-        try:
-            return fn(d, trust_remote_code=trust_remote_code, local_files_only=True, **kw)
-        except (RemoteCodeError, InputError):
-            raise
-        except Exception as e:
-            raise InputError(
-                f"{file} could not be loaded as a {what}: {type(e).__name__}: {_first_line(e)}"
-            ) from None
-
-    if (model_dir / _PROCESSOR_FILE).is_file():
-        out["processor"] = load(model_dir / _PROCESSOR_FILE, "processor", transformers.AutoProcessor.from_pretrained)
-    tok_file = next((model_dir / f for f in _TOKENIZER_FILES if (model_dir / f).is_file()), None)
-    if tok_file is not None:
-        _check_json(model_dir / "tokenizer.json", "tokenizer")
-        cfg_file = model_dir / "tokenizer_config.json"
-        out["tokenizer"] = load(
-            cfg_file if cfg_file.is_file() else tok_file, "tokenizer", transformers.AutoTokenizer.from_pretrained
-        )
-    pre = model_dir / _PREPROCESSOR_FILE
-    if pre.is_file():
-        if _preprocessor_kind(pre) == "image":
-            kw: dict[str, Any] = {}
-            if importlib.util.find_spec("torchvision") is None:
-                kw["backend"] = "pil"  # v5's default backend needs torchvision
-            try:
-                out["image_processor"] = load(pre, "image processor", transformers.AutoImageProcessor.from_pretrained, **kw)
-            except InputError:
-                if not kw:
-                    raise
-                out["image_processor"] = load(pre, "image processor", transformers.AutoImageProcessor.from_pretrained)
-        else:
-            out["feature_extractor"] = load(
-                pre, "feature extractor", transformers.AutoFeatureExtractor.from_pretrained
-            )
-    proc = out["processor"]
-    if proc is not None:
-        for attr in ("tokenizer", "image_processor", "feature_extractor"):
-            if out[attr] is None and getattr(proc, attr, None) is not None:
-                out[attr] = getattr(proc, attr)
-    return out
-
-
 # --------------------------------------------------------------------------- main entry
-
-
-def dtype_plan(model: Any, dtype: Any) -> Callable[[str], Any]:
-    """name → the dtype from_pretrained(dtype=dtype) gives that state-dict key instead, or None.
-
-    transformers' own plan: _keep_in_fp32_modules when loading float16,
-    _keep_in_fp32_modules_strict for float16 and bfloat16, matched by a regex *search* on the
-    key as transformers.core_model_loading does.
-    """
-    plan: dict[str, Any] = {}
-    if hasattr(model, "_get_dtype_plan"):
-        try:
-            plan = dict(model._get_dtype_plan(dtype) or {})
-        except Exception:  # noqa: BLE001 - no plan means no exceptions to the dtype
-            plan = {}
-    patterns = [(re.compile(k.replace("*", ".*")), v) for k, v in plan.items()]
-
-    def override(name: str) -> Any:
-        return next((dt for pat, dt in patterns if pat.search(name)), None)
-
-    return override
 
 
 @dataclass(frozen=True)
