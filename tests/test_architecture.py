@@ -413,7 +413,7 @@ def test_a_switch_on_a_strategy_name_is_found() -> None:
 # count. At the start of issue 29's split: load/model.py's load_model 149 lines, trace/recorder.py
 # 1,009. Lower a figure when the longest shrinks; a new longer one fails.
 MAX_FUNCTION_LINES = 71  # run/session.py RunSession.__init__
-MAX_MODULE_LINES = 799  # trace/recorder.py
+MAX_MODULE_LINES = 678  # trace/recorder.py
 
 
 def function_sizes() -> dict[str, int]:

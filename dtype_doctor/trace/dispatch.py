@@ -24,6 +24,9 @@ from dtype_doctor.trace.subclass import wrapper_type
 if TYPE_CHECKING:
     from dtype_doctor.trace.recorder import Recorder
 
+# The doctor's own reads of tensor metadata with torch functions off: no function mode sees them.
+_NoTorchFunction = torch._C.DisableTorchFunction
+
 
 # Functions whose dtype checks run before dispatch: conv checks input/bias types, SDPA
 # validates its mask, take_along_dim its indices and cross_entropy a probability target

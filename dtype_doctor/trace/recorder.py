@@ -13,7 +13,7 @@ mismatch instead of stopping at the first one as PyTorch does.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import torch
@@ -21,8 +21,10 @@ import torch
 from dtype_doctor.errors import first_line
 from dtype_doctor.numerics import device_name, dtype_name, tensors_in
 from dtype_doctor.records import ModuleCall, OpCall, TensorMeta, in_modules
-from dtype_doctor.trace.dispatch import _NEVER_NUMBERS, _DispatchRecorder, _FunctionRecorder, _big_number
+from dtype_doctor.trace.dispatch import _NEVER_NUMBERS, _DispatchRecorder, _FunctionRecorder, _NoTorchFunction, _big_number
 from dtype_doctor.trace.opfacts import ARG_ROLES, facts
+from dtype_doctor.trace.provenance import Provenance
+from dtype_doctor.trace.step_models import StepModels
 from dtype_doctor.trace.values import PLAIN_TYPES, ValueProbe
 from dtype_doctor.trace.verdicts import classify_error
 from dtype_doctor.trace.weakid import WeakIdMap
@@ -64,14 +66,7 @@ class _Site:
     autocast: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class Provenance:
-    kind: str  # param | buffer | input | created
-    name: str | None
-    origin: str | None
-
-
-class Recorder:
+class Recorder(StepModels):
     """Collects ModuleCall and OpCall records; `modes()` gives the context to run under."""
 
     def __init__(
@@ -537,82 +532,6 @@ class Recorder:
             self._handles.append(mod.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
             self._handles.append(mod.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
 
-    def adopt(self, mod: torch.nn.Module, name: str, *, model: bool = False) -> None:
-        """Trace `mod`, a module outside the model that the step runs (a script's own head), under `name`;
-        `model`: another model of the step (a UNet beside the text encoder), whose forward is a model's."""
-        if model:
-            self._roots.add(id(mod))
-        if id(mod) in self._module_names:
-            return
-        for sub, p in mod.named_parameters(remove_duplicate=False):
-            if self.prov.get(p) is None:
-                self.prov[p] = Provenance("param", f"{name}.{sub}", f"param:{name}.{sub}")
-        for sub, child in mod.named_modules():
-            if id(child) in self._module_names:  # a model already traced inside it (vae.encoder, then vae)
-                continue
-            self._module_names[id(child)] = f"{name}.{sub}" if sub else name
-            self._handles.append(child.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
-            self._handles.append(child.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
-
-    def name_root(self, name: str) -> None:
-        """The model becomes one of several in the step: its modules, state and what it made are named
-        under `name` ("text_encoder.text_model..."), in what was recorded already and from now on; the
-        ops outside every model (the script's own) name no model."""
-        if self._root_spans is None:
-            return
-        spans, self._root_spans = self._root_spans, None
-        inside = {id(m): n for n, m in self.model.named_modules() if self._module_names.get(id(m)) == n}
-        for key, n in inside.items():
-            self._module_names[key] = f"{name}.{n}" if n else name
-        paths = set(inside.values())
-        state = {f"param:{n}" for n, _ in self.model.named_parameters(remove_duplicate=False)}
-        state |= {f"buffer:{n}" for n, _ in self.model.named_buffers(remove_duplicate=False)}
-        renamed = _RootNames(name, paths, state)
-        self.prov.update_values(renamed.provenance)
-        self._metas.clear()
-        self.stack = [("", "")] + [(renamed.module(n), t) for n, t in self.stack[1:]]
-        ends = iter(spans + [len(self.ops)] * (len(spans) % 2))
-        bounds = list(zip(ends, ends))
-        for i, op in enumerate(self.ops):
-            in_model = any(a <= i < b for a, b in bounds)
-            module = renamed.module(op.module) if (in_model or op.module) else op.module
-            module_type = op.module_type if (in_model or op.module) else ""
-            self.ops[i] = replace(op, module=module, module_type=module_type, operands=renamed.metas(op.operands),
-                                  outputs=renamed.metas(op.outputs))
-        for i, m in enumerate(self.modules):
-            self.modules[i] = replace(m, name=renamed.module(m.name) if m.name in paths else m.name,
-                                      inputs=renamed.metas(m.inputs), outputs=renamed.metas(m.outputs))
-
-    def made_by(self, out: Any, module: torch.nn.Module) -> None:
-        """The outputs of a model's repeated call, whose ops were not recorded, are known as that model's
-        (the negative prompt's embeddings go on into the UNet): "created:CLASS@NAME"."""
-        name = self._module_names.get(id(module), "")
-        with _NoTorchFunction():
-            for t in tensors_in(out):
-                if self.prov.get(t) is None:
-                    self.prov[t] = Provenance("activation", None, f"created:{type(module).__name__}@{name}")
-
-    def pause_keeping(self) -> None:
-        """Ops from here on are recorded (and repaired) as the step's, then dropped at resume_keeping:
-        a model's repeated calls (a denoising loop's later steps) add nothing the first did not say."""
-        if self._unkept is None:
-            self._unkept = (len(self.ops), len(self.modules), self.values)
-            self.values = None  # nothing measured that is dropped
-
-    def resume_keeping(self, *, drop: bool = True) -> int:
-        """Keep ops again; those since pause_keeping are dropped (kept with `drop` False). Returns how many."""
-        if self._unkept is None:
-            return 0
-        ops, modules, self.values = self._unkept
-        self._unkept = None
-        if not drop:
-            return 0
-        dropped = len(self.ops) - ops
-        del self.ops[ops:]
-        del self.modules[modules:]
-        self.dropped += dropped
-        return dropped
-
     def module_name(self, mod: torch.nn.Module) -> str | None:
         return self._module_names.get(id(mod))
 
@@ -709,46 +628,6 @@ class Recorder:
         return _FunctionRecorder(self)
 
 
-_NoTorchFunction = torch._C.DisableTorchFunction
-
-
-class _RootNames:
-    """The root model's names under a prefix: its module paths, its state's origins, what it made."""
-
-    def __init__(self, prefix: str, paths: set[str], state: set[str]) -> None:
-        self.prefix, self.paths, self.state = prefix, paths, state
-
-    def module(self, path: str) -> str:
-        return (f"{self.prefix}.{path}" if path else self.prefix) if path in self.paths else path
-
-    def origin(self, origin: str | None) -> str | None:
-        if origin is None:
-            return None
-        if origin in self.state:
-            kind, _, name = origin.partition(":")
-            return f"{kind}:{self.prefix}.{name}"
-        if origin.startswith("created:") and "@" in origin:
-            made, _, at = origin.partition("@")
-            return f"{made}@{self.module(at)}" if at else origin
-        return origin
-
-    def metas(self, metas: tuple[TensorMeta, ...]) -> tuple[TensorMeta, ...]:
-        out = []
-        for t in metas:
-            origin = self.origin(t.origin)
-            if origin == t.origin:
-                out.append(t)
-                continue
-            name = origin.partition(":")[2] if t.origin in self.state else t.name
-            out.append(replace(t, origin=origin, name=name))
-        return tuple(out)
-
-    def provenance(self, p: "Provenance") -> "Provenance":
-        origin = self.origin(p.origin)
-        if origin == p.origin:
-            return p
-        name = origin.partition(":")[2] if p.origin in self.state else p.name  # type: ignore[union-attr]
-        return Provenance(p.kind, name, origin)
 
 
 def _no_modes() -> Any:
