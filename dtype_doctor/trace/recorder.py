@@ -24,7 +24,7 @@ from dtype_doctor.records import ModuleCall, OpCall, TensorMeta, in_modules
 from dtype_doctor.trace.dispatch import _NEVER_NUMBERS, _DispatchRecorder, _FunctionRecorder, _NoTorchFunction, _big_number
 from dtype_doctor.trace.opfacts import ARG_ROLES, facts
 from dtype_doctor.trace.provenance import Provenance
-from dtype_doctor.trace.step_models import StepModels
+from dtype_doctor.trace.several_models import SeveralModels
 from dtype_doctor.trace.values import PLAIN_TYPES, ValueProbe
 from dtype_doctor.trace.verdicts import classify_error
 from dtype_doctor.trace.weakid import WeakIdMap
@@ -66,7 +66,7 @@ class _Site:
     autocast: str | None
 
 
-class Recorder(StepModels):
+class Recorder(SeveralModels):
     """Collects ModuleCall and OpCall records; `modes()` gives the context to run under."""
 
     def __init__(

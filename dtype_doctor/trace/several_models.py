@@ -2,7 +2,7 @@
 runs outside the model, another model of the step, the traced model named under its place among
 them, and a model's repeated calls (a denoising loop's later steps) recorded, then dropped.
 
-`StepModels` holds these methods of the Recorder, which inherits them; the state they read and
+`SeveralModels` holds these methods of the Recorder, which inherits them; the state they read and
 write (the module names, hooks, provenance, ops and modules recorded) is the Recorder's own.
 """
 
@@ -18,7 +18,7 @@ from dtype_doctor.trace.dispatch import _NoTorchFunction
 from dtype_doctor.trace.provenance import Provenance, _RootNames
 
 
-class StepModels:
+class SeveralModels:
     def adopt(self, mod: torch.nn.Module, name: str, *, model: bool = False) -> None:
         """Trace `mod`, a module outside the model that the step runs (a script's own head), under `name`;
         `model`: another model of the step (a UNet beside the text encoder), whose forward is a model's."""
