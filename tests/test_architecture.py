@@ -412,7 +412,7 @@ def test_a_switch_on_a_strategy_name_is_found() -> None:
 # lines from `def` to its last line (docstring included, decorators not); a module's is its line
 # count. At the start of issue 29's split: load/model.py's load_model 149 lines, trace/recorder.py
 # 1,009. Lower a figure when the longest shrinks; a new longer one fails.
-MAX_FUNCTION_LINES = 71  # run/session.py RunSession.__init__
+MAX_FUNCTION_LINES = 68  # machine/simulate.py _CudaMode.__torch_function__
 MAX_MODULE_LINES = 678  # trace/recorder.py
 
 
