@@ -403,3 +403,49 @@ def test_a_switch_on_a_strategy_name_is_found() -> None:
                      ((1, "to-device"), (2, "autocast"), (2, "to-device"), (3, "autocast"), (4, "to-device"), (5, "autocast"))}
     # the strategy's own module may switch on its own name
     assert strategy_switches({"dtype_doctor.fix.strategies.autocast": ast.parse('x = parts["autocast"]')}, names) == set()
+
+
+# ------------------------------------------------------------------ sizes
+#
+# Functions short enough to see whole, files small enough to read in one sitting (STYLE.md), as a
+# ratchet: the longest function and the longest module may not grow. A function's length is its
+# lines from `def` to its last line (docstring included, decorators not); a module's is its line
+# count. At the start of issue 29's split: load/model.py's load_model 149 lines, trace/recorder.py
+# 1,009. Lower a figure when the longest shrinks; a new longer one fails.
+MAX_FUNCTION_LINES = 68  # machine/simulate.py _CudaMode.__torch_function__
+MAX_MODULE_LINES = 678  # trace/recorder.py
+
+
+def function_sizes() -> dict[str, int]:
+    """`module:qualified name` → lines, for every function and method in the package."""
+    out: dict[str, int] = {}
+
+    def walk(module: str, body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out[f"{module}:{prefix}{node.name}"] = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                walk(module, node.body, f"{prefix}{node.name}.")
+            elif isinstance(node, ast.ClassDef):
+                walk(module, node.body, f"{prefix}{node.name}.")
+            else:
+                for field in ("body", "orelse", "finalbody", "handlers"):
+                    inner = getattr(node, field, None)
+                    if isinstance(inner, list):
+                        walk(module, [n for n in inner if isinstance(n, ast.stmt | ast.excepthandler)], prefix)
+
+    for module in MODULES:
+        walk(module, _tree(module).body, "")
+    return out
+
+
+def test_no_function_longer_than_the_ratchet() -> None:
+    sizes = function_sizes()
+    assert "dtype_doctor.load.model:load_model" in sizes and "dtype_doctor.trace.recorder:Recorder.record" in sizes
+    longer = {name: n for name, n in sizes.items() if n > MAX_FUNCTION_LINES}
+    assert longer == {}, f"longer than {MAX_FUNCTION_LINES} lines: split them into named parts"
+
+
+def test_no_module_longer_than_the_ratchet() -> None:
+    sizes = {module: len(path.read_text(encoding="utf-8").splitlines()) for module, path in MODULES.items()}
+    longer = {module: n for module, n in sizes.items() if n > MAX_MODULE_LINES}
+    assert longer == {}, f"longer than {MAX_MODULE_LINES} lines: split by theme"

@@ -71,6 +71,25 @@ def _score(report: Report, fail_on: str) -> int:
     return failing + (100 if report.trace and report.trace.failure else 0)
 
 
+@dataclass(frozen=True)
+class _Rounds:
+    """Where the apply / re-trace loop ended: the pipeline and its report, every step tried, and
+    whether the last round still made progress (at the cap: failed to converge)."""
+
+    current: Pipeline
+    report: Report
+    steps: tuple[Step, ...]
+    rounds: int
+    progressing: bool
+
+
+@dataclass(frozen=True)
+class _Measured:
+    parity: Parity | None = None
+    cost: Cost | None = None
+    tradeoff: Tradeoff | None = None
+
+
 def fix_model(
     model: torch.nn.Module,
     inputs: Mapping[str, Any],
@@ -105,17 +124,31 @@ def fix_model(
     real = not before.target.simulated
     # One fp32 reference for every measurement; a model that cannot be copied is not measured.
     reference: torch.nn.Module | str | None = _guard(lambda: fp32_reference(model), str) if (real and measure) else None
-    measurable = isinstance(reference, torch.nn.Module)
-    peaks = activation_peaks(reference, start.inputs) if measurable else None
+    peaks = activation_peaks(reference, start.inputs) if isinstance(reference, torch.nn.Module) else None
     requested = None if strategy == "auto" else strategy
     # An unsafe strategy asked for by name is allowed, as --unsafe-fixes allows it.
     unsafe = unsafe_fixes or (requested is not None and STRATEGIES[requested].applicability == UNSAFE)
     ctx = Context(fail_on=fail_on, unsafe=unsafe, force=force, overflow=peaks, requested=requested)
-    order = AUTO_ORDER if strategy == "auto" else (strategy,)
+    done = _fix_rounds(start, before, trace, ctx, max_rounds)
+    report = done.report
+    verified = not report.at_or_above(fail_on) and not (report.trace and report.trace.failure)
+    measured = _measure(model, start, done.current, reference, peaks, verified=verified, real=real and measure)
+    return FixResult(
+        strategy=strategy, steps=done.steps, verified=verified, converged=verified or not done.progressing,
+        rounds=done.rounds, detail=_detail(done, verified, fail_on, max_rounds), before=before, after=report,
+        pipeline=done.current, parity=measured.parity, cost=measured.cost, tradeoff=measured.tradeoff,
+    )
+
+
+def _fix_rounds(start: Pipeline, before: Report, trace: Callable[[Pipeline], Report], ctx: Context,
+                max_rounds: int) -> _Rounds:
+    """Apply, re-trace, re-check, up to `max_rounds`: a strategy is kept where its re-trace scores
+    better (no worse for one asked for by name in its first round), else rolled back."""
+    fail_on, requested = ctx.fail_on, ctx.requested
+    order = AUTO_ORDER if requested is None else (requested,)
     # A conversion asked for by name (keep-fp32) runs once even on a clean scan; it is kept
     # when the re-trace is no worse.
     on_request = requested is not None and STRATEGIES[requested].on_request
-
     current, report = start, before
     steps: list[Step] = []
     seen: set[tuple] = set()
@@ -127,7 +160,7 @@ def fix_model(
         asked = on_request and rounds == 1
         for name in order:
             strat = STRATEGIES[name]
-            if strategy == "auto" and not strat.relevant(report, ctx):
+            if requested is None and not strat.relevant(report, ctx):
                 continue
             candidate, step = strat.run(current, report, ctx)
             key = (name, step.changes)
@@ -146,35 +179,38 @@ def fix_model(
             steps.append(
                 Step(name, "failed", f"rolled back: {_score(report, fail_on)} → {_score(after, fail_on)} findings at or above {fail_on} after {step.detail}", step.changes)
             )
-    verified = not report.at_or_above(fail_on) and not (report.trace and report.trace.failure)
+    return _Rounds(current, report, tuple(steps), rounds, progressing)
+
+
+def _detail(done: _Rounds, verified: bool, fail_on: str, max_rounds: int) -> str:
+    """One line on how the loop ended."""
     if verified:
-        detail = "verified: the re-run trace has no finding at or above " + fail_on if steps else "nothing to fix"
-    elif rounds >= max_rounds and progressing:
-        detail = f"failed to converge after {rounds} rounds"
-    elif any(s.status == "failed" for s in steps) and not any(s.status == "applied" for s in steps):
-        detail = "no strategy made the re-run trace better (each was rolled back or does not apply)"
-    elif not any(s.status == "applied" for s in steps):
-        detail = "no strategy applies to the remaining findings"
-    else:
-        detail = "the applied fixes leave findings at or above " + fail_on
-    parity: Parity | None = None
-    cost: Cost | None = None
-    tradeoff: Tradeoff | None = None
-    if real and measure:
-        cost = Cost(weight_bytes(model), weight_bytes(current.model))
+        return "verified: the re-run trace has no finding at or above " + fail_on if done.steps else "nothing to fix"
+    if done.rounds >= max_rounds and done.progressing:
+        return f"failed to converge after {done.rounds} rounds"
+    applied = any(s.status == "applied" for s in done.steps)
+    if any(s.status == "failed" for s in done.steps) and not applied:
+        return "no strategy made the re-run trace better (each was rolled back or does not apply)"
+    if not applied:
+        return "no strategy applies to the remaining findings"
+    return "the applied fixes leave findings at or above " + fail_on
+
+
+def _measure(model: torch.nn.Module, start: Pipeline, current: Pipeline, reference: torch.nn.Module | str | None,
+             peaks: Mapping[str, float] | None, *, verified: bool, real: bool) -> _Measured:
+    """What the fix costs against the fp32 reference (`reference` a str: why it could not be built)."""
+    cost = Cost(weight_bytes(model), weight_bytes(current.model)) if real else None
     if isinstance(reference, torch.nn.Module):
         ref_model = reference
+        parity: Parity | None = None
         # Parity of a pipeline that still fails means nothing; the trade-off is still measured.
         if verified:
             parity = _guard(lambda: output_parity(ref_model, start.inputs, current), lambda why: Parity(error=why))
         tradeoff = _guard(lambda: amp_vs_half(ref_model, current, peaks), lambda why: Tradeoff(error=why))
-    elif isinstance(reference, str):  # why the reference could not be built
-        parity, tradeoff = Parity(error=reference), Tradeoff(error=reference)
-    return FixResult(
-        strategy=strategy, steps=tuple(steps), verified=verified, converged=verified or not progressing,
-        rounds=rounds, detail=detail, before=before, after=report, pipeline=current,
-        parity=parity, cost=cost, tradeoff=tradeoff,
-    )
+        return _Measured(parity, cost, tradeoff)
+    if isinstance(reference, str):  # why the reference could not be built
+        return _Measured(Parity(error=reference), cost, Tradeoff(error=reference))
+    return _Measured(cost=cost)
 
 
 def _guard(fn: Callable[[], T], failed: Callable[[str], Any]) -> Any:

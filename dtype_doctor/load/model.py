@@ -20,11 +20,13 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Any
+from typing import Any
 
 from dtype_doctor.errors import InputError, PickleRefusedError, RemoteCodeError, UsageError, first_line as _first_line
 from dtype_doctor.machine.placement import ON_CPU, Placement
+from dtype_doctor.load.fake_model import _simulate
 from dtype_doctor.load.quantize import Quantize, checkpoint_quantization
+from dtype_doctor.load.side_objects import _load_side, _module_file
 from dtype_doctor.records import LoadFacts, Loading
 
 __all__ = ["LoadedModel", "load_model", "MODEL_DTYPES", "resolve_model_dir"]
@@ -40,10 +42,6 @@ _SAFETENSORS_DTYPES = {
     "F8_E4M3": "float8_e4m3fn",
     "F8_E5M2": "float8_e5m2",
 }
-# config files that sit beside a model and the objects they describe
-_TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
-_PREPROCESSOR_FILE = "preprocessor_config.json"
-_PROCESSOR_FILE = "processor_config.json"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 
 
@@ -137,12 +135,6 @@ def _read_config(model_dir: Path) -> dict[str, Any]:
             f'add one, e.g. "architectures": ["BertForSequenceClassification"]'
         )
     return raw
-
-
-def _module_file(ref: str) -> str:
-    """'repo--modeling_x.MyModel' / 'modeling_x.MyModel' → 'modeling_x.py'."""
-    ref = ref.split("--")[-1]
-    return ref.rsplit(".", 1)[0] + ".py"
 
 
 def _auto_map_ref(auto_map: dict[str, Any], arch: str) -> tuple[str, str] | None:
@@ -245,201 +237,166 @@ def forward_params_of(model: Any) -> tuple[str, ...]:
     )
 
 
-# --------------------------------------------------------------------------- simulate
-
-
-def _simulate(cls: Any, config: Any, torch_dtype: Any, device: str, model_dir: Path) -> tuple[Any, Any]:
-    """Build `cls` on meta, then give every parameter and buffer a fake tensor on `device`."""
-    import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    contexts: list[Any] = [torch.device("meta")]
-    try:
-        from transformers import initialization as hf_init
-
-        if hasattr(hf_init, "meta_device_safe_creation_ops"):
-            contexts.append(hf_init.meta_device_safe_creation_ops())
-    except ImportError:  # pragma: no cover - older transformers
-        pass
-    from contextlib import ExitStack
-
-    try:
-        with ExitStack() as stack:
-            for c in contexts:
-                stack.enter_context(c)
-            model = cls._from_config(config, dtype=torch_dtype)
-    except Exception as e:
-        raise InputError(
-            f"{model_dir}: {cls.__name__} could not be built from config.json: {type(e).__name__}: {_first_line(e)}"
-        ) from None
-
-    override = dtype_plan(model, torch_dtype)
-    persistent_keys = set(model.state_dict().keys())
-
-    def target_dtype(full_name: str, t: Any) -> Any:
-        if t.is_floating_point() and full_name in persistent_keys:
-            return override(full_name) or t.dtype
-        return t.dtype
-
-    def fake_of(t: Any, dtype: Any) -> Any:
-        # A dense tensor's empty_like copies its strides: empty_strided gives the same fake tensor
-        # from a factory call that the fake mode's cache answers (empty_like of a meta tensor, a
-        # non-fake input, bypasses it: five times the cost over a 70B model's 700 parameters).
-        if t.is_contiguous():
-            return torch.empty_strided(tuple(t.shape), tuple(t.stride()), device=device, dtype=dtype)
-        return torch.empty_like(t, device=device, dtype=dtype)
-
-    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-    memo: dict[int, Any] = {}
-    with fake_mode:
-        for mod_name, module in model.named_modules(remove_duplicate=False):
-            prefix = f"{mod_name}." if mod_name else ""
-            for name, p in list(module._parameters.items()):
-                if p is None:
-                    continue
-                if id(p) not in memo:  # tied weights stay one Parameter
-                    fake = fake_of(p, target_dtype(prefix + name, p))
-                    memo[id(p)] = torch.nn.Parameter(fake, requires_grad=p.requires_grad)
-                module._parameters[name] = memo[id(p)]
-            for name, b in list(module._buffers.items()):
-                if b is None:
-                    continue
-                if id(b) not in memo:
-                    memo[id(b)] = fake_of(b, target_dtype(prefix + name, b))
-                module._buffers[name] = memo[id(b)]
-    model.eval()
-    return model, fake_mode
-
-
-# --------------------------------------------------------------------------- side objects
-
-
-def _has_auto_map(path: Path) -> str | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path} is not valid JSON: {_first_line(e)}; fix or remove it") from None
-    amap = data.get("auto_map") if isinstance(data, dict) else None
-    if not amap:
-        return None
-    if isinstance(amap, dict):
-        for v in amap.values():
-            if isinstance(v, (list, tuple)):
-                v = next((x for x in v if x), None)
-            if isinstance(v, str):
-                return v
-    return "custom code"
-
-
-def _preprocessor_kind(path: Path) -> str:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path} is not valid JSON: {_first_line(e)}; fix or remove it") from None
-    if not isinstance(data, dict):
-        return "image"
-    if "image_processor_type" in data or "video_processor_type" in data:
-        return "image"
-    if "feature_extractor_type" in data:
-        return "feature"
-    return "image" if any(k in data for k in ("do_resize", "crop_size", "image_mean")) else "feature"
-
-
-def _check_json(file: Path, what: str) -> None:
-    """A JSON file beside the model that is not JSON is named itself, not the file that points to it."""
-    if not file.is_file():
-        return
-    try:
-        json.loads(file.read_text(encoding="utf-8"))
-    except RecursionError:
-        raise InputError(f"{file} is nested too deeply to be a {what} file") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"{file} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}; fix or regenerate it") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{file} cannot be read: {_first_line(e)}") from None
-
-
-def _load_side(model_dir: Path, trust_remote_code: bool) -> dict[str, Any]:
-    """Tokenizer, image processor, feature extractor and processor found beside the model."""
-    import transformers
-
-    out: dict[str, Any] = {"tokenizer": None, "image_processor": None, "feature_extractor": None, "processor": None}
-    d = str(model_dir)
-
-    def guarded(file: Path, what: str) -> None:
-        ref = _has_auto_map(file)
-        if ref and not trust_remote_code:
-            raise RemoteCodeError(
-                f"{file} needs code from the model repository for its {what} (auto_map → "
-                f"{_module_file(ref) if ref != 'custom code' else ref}); pass --trust-remote-code to allow it"
-            )
-
-    def load(file: Path, what: str, fn: Any, **kw: Any) -> Any:
-        guarded(file, what)
-        try:
-            return fn(d, trust_remote_code=trust_remote_code, local_files_only=True, **kw)
-        except (RemoteCodeError, InputError):
-            raise
-        except Exception as e:
-            raise InputError(
-                f"{file} could not be loaded as a {what}: {type(e).__name__}: {_first_line(e)}"
-            ) from None
-
-    if (model_dir / _PROCESSOR_FILE).is_file():
-        out["processor"] = load(model_dir / _PROCESSOR_FILE, "processor", transformers.AutoProcessor.from_pretrained)
-    tok_file = next((model_dir / f for f in _TOKENIZER_FILES if (model_dir / f).is_file()), None)
-    if tok_file is not None:
-        _check_json(model_dir / "tokenizer.json", "tokenizer")
-        cfg_file = model_dir / "tokenizer_config.json"
-        out["tokenizer"] = load(
-            cfg_file if cfg_file.is_file() else tok_file, "tokenizer", transformers.AutoTokenizer.from_pretrained
-        )
-    pre = model_dir / _PREPROCESSOR_FILE
-    if pre.is_file():
-        if _preprocessor_kind(pre) == "image":
-            kw: dict[str, Any] = {}
-            if importlib.util.find_spec("torchvision") is None:
-                kw["backend"] = "pil"  # v5's default backend needs torchvision
-            try:
-                out["image_processor"] = load(pre, "image processor", transformers.AutoImageProcessor.from_pretrained, **kw)
-            except InputError:
-                if not kw:
-                    raise
-                out["image_processor"] = load(pre, "image processor", transformers.AutoImageProcessor.from_pretrained)
-        else:
-            out["feature_extractor"] = load(
-                pre, "feature extractor", transformers.AutoFeatureExtractor.from_pretrained
-            )
-    proc = out["processor"]
-    if proc is not None:
-        for attr in ("tokenizer", "image_processor", "feature_extractor"):
-            if out[attr] is None and getattr(proc, attr, None) is not None:
-                out[attr] = getattr(proc, attr)
-    return out
-
-
 # --------------------------------------------------------------------------- main entry
 
 
-def dtype_plan(model: Any, dtype: Any) -> Callable[[str], Any]:
-    """name → the dtype from_pretrained(dtype=dtype) gives that state-dict key instead, or None.
+@dataclass(frozen=True)
+class _ModelClass:
+    """The class config.json names: a transformers class, or (auto_ref set) a custom one of the
+    model directory's own code, which is imported only for a simulated load."""
 
-    transformers' own plan: _keep_in_fp32_modules when loading float16,
-    _keep_in_fp32_modules_strict for float16 and bfloat16, matched by a regex *search* on the
-    key as transformers.core_model_loading does.
-    """
-    plan: dict[str, Any] = {}
-    if hasattr(model, "_get_dtype_plan"):
+    cls: Any
+    auto_ref: tuple[str, str] | None
+
+
+@dataclass(frozen=True)
+class _Weights:
+    """The weight files, validated before any is read; `header_dtype` is the safetensors headers' dtype."""
+
+    safes: list[Path]
+    pickles: list[Path]
+    header_dtype: str | None
+    quantized: bool
+
+
+@dataclass(frozen=True)
+class _Attention:
+    """The attention implementation config.json asks for and the one traced in its place (None: the one asked)."""
+
+    asked: str | None
+    traced: str | None
+
+
+@dataclass(frozen=True)
+class _Built:
+    """The model as built: fake (with its mode, no weight files, no loading report) or loaded from its weights."""
+
+    model: Any
+    fake_mode: Any
+    weight_files: tuple[str, ...]
+    loading: Loading | None
+
+
+def _model_class(model_dir: Path, raw: dict[str, Any], trust_remote_code: bool) -> _ModelClass:
+    """The class of `raw`'s architecture, refusing remote code (the model's or its config's)
+    before anything is imported."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    arch: str = raw["architectures"][0]
+    auto_map = raw.get("auto_map") if isinstance(raw.get("auto_map"), dict) else None
+    cls: Any = None
+    if arch.isidentifier():
+        cand = getattr(transformers, arch, None)
+        if isinstance(cand, type) and issubclass(cand, transformers.PreTrainedModel):
+            cls = cand
+    config_needs_code = bool(raw.get("model_type") not in CONFIG_MAPPING and auto_map and "AutoConfig" in auto_map)
+    auto_ref: tuple[str, str] | None = None
+    if cls is None:
+        if not auto_map:
+            raise InputError(
+                f"{model_dir / 'config.json'}: architecture {arch!r} is not a class in transformers "
+                f"{transformers.__version__} and config.json has no auto_map; fix \"architectures\" or upgrade transformers"
+            )
+        auto_ref = _auto_map_ref(auto_map, arch)
+        if auto_ref is None:
+            raise InputError(
+                f"{model_dir / 'config.json'}: auto_map has no AutoModel entry for {arch!r}; add one or fix \"architectures\""
+            )
+        if not trust_remote_code:
+            _refuse_remote_code(model_dir, auto_ref[1])
+    if config_needs_code and not trust_remote_code:
+        _refuse_remote_code(model_dir, auto_map["AutoConfig"], " for its config")  # type: ignore[index]
+    return _ModelClass(cls, auto_ref)
+
+
+def _checked_weights(model_dir: Path, raw: dict[str, Any], *, simulate: bool, quantize: Quantize | None,
+                     allow_pickle: bool) -> _Weights:
+    """The weight files, refused before any is read: none (unless simulated), only pickles
+    (unless allowed), a quantized model simulated."""
+    quantized = quantize is not None or checkpoint_quantization(raw, model_dir) is not None
+    if quantized and simulate:
+        raise UsageError(f"{model_dir} is quantized (bitsandbytes); a quantized model is traced with real weights, without --simulate")
+    safes, pickles = _weight_files(model_dir)
+    header_dtype = _check_safetensors(safes) if safes else None
+    if not simulate:
+        if not safes and not pickles:
+            raise InputError(
+                f"{model_dir} has config.json but no weights (model.safetensors); "
+                "pass --simulate to trace with fake tensors"
+            )
+        if not safes and pickles and not allow_pickle:
+            names = ", ".join(p.name for p in pickles[:3]) + (", …" if len(pickles) > 3 else "")
+            raise PickleRefusedError(
+                f"{model_dir} has only pickled weights ({names}), which can run code when loaded; "
+                "convert them to model.safetensors, or pass --allow-pickle to load them with torch.load(weights_only=True)"
+            )
+    return _Weights(safes, pickles, header_dtype, quantized)
+
+
+def _config(model_dir: Path, arch: str, trust_remote_code: bool) -> Any:
+    import transformers
+
+    try:
+        return transformers.AutoConfig.from_pretrained(
+            str(model_dir), trust_remote_code=trust_remote_code, local_files_only=True
+        )
+    except Exception as e:
+        raise InputError(
+            f"{model_dir / 'config.json'} is not a valid {arch} config: {type(e).__name__}: {_first_line(e)}"
+        ) from None
+
+
+def _attention(raw: dict[str, Any], cls: Any, config: Any, dev: str) -> _Attention:
+    """flash-attn runs on CUDA GPUs with its package installed: where this machine cannot run it, the
+    model is traced with SDPA in its place (set on `config`), and DD701/DD702 judge the implementation asked for."""
+    asked = raw.get("attn_implementation") or raw.get("_attn_implementation")
+    asked = asked if isinstance(asked, str) else None
+    traced = _attention_in_place_of(asked, cls, dev=dev)
+    if traced is not None:
+        config._attn_implementation = traced
+    return _Attention(asked, traced)
+
+
+def _built_fake(model_dir: Path, found: _ModelClass, config: Any, dtype: str, header_dtype: str | None,
+                dev: str) -> _Built:
+    """The model on fake tensors, in the dtype from_pretrained would give it; a custom class imported now."""
+    import torch
+
+    cls = found.cls
+    if found.auto_ref is not None:
+        from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
         try:
-            plan = dict(model._get_dtype_plan(dtype) or {})
-        except Exception:  # noqa: BLE001 - no plan means no exceptions to the dtype
-            plan = {}
-    patterns = [(re.compile(k.replace("*", ".*")), v) for k, v in plan.items()]
+            cls = get_class_from_dynamic_module(found.auto_ref[1], str(model_dir), local_files_only=True)
+        except Exception as e:
+            raise InputError(f"{model_dir}: the custom class {found.auto_ref[1]} could not be imported: {_first_line(e)}") from None
+    if dtype == "auto":
+        cfg_dtype = getattr(config, "dtype", None)
+        if isinstance(cfg_dtype, str):
+            cfg_dtype = getattr(torch, cfg_dtype, None)
+        torch_dtype = cfg_dtype or (_torch_dtype(header_dtype) if header_dtype else torch.get_default_dtype())
+    else:
+        torch_dtype = _torch_dtype(dtype)
+    model, fake_mode = _simulate(cls, config, torch_dtype, dev, model_dir)
+    return _Built(model, fake_mode, (), None)
 
-    def override(name: str) -> Any:
-        return next((dt for pat, dt in patterns if pat.search(name)), None)
 
-    return override
+def _built_real(model_dir: Path, found: _ModelClass, config: Any, dtype: str, weights: _Weights, *,
+                trust_remote_code: bool, quantize: Quantize | None, dev: str, attention: str | None) -> _Built:
+    """The model loaded from its weights (after checking they fit `dev`), in eval mode, on `dev`."""
+    from dtype_doctor.load.memory import check_fits, estimate
+
+    check_fits(model_dir, estimate(weights.safes, found.cls, config, dtype, weights.header_dtype), dev)
+    model, info = _real_load(model_dir, found.cls, found.auto_ref, config, dtype, weights.safes, weights.pickles,
+                             trust_remote_code, quantize=quantize, device=dev if weights.quantized else None,
+                             attention=attention)
+    weight_files = tuple(p.name for p in (weights.safes or weights.pickles))
+    loading = loading_report(model_dir, weight_files, model, info)
+    model.eval()
+    if dev != "cpu" and not weights.quantized:  # a quantized model was dispatched by device_map
+        model.to(dev)
+    return _Built(model, None, weight_files, loading)
 
 
 def load_model(
@@ -464,132 +421,38 @@ def load_model(
     model_dir = resolve_model_dir(spec)
     raw = _read_config(model_dir)
     arch: str = raw["architectures"][0]
-    auto_map = raw.get("auto_map") if isinstance(raw.get("auto_map"), dict) else None
-
-    import transformers
-
-    # ---- the class, refusing remote code before anything is imported
-    cls: Any = None
-    if arch.isidentifier():
-        cand = getattr(transformers, arch, None)
-        if isinstance(cand, type) and issubclass(cand, transformers.PreTrainedModel):
-            cls = cand
-    model_type = raw.get("model_type")
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    config_needs_code = bool(model_type not in CONFIG_MAPPING and auto_map and "AutoConfig" in auto_map)
-    auto_ref: tuple[str, str] | None = None
-    if cls is None:
-        if not auto_map:
-            raise InputError(
-                f"{model_dir / 'config.json'}: architecture {arch!r} is not a class in transformers "
-                f"{transformers.__version__} and config.json has no auto_map; fix \"architectures\" or upgrade transformers"
-            )
-        auto_ref = _auto_map_ref(auto_map, arch)
-        if auto_ref is None:
-            raise InputError(
-                f"{model_dir / 'config.json'}: auto_map has no AutoModel entry for {arch!r}; add one or fix \"architectures\""
-            )
-        if not trust_remote_code:
-            _refuse_remote_code(model_dir, auto_ref[1])
-    if config_needs_code and not trust_remote_code:
-        _refuse_remote_code(model_dir, auto_map["AutoConfig"], " for its config")  # type: ignore[index]
-
-    quantized = quantize is not None or checkpoint_quantization(raw, model_dir) is not None
-    if quantized and simulate:
-        raise UsageError(f"{model_dir} is quantized (bitsandbytes); a quantized model is traced with real weights, without --simulate")
-    # ---- weights, validated before any is read
-    safes, pickles = _weight_files(model_dir)
-    header_dtype = _check_safetensors(safes) if safes else None
-    if not simulate:
-        if not safes and not pickles:
-            raise InputError(
-                f"{model_dir} has config.json but no weights (model.safetensors); "
-                "pass --simulate to trace with fake tensors"
-            )
-        if not safes and pickles and not allow_pickle:
-            names = ", ".join(p.name for p in pickles[:3]) + (", …" if len(pickles) > 3 else "")
-            raise PickleRefusedError(
-                f"{model_dir} has only pickled weights ({names}), which can run code when loaded; "
-                "convert them to model.safetensors, or pass --allow-pickle to load them with torch.load(weights_only=True)"
-            )
-
-    # ---- side objects (tokenizer …) — remote code refused there too
-    side = _load_side(model_dir, trust_remote_code)
-
-    # ---- config
-    try:
-        config = transformers.AutoConfig.from_pretrained(
-            str(model_dir), trust_remote_code=trust_remote_code, local_files_only=True
-        )
-    except Exception as e:
-        raise InputError(
-            f"{model_dir / 'config.json'} is not a valid {arch} config: {type(e).__name__}: {_first_line(e)}"
-        ) from None
-
-    import torch
-
-    # flash-attn runs on CUDA GPUs with its package installed: where this machine cannot run it, the
-    # model is traced with SDPA in its place, and DD701/DD702 judge the implementation asked for.
-    asked_attn = raw.get("attn_implementation") or raw.get("_attn_implementation")
-    asked_attn = asked_attn if isinstance(asked_attn, str) else None
+    found = _model_class(model_dir, raw, trust_remote_code)
+    weights = _checked_weights(model_dir, raw, simulate=simulate, quantize=quantize, allow_pickle=allow_pickle)
+    side = _load_side(model_dir, trust_remote_code)  # remote code refused there too
+    config = _config(model_dir, arch, trust_remote_code)
     dev = placement.device or "cpu"
-    traced_attn = _attention_in_place_of(asked_attn, cls, dev=dev)
-    if traced_attn is not None:
-        config._attn_implementation = traced_attn
-
-    fake_mode = None
-    weight_files: tuple[str, ...]
+    attention = _attention(raw, found.cls, config, dev)
     if simulate:
-        if auto_ref is not None:
-            from transformers.dynamic_module_utils import get_class_from_dynamic_module
-
-            try:
-                cls = get_class_from_dynamic_module(auto_ref[1], str(model_dir), local_files_only=True)
-            except Exception as e:
-                raise InputError(f"{model_dir}: the custom class {auto_ref[1]} could not be imported: {_first_line(e)}") from None
-        if dtype == "auto":
-            cfg_dtype = getattr(config, "dtype", None)
-            if isinstance(cfg_dtype, str):
-                cfg_dtype = getattr(torch, cfg_dtype, None)
-            torch_dtype = cfg_dtype or (_torch_dtype(header_dtype) if header_dtype else torch.get_default_dtype())
-        else:
-            torch_dtype = _torch_dtype(dtype)
-        model, fake_mode = _simulate(cls, config, torch_dtype, dev, model_dir)
-        weight_files = ()
-        loading = None
+        built = _built_fake(model_dir, found, config, dtype, weights.header_dtype, dev)
     else:
-        from dtype_doctor.load.memory import check_fits, estimate
-
-        check_fits(model_dir, estimate(safes, cls, config, dtype, header_dtype), dev)
-        model, info = _real_load(model_dir, cls, auto_ref, config, dtype, safes, pickles, trust_remote_code,
-                                 quantize=quantize, device=dev if quantized else None, attention=traced_attn)
-        weight_files = tuple(p.name for p in (safes or pickles))
-        loading = loading_report(model_dir, weight_files, model, info)
-        model.eval()
-        if dev != "cpu" and not quantized:  # a quantized model was dispatched by device_map
-            model.to(dev)
-
+        built = _built_real(model_dir, found, config, dtype, weights, trust_remote_code=trust_remote_code,
+                            quantize=quantize, dev=dev, attention=attention.traced)
+    model = built.model
     return LoadedModel(
         model=model,
         config=model.config if hasattr(model, "config") else config,
         path=str(model_dir),
-        class_name=arch if auto_ref is not None else type(model).__name__,
+        class_name=arch if found.auto_ref is not None else type(model).__name__,
         tokenizer=side["tokenizer"],
         image_processor=side["image_processor"],
         feature_extractor=side["feature_extractor"],
         processor=side["processor"],
         dtype=_main_dtype(model),
         simulated=simulate,
-        fake_mode=fake_mode,
+        fake_mode=built.fake_mode,
         forward_params=forward_params_of(model),
         spec=spec,
         device=dev,
         requested_dtype=dtype,
-        weight_files=weight_files,
+        weight_files=built.weight_files,
         is_encoder_decoder=bool(getattr(config, "is_encoder_decoder", False)),
-        loading=loading,
-        load_facts=load_facts(_main_dtype(model), dtype, raw, header_dtype, asked_attn, traced_attn),
+        loading=built.loading,
+        load_facts=load_facts(_main_dtype(model), dtype, raw, weights.header_dtype, attention.asked, attention.traced),
     )
 
 

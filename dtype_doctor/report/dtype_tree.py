@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from dtype_doctor.records import FLOATING, ModelInfo, StateTensor, main_dtype_of
@@ -63,22 +64,26 @@ def majority_dtype(params: tuple[StateTensor, ...]) -> str | None:
     return main_dtype_of((p.dtype, math.prod(p.shape) if p.shape else 1) for p in params)
 
 
-def dtype_tree(model: ModelInfo) -> DtypeTree | None:
-    """The tree of off-majority modules, or None when every floating parameter agrees."""
-    params = tuple(p for p in model.parameters if p.dtype in FLOATING)
-    majority = majority_dtype(params)
-    if majority is None or all(p.dtype == majority for p in params):
-        return None
+@dataclass(frozen=True)
+class _Counts:
+    """The model's floating parameters counted per module (dotted name, "" the root): its
+    children, its parameters (its own and below) on and off the majority dtype, its own off it."""
 
-    order = {name: i for i, (name, _) in enumerate(model.module_types)}
-    types = dict(model.module_types)
+    children: dict[str, set[str]]
+    on_major: Counter[str]
+    off_major: dict[str, Counter[str]]
+    total: Counter[str]
+    direct_off: dict[str, list[StateTensor]]
+
+
+def _counts(params: tuple[StateTensor, ...], names: Iterable[str], majority: str) -> _Counts:
     children: dict[str, set[str]] = defaultdict(set)
     on_major: Counter[str] = Counter()
     off_major: dict[str, Counter[str]] = defaultdict(Counter)
     total: Counter[str] = Counter()
     direct_off: dict[str, list[StateTensor]] = defaultdict(list)
 
-    for name in types:
+    for name in names:
         for a in _ancestors(name)[1:]:
             children[_parent(a)].add(a)
     for p in params:
@@ -93,6 +98,21 @@ def dtype_tree(model: ModelInfo) -> DtypeTree | None:
                 off_major[a][p.dtype] += 1
         if p.dtype != majority:
             direct_off[owner].append(p)
+    return _Counts(children, on_major, off_major, total, direct_off)
+
+
+def dtype_tree(model: ModelInfo) -> DtypeTree | None:
+    """The tree of off-majority modules, or None when every floating parameter agrees."""
+    params = tuple(p for p in model.parameters if p.dtype in FLOATING)
+    majority = majority_dtype(params)
+    if majority is None or all(p.dtype == majority for p in params):
+        return None
+
+    order = {name: i for i, (name, _) in enumerate(model.module_types)}
+    types = dict(model.module_types)
+    counts = _counts(params, types, majority)
+    children, on_major, off_major, total, direct_off = (counts.children, counts.on_major, counts.off_major, counts.total,
+                                                        counts.direct_off)
 
     def sort_key(name: str) -> tuple[int, str]:
         return (order.get(name, len(order)), name)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from dtype_doctor.errors import InputError, UsageError, first_line, is_gpu_out_of_memory, is_out_of_memory, memory_words
 from dtype_doctor.machine.placement import Placement, decide
@@ -14,6 +14,9 @@ from dtype_doctor.records import LaunchConfig
 from dtype_doctor.run.command import ScriptCommand, parse_command
 from dtype_doctor.machine.control import DEFAULT_TIMEOUT, check_timeout, disarm, user_code
 from dtype_doctor.run.launch import ScriptOutcome, launch
+
+if TYPE_CHECKING:
+    from dtype_doctor.run.session import RunSession
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,17 @@ def run_script(
         session.close(outcome.ended_by)
     if oom:
         raise out_of_memory(command.display, outcome.error, simulated=options.simulate, stepped=session.forwards > 0)  # type: ignore[arg-type]
-    refused = session.trainer_args.refused if session.report is None else None
+    if session.report is None:
+        return _without_a_model_report(command, outcome, session, options, reported)
+    return RunResult(command, session.report, outcome, min(session.steps, options.steps), session.capture, session.note,
+                     tuple(session.kept))
+
+
+def _without_a_model_report(command: ScriptCommand, outcome: ScriptOutcome, session: RunSession, options: RunOptions,
+                            reported: Callable[[Report], None]) -> RunResult:
+    """A script that called no model: a report of its launch configuration (it stopped at
+    TrainingArguments) or of its refused quantized load (DD505), else an InputError saying why."""
+    refused = session.trainer_args.refused
     if refused is not None and outcome.error is not None and outcome.error is session.trainer_args.refused_error:
         # The script stopped at TrainingArguments(...): a report of its launch configuration alone.
         from dtype_doctor.run.trainer_args import refused_report
@@ -134,35 +147,37 @@ def run_script(
                                 options.select, options.ignore, options.simulate)
         reported(report)
         return RunResult(command, report, outcome, 0)
-    if session.report is None:
-        # No model call means no report.
-        error = outcome.error
-        stop = outcome.stop
-        if error is not None:
-            refused = refused_load(error, command, options)
-            if refused is not None:  # transformers refused the script's quantized model for its device map (DD505)
-                reported(refused)
-                return RunResult(command, refused, outcome, 0)
-            where = user_frame(error)
-            raise InputError(
-                f"{command.display} raised {type(error).__name__} before calling a model{where}: {first_line(error)}"
-            ) from error
-        if stop is not None and getattr(stop, "limit", None):
-            from dtype_doctor.machine.wording import no_fake_impl
-
-            raise InputError(f"{command.display} calls {stop.limit} at {stop.where} before calling a model: "  # type: ignore[attr-defined]
-                             f"{no_fake_impl(stop.limit)}")  # type: ignore[attr-defined]
-        if stop is not None and getattr(stop, "where", None):
-            raise InputError(
-                f"{command.display} asks a simulated CUDA tensor for its value at {stop.where} ({stop.what}) "  # type: ignore[attr-defined]
-                "before calling a model; --simulate cannot follow it past there"
-            )
+    # No model call means no report.
+    error = outcome.error
+    if error is not None:
+        refused_model = refused_load(error, command, options)
+        if refused_model is not None:  # transformers refused the script's quantized model for its device map (DD505)
+            reported(refused_model)
+            return RunResult(command, refused_model, outcome, 0)
+        where = user_frame(error)
         raise InputError(
-            f"{command.display} ended (exit code {outcome.exit_code}) without calling a model "
-            "(a torch.nn.Module with parameters)"
+            f"{command.display} raised {type(error).__name__} before calling a model{where}: {first_line(error)}"
+        ) from error
+    raise _no_model_call(command, outcome)
+
+
+def _no_model_call(command: ScriptCommand, outcome: ScriptOutcome) -> InputError:
+    """Why a script that raised nothing called no model: where a simulation stopped it, or its end."""
+    stop = outcome.stop
+    if stop is not None and getattr(stop, "limit", None):
+        from dtype_doctor.machine.wording import no_fake_impl
+
+        return InputError(f"{command.display} calls {stop.limit} at {stop.where} before calling a model: "  # type: ignore[attr-defined]
+                          f"{no_fake_impl(stop.limit)}")  # type: ignore[attr-defined]
+    if stop is not None and getattr(stop, "where", None):
+        return InputError(
+            f"{command.display} asks a simulated CUDA tensor for its value at {stop.where} ({stop.what}) "  # type: ignore[attr-defined]
+            "before calling a model; --simulate cannot follow it past there"
         )
-    return RunResult(command, session.report, outcome, min(session.steps, options.steps), session.capture, session.note,
-                     tuple(session.kept))
+    return InputError(
+        f"{command.display} ended (exit code {outcome.exit_code}) without calling a model "
+        "(a torch.nn.Module with parameters)"
+    )
 
 
 def refused_load(error: BaseException, command: ScriptCommand, options: RunOptions) -> Report | None:

@@ -66,6 +66,15 @@ class StepCapture:
     handled: dict[str, Handled] = field(default_factory=dict, compare=False, repr=False)
 
 
+def _device_aliases(placement: Placement, target: torch.device | None) -> dict[str, str]:
+    """The simulation's stand-in devices → the devices the report names (meta:k → cuda:k for several GPUs)."""
+    if placement.simulated and placement.gpus > 1:
+        from dtype_doctor.machine.device_map import aliases
+
+        return aliases(placement.gpus)
+    return {device_name(STAND_IN): device_name(target)} if target is not None else {}
+
+
 class RunSession:
     """`with RunSession(...) as s: s.close(launch(command))`; `s.report` is the traced step(s), or None."""
 
@@ -100,11 +109,7 @@ class RunSession:
         from dtype_doctor.run.trainer_args import TrainerArgsWatch
 
         self.trainer_args = TrainerArgsWatch(launch, placement.simulated)  # the script's TrainingArguments, read as its launch configuration
-        self.alias = {device_name(STAND_IN): device_name(self.target)} if self.target is not None else {}
-        if placement.simulated and placement.gpus > 1:
-            from dtype_doctor.machine.device_map import aliases
-
-            self.alias = aliases(placement.gpus)
+        self.alias = _device_aliases(placement, self.target)
         self._session: TraceSession | None = None
         self._failure: TraceFailure | None = None
         self._depth = 0  # top-level module calls in progress (the model's, a loss module's)

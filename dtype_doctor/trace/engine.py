@@ -10,7 +10,7 @@ TraceSession (trace/session.py); the Report and the API drivers are dtype_doctor
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
@@ -170,56 +170,36 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
         return _trace(model, inputs, request, where, spread, refusal)
 
 
+@dataclass(frozen=True)
+class _Staged:
+    """A trace ready to run: the model (a spread copy when device-mapped) and inputs as they will be
+    called, the state swapped in for the model's own (None: its own), and how the simulation names
+    its devices (`alias`: stand-in → label; `plan`: a device map's)."""
+
+    model: torch.nn.Module
+    inputs: dict[str, Any]
+    where: Where
+    state: dict[str, torch.Tensor] | None = None
+    fake_mode: Any = None
+    alias: dict[str, str] = field(default_factory=dict)
+    autocast_device: str | None = None
+    plan: Any = None
+    target_device: torch.device | None = None
+
+
+@dataclass(frozen=True)
+class _Ran:
+    failure: TraceFailure | None
+    grads: list[tuple[str, str, int | None]]
+
+
 def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest, where: Where, spread: contextlib.ExitStack,
            refusal: Callable[[Any], str | None] | None = None) -> Trace:
-    from dtype_doctor.machine import device_map
-
-    autocast = request.autocast
     # A sharded model's parameters are DTensors, whose storage is FSDP's: writes to them are FSDP's
     # own, and value statistics are not taken of them (a DTensor gradient is one rank's shard).
     sharded = any(type(p).__name__ == "DTensor" for p in model.parameters())
-    fake_mode = None
-    state: dict[str, torch.Tensor] | None = None
-    target_device = where.label
-    alias: dict[str, str] = {}
-    autocast_device: str | None = None
-    plan = None
-    if where.simulate:
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        # A model sharded over fake tensors (fully_shard of a simulated load) runs as FSDP holds it:
-        # its DTensors' fake shards keep their mode, and no copy of its state is swapped in.
-        fake_mode = _shards_fake_mode(model) if sharded else None
-        own_state = fake_mode is not None
-        fake_mode = fake_mode or FakeTensorMode(allow_non_fake_inputs=True)
-        label, stand_in = where.label, where.run_on
-        if request.placement.mapped:
-            # accelerate spreads a fake copy over simulated GPUs; its hooks move what crosses them.
-            model, plan, alias = device_map.spread(model, request.placement, fake_mode, spread)
-            label = torch.device(CUDA0)
-            stand_in = simulated_home(label, indexed=True)
-            where = Where(True, label, stand_in)
-            autocast_device = stand_in.type
-        elif stand_in != label:
-            alias[device_name(stand_in)] = device_name(label)
-            autocast_device = stand_in.type
-        if plan is None and not own_state:
-            state = {n: fake_like(fake_mode, t, stand_in) for n, t in [*model.named_parameters(), *model.named_buffers()]}
-        def sim_device(v: torch.Tensor) -> torch.device:
-            # Simulation the caller did not ask for (a meta input, a fake model) moves nothing:
-            # an input left on another device is the mismatch to report.
-            keep = not request.move_inputs or not request.simulate
-            stays = keep and device_name(v.device) != device_name(label)
-            return v.device if stays else stand_in
-
-        inputs = {k: (fake_like(fake_mode, v, sim_device(v)) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
-        target_device = None
-    elif target_device is not None:
-        if any(t.device != target_device for t in [*model.parameters(), *model.buffers()]):
-            state = _moved_state(model, target_device)
-        if request.move_inputs:
-            inputs = {k: (v.to(target_device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
-
+    staged = _staged_fake(model, inputs, request, where, spread, sharded) if where.simulate else _staged_real(model, inputs, request, where)
+    model, inputs, where, state, alias = staged.model, staged.inputs, staged.where, staged.state, staged.alias
     session = TraceSession(
         model, stats=request.stats and not sharded, simulated=where.simulate, state=state, alias=alias,
         probe_cuda=where.label is not None and where.label.type == "cuda", probe_gpu=request.placement.gpu, refusal=refusal,
@@ -229,18 +209,94 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
         if isinstance(v, torch.Tensor):
             rec.tag_input(name, v)
     info = model_info(model, state, alias)
-    run_device = where.run_on if where.simulate and where.run_on is not None else _run_device(model, state, target_device)
-    amp_device = autocast_device or run_device.type
+    run_device = where.run_on if where.simulate and where.run_on is not None else _run_device(model, state, staged.target_device)
+    ran = _run(session, staged, request, run_device, guard_writes=state is None and staged.plan is None and not sharded)
+    autocast = request.autocast
+    return session.trace(
+        info, ran.failure,
+        lineage=request.lineage, sources=request.sources, grads=ran.grads, values=values_note(request, where.simulate),
+        inputs=tuple(rec.boundary_inputs) or tuple(rec.meta(v, "input", k) for k, v in inputs.items() if isinstance(v, torch.Tensor)),
+        device=alias.get(device_name(run_device), device_name(run_device)),
+        simulated=where.simulate,
+        autocast=autocast,
+        train=request.train,
+        # scan's fp16 AMP step is checked as a GradScaler would take it (DD401).
+        grad_scaler=request.train and autocast == "float16",
+        devices=staged.plan,
+        loaded=request.loaded,
+        **_fsdp1_units(model, request),
+    )
+
+
+def _staged_fake(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest, where: Where,
+                 spread: contextlib.ExitStack, sharded: bool) -> _Staged:
+    """Fake copies of the state and inputs on the simulated device's stand-in (or the model spread
+    over simulated GPUs by its device map)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from dtype_doctor.machine import device_map
+
+    # A model sharded over fake tensors (fully_shard of a simulated load) runs as FSDP holds it:
+    # its DTensors' fake shards keep their mode, and no copy of its state is swapped in.
+    fake_mode = _shards_fake_mode(model) if sharded else None
+    own_state = fake_mode is not None
+    fake_mode = fake_mode or FakeTensorMode(allow_non_fake_inputs=True)
+    label, stand_in = where.label, where.run_on
+    alias: dict[str, str] = {}
+    autocast_device: str | None = None
+    plan = None
+    state: dict[str, torch.Tensor] | None = None
+    if request.placement.mapped:
+        # accelerate spreads a fake copy over simulated GPUs; its hooks move what crosses them.
+        model, plan, alias = device_map.spread(model, request.placement, fake_mode, spread)
+        label = torch.device(CUDA0)
+        stand_in = simulated_home(label, indexed=True)
+        where = Where(True, label, stand_in)
+        autocast_device = stand_in.type
+    elif stand_in != label:
+        alias[device_name(stand_in)] = device_name(label)
+        autocast_device = stand_in.type
+    if plan is None and not own_state:
+        state = {n: fake_like(fake_mode, t, stand_in) for n, t in [*model.named_parameters(), *model.named_buffers()]}
+
+    def sim_device(v: torch.Tensor) -> torch.device:
+        # Simulation the caller did not ask for (a meta input, a fake model) moves nothing:
+        # an input left on another device is the mismatch to report.
+        keep = not request.move_inputs or not request.simulate
+        stays = keep and device_name(v.device) != device_name(label)
+        return v.device if stays else stand_in
+
+    inputs = {k: (fake_like(fake_mode, v, sim_device(v)) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    return _Staged(model, inputs, where, state, fake_mode, alias, autocast_device, plan)
+
+
+def _staged_real(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest, where: Where) -> _Staged:
+    """Real tensors: copies of the state on the device asked for where the model is elsewhere."""
+    target = where.label
+    state = None
+    if target is not None:
+        if any(t.device != target for t in [*model.parameters(), *model.buffers()]):
+            state = _moved_state(model, target)
+        if request.move_inputs:
+            inputs = {k: (v.to(target) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    return _Staged(model, inputs, where, state, target_device=target)
+
+
+def _run(session: TraceSession, staged: _Staged, request: TraceRequest, run_device: torch.device, *,
+         guard_writes: bool) -> _Ran:
+    """The forward (and backward) under the recorder, with the model's own state guarded; a failure
+    is recorded, not raised (out of memory aside: the caller names the batch size)."""
+    model, state, where, autocast = staged.model, staged.state, staged.where, request.autocast
+    amp_device = staged.autocast_device or run_device.type
     # No AutocastCUDA kernels on a CPU-only build, and CPU autocast's lists are not CUDA's.
     emulate_cuda_amp = where.simulate and where.label is not None and where.label.type == "cuda" and run_device.type != "cuda"
     failure: TraceFailure | None = None
     grads: list[tuple[str, str, int | None]] = []
-    guard_writes = state is None and plan is None and not sharded
     with preserved(model, train=request.train, guard_writes=guard_writes, mode=False) as writes, contextlib.ExitStack() as fake:
-        rec.writes = writes  # the recorder's own dispatch mode guards the parameters' writes
-        if fake_mode is not None:
+        session.recorder.writes = writes  # the recorder's own dispatch mode guards the parameters' writes
+        if staged.fake_mode is not None:
             fake.enter_context(_quiet_fake_kernels())
-            fake.enter_context(fake_mode)
+            fake.enter_context(staged.fake_mode)
         try:
             # Without --train the forward runs in the caller's grad mode, as the plain `model(**inputs)` would:
             # libraries choose kernels by it (bitsandbytes packs 4-bit weights for its CPU kernel when the input
@@ -252,9 +308,9 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
                     elif autocast:
                         amp.enter_context(torch.autocast(amp_device, dtype=AUTOCAST_DTYPES[autocast]))
                     if state is not None:
-                        out = torch.func.functional_call(model, state, (), inputs, strict=False)
+                        out = torch.func.functional_call(model, state, (), staged.inputs, strict=False)
                     else:
-                        out = model(**inputs)
+                        out = model(**staged.inputs)
                 if request.train:
                     loss = loss_of(out, "sum")
                     if loss is not None and loss.requires_grad:
@@ -264,20 +320,7 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
             if is_out_of_memory(exc):
                 raise  # the machine's limit, not the model's: the caller names the batch size
             failure = session.failure(exc)
-    return session.trace(
-        info, failure,
-        lineage=request.lineage, sources=request.sources, grads=grads, values=values_note(request, where.simulate),
-        inputs=tuple(rec.boundary_inputs) or tuple(rec.meta(v, "input", k) for k, v in inputs.items() if isinstance(v, torch.Tensor)),
-        device=alias.get(device_name(run_device), device_name(run_device)),
-        simulated=where.simulate,
-        autocast=autocast,
-        train=request.train,
-        # scan's fp16 AMP step is checked as a GradScaler would take it (DD401).
-        grad_scaler=request.train and autocast == "float16",
-        devices=plan,
-        loaded=request.loaded,
-        **_fsdp1_units(model, request),
-    )
+    return _Ran(failure, grads)
 
 
 def _shards_fake_mode(model: torch.nn.Module) -> Any:

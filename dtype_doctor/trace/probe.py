@@ -25,7 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from dtype_doctor.errors import first_line
 from dtype_doctor.records import DTYPE_MAX, OpCall, dtype_name
 from dtype_doctor.machine.gpus import GpuProfile
-from dtype_doctor.trace.recorder import _MODE_DEPENDENT
+from dtype_doctor.trace.dispatch import _MODE_DEPENDENT
 from dtype_doctor.trace.verdicts import classify_error, unsupported_dtype
 
 _UNDECIDED = object()

@@ -2,7 +2,8 @@
 
 `TorchDispatchMode` sees each aten op with its real operands after autocast's casts.
 `TorchFunctionMode` is used only for the few functions whose checks run before
-dispatch (SDPA validates its mask in C++ before any aten op is called).
+dispatch (SDPA validates its mask in C++ before any aten op is called). Both modes are
+trace/dispatch.py; they hand each op to `Recorder.record`.
 
 When an op raises a dtype or device error the recorder keeps the error, repairs the
 operands (the way the fix would) and runs the op again, so one pass names every
@@ -12,19 +13,18 @@ mismatch instead of stopping at the first one as PyTorch does.
 from __future__ import annotations
 
 import contextlib
-import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import torch
-from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from dtype_doctor.errors import first_line
 from dtype_doctor.numerics import device_name, dtype_name, tensors_in
-from dtype_doctor.records import FP16_MAX, ModuleCall, OpCall, TensorMeta, in_modules
+from dtype_doctor.records import ModuleCall, OpCall, TensorMeta, in_modules
+from dtype_doctor.trace.dispatch import _NEVER_NUMBERS, _DispatchRecorder, _FunctionRecorder, _NoTorchFunction, _big_number
 from dtype_doctor.trace.opfacts import ARG_ROLES, facts
-from dtype_doctor.trace.subclass import wrapper_type
+from dtype_doctor.trace.provenance import Provenance
+from dtype_doctor.trace.several_models import SeveralModels
 from dtype_doctor.trace.values import PLAIN_TYPES, ValueProbe
 from dtype_doctor.trace.verdicts import classify_error
 from dtype_doctor.trace.weakid import WeakIdMap
@@ -32,26 +32,7 @@ from dtype_doctor.trace.weakid import WeakIdMap
 if TYPE_CHECKING:
     from dtype_doctor.trace.guard import WriteGuard
 
-# Functions whose dtype checks run before dispatch: conv checks input/bias types, SDPA
-# validates its mask, take_along_dim its indices and cross_entropy a probability target
-# in composite C++ before any aten op is called.
-_CONV_ARGS = ("input", "weight", "bias")
-_FUNCTIONS_TO_WATCH = {
-    torch.take_along_dim: ("torch.take_along_dim", ("input", "indices")),
-    torch.nn.functional.cross_entropy: ("torch.nn.functional.cross_entropy", ("input", "target")),
-    torch.nn.functional.scaled_dot_product_attention: (
-        "torch.nn.functional.scaled_dot_product_attention",
-        ("query", "key", "value", "attn_mask"),
-    ),
-    **{
-        getattr(torch, name): (f"torch.{name}", _CONV_ARGS)
-        for name in ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
-    },
-    torch.max_pool1d: ("torch.max_pool1d", ("input",)),
-    torch.nn.functional.max_pool1d: ("torch.nn.functional.max_pool1d", ("input",)),
-    # quantile refuses half precision in composite C++ before any aten op runs (DD112).
-    **{f: (f"torch.{f.__name__}", ("input", "q")) for f in (torch.quantile, torch.nanquantile, torch.Tensor.quantile, torch.Tensor.nanquantile)},
-}
+
 # Ops whose rules need a fact of the call beyond its operands, by kind: a loss or a statistic
 # (DD112) keeps the user's line that called it, the first frame outside torch and the doctor when
 # it is the user's own file (few ops of a step are these: the frame walk is paid only for them);
@@ -71,28 +52,21 @@ _CALL_FACTS: dict[str, str] = {
     "torch.nn.functional.scaled_dot_product_attention": "sdpa",
 }
 _SDPA_ARGS = (("dropout_p", 4, 0.0), ("is_causal", 5, False), ("enable_gqa", 7, False))
-# Functions whose C++ takes another kernel path while any dispatch mode is on (ATen treats
-# a mode as a tensor subclass): max_pool1d's mode-free CPU path (max_pool1d_impl) has no
-# integer kernel, the with-indices path it takes under the recorder has. A real trace also
-# runs them once outside every mode, for the error the user's own call would raise.
-_MODE_DEPENDENT = frozenset({torch.max_pool1d, torch.nn.functional.max_pool1d})
-
-# Operand types that are never a Python number (a number's own subclass, numpy.float64, is not here).
-_NEVER_NUMBERS = frozenset({torch.Tensor, torch.nn.Parameter, list, tuple, type(None), bool, str, torch.dtype, torch.device, torch.Size})
-
-
-def _big_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) > FP16_MAX
 
 
 @dataclass(frozen=True, slots=True)
-class Provenance:
-    kind: str  # param | buffer | input | created
-    name: str | None
-    origin: str | None
+class _Site:
+    """Where one op runs, as record() sees it before running it."""
+
+    operand_tensors: list[tuple[torch.Tensor, str | None]]
+    operands: tuple[TensorMeta, ...]
+    module: str
+    module_type: str
+    phase: str
+    autocast: str | None
 
 
-class Recorder:
+class Recorder(SeveralModels):
     """Collects ModuleCall and OpCall records; `modes()` gives the context to run under."""
 
     def __init__(
@@ -232,6 +206,55 @@ class Recorder:
     ) -> Any:
         """Record one op and run it; `refusal` is an error the target would raise that this
         machine would not (CUDA autocast's banned functions), handled as a predicted one."""
+        site = self._site(func, args, kwargs)
+        predicted = refusal or (
+            self.predict(func, args, kwargs, OpCall(0, op_name, site.module, site.module_type, site.operands,
+                                                    autocast=site.autocast, level=level))
+            if self.predict is not None
+            else None
+        )
+        error: str | None = None
+        recovered = False
+        out = _FAILED
+        made = getattr(self.predict, "as_made", None)
+        if made is not None:
+            # A simulated target's forward saves what its own kernel saves (the probe knows).
+            plain_run = run
+            run = lambda a, k: made(func, a, k, plain_run(a, k))  # noqa: E731
+        if self.values is not None:
+            with _NoTorchFunction():
+                self._observe_written(func, site.operand_tensors, kwargs)
+        if predicted is not None:
+            # Fake kernels would run this op; a real device would not. Repair as after a real error.
+            error = predicted
+            out = self._run_repaired(op_name, site.operand_tensors, args, kwargs, classify_error(predicted, site.operands), run)
+            recovered = out is not _FAILED
+        if out is _FAILED:
+            try:
+                out = run(args, kwargs)
+            except Exception as exc:  # noqa: BLE001 - every failure is recorded, then re-raised or repaired
+                error = error or self.aliased(_first_line(exc))
+                kind = classify_error(_first_line(exc), site.operands)
+                if kind == "dtype" and getattr(self.predict, "last_accepted", False):
+                    out = self._accepted(func, op_name, args, kwargs, run, site, kind, predicted, level)
+                    if out is not _FAILED:
+                        return out
+                if self.recover and kind in ("dtype", "device", "overflow") and predicted is None:
+                    out = self._run_repaired(op_name, site.operand_tensors, args, kwargs, kind, run)
+                if out is _FAILED:
+                    self.ops.append(OpCall(len(self.ops), op_name, site.module, site.module_type, site.operands, (),
+                                           site.phase, site.autocast, error, False, level))
+                    raise
+                recovered = True
+        with _NoTorchFunction():
+            outputs = self._tag_outputs(func, op_name, out, site.operand_tensors, site.module)
+            self._observe_op(func, out, site.operand_tensors)
+        self.ops.append(OpCall(len(self.ops), op_name, site.module, site.module_type, site.operands, outputs, site.phase,
+                               site.autocast, error, recovered, level, self._attrs(op_name, args, kwargs, self._in_root)))
+        return out
+
+    def _site(self, func: Any, args: tuple, kwargs: dict) -> _Site:
+        """Where an op runs: its operands, the module calling it, the phase and the autocast state."""
         # The doctor's own reads of tensor metadata (.dtype, .shape) are not the model's calls: with
         # torch functions off they skip every function mode (each read would be one).
         with _NoTorchFunction():
@@ -245,61 +268,22 @@ class Recorder:
         # An emulated CUDA autocast knows its state per op (a disabled block inside a module), as
         # the function mode last saw it: a dispatch mode runs with autocast's keys excluded.
         autocast = (self.amp_state if self.amp is not None else self.autocast_stack[-1]) if phase == "forward" else None
-        error: str | None = None
-        recovered = False
-        predicted = refusal or (
-            self.predict(func, args, kwargs, OpCall(0, op_name, module, module_type, operands, autocast=autocast, level=level))
-            if self.predict is not None
-            else None
-        )
-        out = _FAILED
-        made = getattr(self.predict, "as_made", None)
-        if made is not None:
-            # A simulated target's forward saves what its own kernel saves (the probe knows).
-            plain_run = run
-            run = lambda a, k: made(func, a, k, plain_run(a, k))  # noqa: E731
-        if self.values is not None:
-            with _NoTorchFunction():
-                self._observe_written(func, operand_tensors, kwargs)
-        if predicted is not None:
-            # Fake kernels would run this op; a real device would not. Repair as after a real error.
-            error = predicted
-            out = self._run_repaired(op_name, operand_tensors, args, kwargs, classify_error(predicted, operands), run)
-            recovered = out is not _FAILED
+        return _Site(operand_tensors, operands, module, module_type, phase, autocast)
+
+    def _accepted(self, func: Any, op_name: str, args: tuple, kwargs: dict, run: Callable[[tuple, dict], Any], site: _Site,
+                  kind: str, predicted: str | None, level: str) -> Any:
+        """A fake kernel (a Python decomposition) stricter than the real one, which the probe just
+        ran: not a refusal. Go on as the repair would, recording only the target's own refusal, if
+        it had one (the CPU ran it, CUDA would not). The op's output, recorded, or _FAILED."""
+        out = self._run_repaired(op_name, site.operand_tensors, args, kwargs, kind, run)
         if out is _FAILED:
-            try:
-                out = run(args, kwargs)
-            except Exception as exc:  # noqa: BLE001 - every failure is recorded, then re-raised or repaired
-                error = error or self.aliased(_first_line(exc))
-                kind = classify_error(_first_line(exc), operands)
-                if kind == "dtype" and getattr(self.predict, "last_accepted", False):
-                    # A fake kernel (a Python decomposition) stricter than the real one, which the
-                    # probe just ran: not a refusal. Go on as the repair would, recording only the
-                    # target's own refusal, if it had one (the CPU ran it, CUDA would not).
-                    out = self._run_repaired(op_name, operand_tensors, args, kwargs, kind, run)
-                    if out is _FAILED:
-                        out = self._run_as_accepted(args, kwargs, run)
-                    if out is not _FAILED:
-                        outputs = self._tag_outputs(func, op_name, out, operand_tensors, module)
-                        self._observe_op(func, out, operand_tensors)
-                        self.ops.append(OpCall(len(self.ops), op_name, module, module_type, operands, outputs, phase, autocast,
-                                               predicted, predicted is not None, level,
-                                               self._attrs(op_name, args, kwargs, self._in_root)))
-                        return out
-                if self.recover and kind in ("dtype", "device", "overflow") and predicted is None:
-                    out = self._run_repaired(op_name, operand_tensors, args, kwargs, kind, run)
-                if out is _FAILED:
-                    self.ops.append(
-                        OpCall(len(self.ops), op_name, module, module_type, operands, (), phase, autocast, error, False, level)
-                    )
-                    raise
-                recovered = True
-        with _NoTorchFunction():
-            outputs = self._tag_outputs(func, op_name, out, operand_tensors, module)
-            self._observe_op(func, out, operand_tensors)
-        self.ops.append(
-            OpCall(len(self.ops), op_name, module, module_type, operands, outputs, phase, autocast, error, recovered, level, self._attrs(op_name, args, kwargs, self._in_root))
-        )
+            out = self._run_as_accepted(args, kwargs, run)
+        if out is not _FAILED:
+            outputs = self._tag_outputs(func, op_name, out, site.operand_tensors, site.module)
+            self._observe_op(func, out, site.operand_tensors)
+            self.ops.append(OpCall(len(self.ops), op_name, site.module, site.module_type, site.operands, outputs, site.phase,
+                                   site.autocast, predicted, predicted is not None, level,
+                                   self._attrs(op_name, args, kwargs, self._in_root)))
         return out
 
     # ------------------------------------------------------------------ values
@@ -548,82 +532,6 @@ class Recorder:
             self._handles.append(mod.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
             self._handles.append(mod.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
 
-    def adopt(self, mod: torch.nn.Module, name: str, *, model: bool = False) -> None:
-        """Trace `mod`, a module outside the model that the step runs (a script's own head), under `name`;
-        `model`: another model of the step (a UNet beside the text encoder), whose forward is a model's."""
-        if model:
-            self._roots.add(id(mod))
-        if id(mod) in self._module_names:
-            return
-        for sub, p in mod.named_parameters(remove_duplicate=False):
-            if self.prov.get(p) is None:
-                self.prov[p] = Provenance("param", f"{name}.{sub}", f"param:{name}.{sub}")
-        for sub, child in mod.named_modules():
-            if id(child) in self._module_names:  # a model already traced inside it (vae.encoder, then vae)
-                continue
-            self._module_names[id(child)] = f"{name}.{sub}" if sub else name
-            self._handles.append(child.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
-            self._handles.append(child.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
-
-    def name_root(self, name: str) -> None:
-        """The model becomes one of several in the step: its modules, state and what it made are named
-        under `name` ("text_encoder.text_model..."), in what was recorded already and from now on; the
-        ops outside every model (the script's own) name no model."""
-        if self._root_spans is None:
-            return
-        spans, self._root_spans = self._root_spans, None
-        inside = {id(m): n for n, m in self.model.named_modules() if self._module_names.get(id(m)) == n}
-        for key, n in inside.items():
-            self._module_names[key] = f"{name}.{n}" if n else name
-        paths = set(inside.values())
-        state = {f"param:{n}" for n, _ in self.model.named_parameters(remove_duplicate=False)}
-        state |= {f"buffer:{n}" for n, _ in self.model.named_buffers(remove_duplicate=False)}
-        renamed = _RootNames(name, paths, state)
-        self.prov.update_values(renamed.provenance)
-        self._metas.clear()
-        self.stack = [("", "")] + [(renamed.module(n), t) for n, t in self.stack[1:]]
-        ends = iter(spans + [len(self.ops)] * (len(spans) % 2))
-        bounds = list(zip(ends, ends))
-        for i, op in enumerate(self.ops):
-            in_model = any(a <= i < b for a, b in bounds)
-            module = renamed.module(op.module) if (in_model or op.module) else op.module
-            module_type = op.module_type if (in_model or op.module) else ""
-            self.ops[i] = replace(op, module=module, module_type=module_type, operands=renamed.metas(op.operands),
-                                  outputs=renamed.metas(op.outputs))
-        for i, m in enumerate(self.modules):
-            self.modules[i] = replace(m, name=renamed.module(m.name) if m.name in paths else m.name,
-                                      inputs=renamed.metas(m.inputs), outputs=renamed.metas(m.outputs))
-
-    def made_by(self, out: Any, module: torch.nn.Module) -> None:
-        """The outputs of a model's repeated call, whose ops were not recorded, are known as that model's
-        (the negative prompt's embeddings go on into the UNet): "created:CLASS@NAME"."""
-        name = self._module_names.get(id(module), "")
-        with _NoTorchFunction():
-            for t in tensors_in(out):
-                if self.prov.get(t) is None:
-                    self.prov[t] = Provenance("activation", None, f"created:{type(module).__name__}@{name}")
-
-    def pause_keeping(self) -> None:
-        """Ops from here on are recorded (and repaired) as the step's, then dropped at resume_keeping:
-        a model's repeated calls (a denoising loop's later steps) add nothing the first did not say."""
-        if self._unkept is None:
-            self._unkept = (len(self.ops), len(self.modules), self.values)
-            self.values = None  # nothing measured that is dropped
-
-    def resume_keeping(self, *, drop: bool = True) -> int:
-        """Keep ops again; those since pause_keeping are dropped (kept with `drop` False). Returns how many."""
-        if self._unkept is None:
-            return 0
-        ops, modules, self.values = self._unkept
-        self._unkept = None
-        if not drop:
-            return 0
-        dropped = len(self.ops) - ops
-        del self.ops[ops:]
-        del self.modules[modules:]
-        self.dropped += dropped
-        return dropped
-
     def module_name(self, mod: torch.nn.Module) -> str | None:
         return self._module_names.get(id(mod))
 
@@ -720,46 +628,6 @@ class Recorder:
         return _FunctionRecorder(self)
 
 
-_NoTorchFunction = torch._C.DisableTorchFunction
-
-
-class _RootNames:
-    """The root model's names under a prefix: its module paths, its state's origins, what it made."""
-
-    def __init__(self, prefix: str, paths: set[str], state: set[str]) -> None:
-        self.prefix, self.paths, self.state = prefix, paths, state
-
-    def module(self, path: str) -> str:
-        return (f"{self.prefix}.{path}" if path else self.prefix) if path in self.paths else path
-
-    def origin(self, origin: str | None) -> str | None:
-        if origin is None:
-            return None
-        if origin in self.state:
-            kind, _, name = origin.partition(":")
-            return f"{kind}:{self.prefix}.{name}"
-        if origin.startswith("created:") and "@" in origin:
-            made, _, at = origin.partition("@")
-            return f"{made}@{self.module(at)}" if at else origin
-        return origin
-
-    def metas(self, metas: tuple[TensorMeta, ...]) -> tuple[TensorMeta, ...]:
-        out = []
-        for t in metas:
-            origin = self.origin(t.origin)
-            if origin == t.origin:
-                out.append(t)
-                continue
-            name = origin.partition(":")[2] if t.origin in self.state else t.name
-            out.append(replace(t, origin=origin, name=name))
-        return tuple(out)
-
-    def provenance(self, p: "Provenance") -> "Provenance":
-        origin = self.origin(p.origin)
-        if origin == p.origin:
-            return p
-        name = origin.partition(":")[2] if p.origin in self.state else p.name  # type: ignore[union-attr]
-        return Provenance(p.kind, name, origin)
 
 
 def _no_modes() -> Any:
@@ -773,143 +641,7 @@ _FAILED = object()
 
 def _as_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t if t.dtype == dtype else t.to(dtype)
-
-
-class _DispatchRecorder(TorchDispatchMode):
-    def __init__(self, rec: Recorder) -> None:
-        super().__init__()
-        self.rec = rec
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        kwargs = kwargs or {}
-        rec = self.rec
-        if rec.writes is not None:
-            rec.writes.before(func, args, kwargs)
-        if rec._suspended:
-            return func(*args, **kwargs)
-        if rec._unkept is not None and rec._in_root and rec.predict is None and rec.amp is None and rec.writes is None:
-            # Inside a model's repeated call, whose ops are dropped: run as is; only an op that raises
-            # goes through record() below, to be repaired as the first call's was.
-            try:
-                return func(*args, **kwargs)
-            except Exception:  # noqa: BLE001 - recorded and repaired (or raised) below
-                pass
-        name = facts(func).name
-        wrapper = wrapper_type(types)
-        if wrapper is None:
-            return self.rec.record(func, name, args, kwargs, lambda a, k: func(*a, **k), "aten")
-
-        # A library's tensor subclass (torchao's Float8TrainingTensor) runs its own ops on the plain
-        # tensors it wraps (aten.mm becomes torch._scaled_mm): its handler runs with this mode
-        # pushed again — the dispatcher pops it for the handler — so those ops are recorded too.
-        def inside(a: tuple, k: dict) -> Any:
-            with self:
-                return wrapper.__torch_dispatch__(func, types, a, k)
-
-        return self.rec.record(func, name, args, kwargs, inside, "aten")
-
-
-class _FunctionRecorder(TorchFunctionMode):
-    def __init__(self, rec: Recorder) -> None:
-        super().__init__()
-        self.rec = rec
-        self._opening: set[Any] = set()
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        kwargs = kwargs or {}
-        rec = self.rec
-        if rec.amp is None and rec.predict is None and func not in _FUNCTIONS_TO_WATCH and func is not _SETITEM:
-            return func(*args, **kwargs)  # a real trace without emulated autocast: most functions pass straight on
-        amp = self.rec.amp if not self.rec._suspended else None
-        if amp is not None:
-            self.rec.amp_state = amp.current()
-        if amp is not None and amp.enabled:
-            refusal = amp.refusal(func, args, kwargs)
-            if refusal is not None:
-                return self._refused_by_autocast(func, args, kwargs, refusal)
-            self.rec._suspended += 1  # autocast's casts are not the model's ops
-            try:
-                args, kwargs = amp.cast(func, args, kwargs)
-            finally:
-                self.rec._suspended -= 1
-        watched = _FUNCTIONS_TO_WATCH.get(func)
-        if watched is None and func is torch.Tensor.__setitem__ and len(args) == 3 and _big_number(args[2]):
-            # `scores[...] = 2**30`: the number becomes a half tensor (inf) before dispatch.
-            watched = ("torch.Tensor.__setitem__", ("self", "key", "value"))
-        if watched is None:
-            simulated = self.rec.predict is not None and not self.rec._suspended
-            if func is torch.Tensor.__bool__ and simulated:
-                return self._assumed_condition(func, args, kwargs)
-            if (amp is not None and amp.enabled) or simulated:
-                return self._opened(func, args, kwargs)
-            return func(*args, **kwargs)
-        name, arg_names = watched
-        run = _eager_checked(func) if func in _MODE_DEPENDENT and self.rec.predict is None else (lambda a, k: func(*a, **k))
-        return self.rec.record(_FunctionSchema(arg_names, func), name, args, kwargs, run, "function")
-
-    def _opened(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        """Run a Python-level torch function with this mode on inside it.
-
-        A mode is off while its handler runs, so the torch functions that F.multi_head_attention_forward
-        (or F.softmax, torch.einsum …) calls would pass unseen: CUDA autocast's casts, the watched
-        functions' checks and, in a simulated trace, the value conditions fake tensors cannot
-        decide (F.gaussian_nll_loss's `torch.any(var < 0)`). The function's own code runs with its
-        has_torch_function checks answering False (else it would hand itself straight back here)
-        and the mode on for everything it calls.
-        """
-        opened = _transparent(func) if func not in self._opening else None
-        if opened is None:
-            return func(*args, **kwargs)
-        self._opening.add(func)
-        try:
-            with self:
-                return opened(*args, **kwargs)
-        finally:
-            self._opening.discard(func)
-
-    def _assumed_condition(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        """`if torch.any(var < 0): raise ...` on fake tensors, which hold no values: the condition
-        is taken as False (the path of valid inputs in torch's own checks) and the assumption
-        recorded, instead of ending the simulated trace (DD001 reports it)."""
-        from torch._subclasses.fake_tensor import DataDependentOutputException
-
-        try:
-            return func(*args, **kwargs)
-        except DataDependentOutputException:
-            rec = self.rec
-            module, module_type = rec.stack[-1]
-            operands = tuple(rec.meta(t) for t in args if isinstance(t, torch.Tensor))
-            autocast = rec.amp_state if rec.amp is not None else rec.autocast_stack[-1]
-            rec.ops.append(
-                OpCall(len(rec.ops), "torch.Tensor.__bool__", module, module_type, operands, (), "forward", autocast,
-                       None, False, "function", (("assumed", False),))
-            )
-            return False
-
-    def _refused_by_autocast(self, func: Any, args: tuple, kwargs: dict, refusal: str) -> Any:
-        """An op CUDA autocast refuses outright (binary_cross_entropy): recorded with CUDA's
-        error, then run as the fix would run it (in float32, outside autocast) so the trace goes on."""
-        from dtype_doctor.trace.cuda_autocast import to_float32
-
-        def run(a: tuple, k: dict) -> Any:
-            self.rec._suspended += 1
-            try:
-                a, k = to_float32(a, k)
-            finally:
-                self.rec._suspended -= 1
-            with self.rec.amp.disabled():
-                return func(*a, **k)
-
-        short = getattr(func, "__name__", "function")
-        name = f"torch.nn.functional.{short}" if short == "binary_cross_entropy" else f"torch.{short}"
-        arg_names = ("input", "target", "weight") if short == "binary_cross_entropy" else ()
-        return self.rec.record(_FunctionSchema(arg_names), name, args, kwargs, run, "function", refusal=refusal)
-
-
-_SETITEM = torch.Tensor.__setitem__
 _ANY_AUTOCAST = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
-_HAS_TORCH_FUNCTION = ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic")
-_TRANSPARENT: dict[Any, Any] = {}
 
 
 def _layout(t: Any) -> str:
@@ -920,67 +652,6 @@ def _layout(t: Any) -> str:
     if s1 == 1 and s0 > s1:
         return "row"
     return "column" if s0 == 1 and s1 > 1 else "other"
-
-
-def _never(*args: Any) -> bool:
-    return False
-
-
-def _transparent(func: Any) -> Any:
-    """`func` (a Python function of torch) with its has_torch_function checks answering False, or None."""
-    import types
-
-    if func in _TRANSPARENT:
-        return _TRANSPARENT[func]
-    opened = None
-    code = getattr(func, "__code__", None)
-    if (
-        isinstance(func, types.FunctionType)
-        and (func.__module__ or "").startswith("torch")
-        and code is not None
-        and any(n in code.co_names for n in _HAS_TORCH_FUNCTION)
-    ):
-        scope = dict(func.__globals__)
-        scope.update({n: _never for n in _HAS_TORCH_FUNCTION})
-        opened = types.FunctionType(code, scope, func.__name__, func.__defaults__, func.__closure__)
-        opened.__kwdefaults__ = func.__kwdefaults__
-    _TRANSPARENT[func] = opened
-    return opened
-
-
-def _eager_checked(func: Any) -> Callable[[tuple, dict], Any]:
-    def run(args: tuple, kwargs: dict) -> Any:
-        from torch.utils._python_dispatch import _disable_current_modes
-
-        with _disable_current_modes(), torch.no_grad():
-            func(*args, **kwargs)  # raises what the user's call raises
-        return func(*args, **kwargs)
-
-    return run
-
-
-class _FunctionSchema:
-    """Gives a watched torch function the `_schema.arguments` shape aten ops have; `function`
-    is the torch function itself (a simulated trace's probe runs it on real CPU tensors)."""
-
-    def __init__(self, names: tuple[str, ...], function: Any = None) -> None:
-        self._schema = self
-        self.arguments = tuple(_Arg(n) for n in names)
-        self.function = function
-
-    def __hash__(self) -> int:
-        return hash(tuple(a.name for a in self.arguments))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _FunctionSchema) and hash(self) == hash(other)
-
-    def __str__(self) -> str:
-        return ",".join(a.name for a in self.arguments)
-
-
-@dataclass(frozen=True, slots=True)
-class _Arg:
-    name: str
 
 
 def _user_line() -> tuple[str, int] | None:
@@ -1005,5 +676,3 @@ def _autocast_state() -> str | None:
 
 def _first_line(exc: BaseException) -> str:
     return first_line(exc, 500)
-
-

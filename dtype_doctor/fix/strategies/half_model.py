@@ -102,7 +102,7 @@ def convert_keeping_fp32(model: "torch.nn.Module", dtype: "torch.dtype") -> None
     those transformers' dtype plan keeps (fp32 modules); buffers computed at init stay."""
     import torch
 
-    from dtype_doctor.load.model import dtype_plan
+    from dtype_doctor.load.fake_model import dtype_plan
 
     override = dtype_plan(model, dtype)
     persistent = set(model.state_dict().keys())
