@@ -54,3 +54,41 @@ def test_bf16_gradients_are_refused_on_a_simulated_cuda_target_only() -> None:
     report = dtype_doctor.diagnose(model, {"input": x}, train=True, autocast="float16", simulate=True, device="cuda")
     [f] = [f for f in report.findings if f.code == "DD401"]
     assert "BFloat16" in f.message and f.severity == "error"
+
+
+HALF_LOAD_SCRIPT = """\
+import sys
+import torch
+from transformers import AutoModelForSequenceClassification
+model = AutoModelForSequenceClassification.from_pretrained(sys.argv[1], dtype=torch.float16)
+opt, scaler = torch.optim.SGD(model.parameters(), lr=0.1), torch.amp.GradScaler("cpu")
+for _ in range(2):
+    with torch.autocast("cpu", dtype=torch.float16):
+        loss = model(input_ids=torch.tensor([[1, 2, 3]]), labels=torch.tensor([1])).loss
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+"""
+
+
+def test_run_names_the_from_pretrained_line_that_loaded_the_half_weights(tmp_path, monkeypatch, capsys) -> None:
+    """No .half() to blame: the weights came half from from_pretrained(dtype=torch.float16), and
+    that line is where the fix goes."""
+    import json
+    import runpy
+    import sys
+    from pathlib import Path
+
+    from dtype_doctor.cli.main import run
+
+    model_dir = str(Path(__file__).resolve().parents[1] / "fixtures" / "models" / "bert-tiny")
+    script = tmp_path / "train.py"
+    script.write_text(HALF_LOAD_SCRIPT)
+    monkeypatch.setattr(sys, "argv", [str(script), model_dir])
+    with pytest.raises(ValueError, match="Attempting to unscale FP16 gradients"):
+        runpy.run_path(str(script), run_name="__main__")
+    with pytest.raises(SystemExit):
+        run(["run", "--format", "json", "--", str(script), model_dir])
+    report = json.loads(capsys.readouterr().out)
+    [f] = [f for f in report["findings"] if f["code"] == "DD401"]
+    assert f["source"]["line"] == 4 and Path(f["source"]["file"]).name == "train.py"

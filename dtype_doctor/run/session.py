@@ -574,16 +574,22 @@ class RunSession:
         return dataclasses.replace(finding, source=source) if source is not None else finding
 
     def _with_parameter_source(self, finding: Any) -> Any:
-        """A finding about parameters names the user's line that converted them (model.half())."""
+        """A finding about parameters names the user's line that converted them (model.half()), else
+        the from_pretrained line that loaded them in their dtype (dtype=torch.float16)."""
         if finding.source is not None or self.model is None:
             return finding
         for t in finding.tensors:
             if t.origin and t.origin.startswith(("param:", "buffer:")):
                 name = t.origin.split(":", 1)[1]
-                source = self._conversions.source_for(self._reported, name, dtype=t.dtype)
+                source = self._conversions.source_for(self._reported, name, dtype=t.dtype) or self._load_site(name, t.dtype)
                 if source is not None:
                     return dataclasses.replace(finding, source=source)
         return finding
+
+    def _load_site(self, name: str, dtype: str) -> Any:
+        """The user's from_pretrained line that loaded the model holding parameter `name` in `dtype`."""
+        model = dict(self._reported.named_children()).get(name.split(".", 1)[0]) if self.models.several else self._reported
+        return self.loads.site_of(model, dtype=dtype)
 
 
 @contextlib.contextmanager
