@@ -29,8 +29,10 @@ def test_a_caller_policy_is_kept() -> None:
     gc.freeze()
     try:
         frozen = gc.get_freeze_count()
+        # Frozen objects still die by reference count (the count can only fall), so: not frozen
+        # again by the block (no rise), and not unfrozen by it (not emptied).
         with long_lived_heap():
-            assert gc.get_freeze_count() == frozen
-        assert gc.get_freeze_count() == frozen  # not unfrozen by the block
+            assert 0 < gc.get_freeze_count() <= frozen
+        assert 0 < gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()

@@ -578,13 +578,12 @@ class RunSession:
         the from_pretrained line that loaded them in their dtype (dtype=torch.float16)."""
         if finding.source is not None or self.model is None:
             return finding
-        for t in finding.tensors:
-            if t.origin and t.origin.startswith(("param:", "buffer:")):
-                name = t.origin.split(":", 1)[1]
-                source = self._conversions.source_for(self._reported, name, dtype=t.dtype) or self._load_site(name, t.dtype)
-                if source is not None:
-                    return dataclasses.replace(finding, source=source)
-        return finding
+        held = [(t, t.origin.split(":", 1)[1]) for t in finding.tensors if t.origin and t.origin.startswith(("param:", "buffer:"))]
+        sources = (self._conversions.source_for(self._reported, name, dtype=t.dtype) for t, name in held)
+        # the load only for the finding's own weights: an input made from another model's weights is not theirs
+        loads = (self._load_site(name, t.dtype) for t, name in held if t.role in ("weight", "bias", "buffer"))
+        source = next((s for s in sources if s is not None), None) or next((s for s in loads if s is not None), None)
+        return dataclasses.replace(finding, source=source) if source is not None else finding
 
     def _load_site(self, name: str, dtype: str) -> Any:
         """The user's from_pretrained line that loaded the model holding parameter `name` in `dtype`."""
