@@ -27,15 +27,8 @@ STAGES = (
     "optimizer",
     "launch",  # the launcher's configuration (accelerate / DeepSpeed files): before the step, listed last as an addition
 )
-LINEAGE_STAGES = (
-    "dataset",
-    "preprocess",
-    "processor",
-    "formatter",
-    "collator",
-    "transfer",
-    "model-boundary",
-)
+# An input's lineage: the pipeline's stages up to the transfer, then the model's boundary.
+LINEAGE_STAGES = (*STAGES[: STAGES.index("transfer") + 1], "model-boundary")
 
 
 @dataclass(frozen=True, slots=True)
