@@ -20,7 +20,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from dtype_doctor.records import LineageStep, SourceLoc
-from dtype_doctor.machine.imports import when_imported
+from dtype_doctor.machine.libraries import after_import
 from dtype_doctor.machine.modes import push_function_mode, remove_function_mode
 from dtype_doctor.machine.user_code import display_path, first_outside_tool, first_user_frame, frames_above, is_user_file
 from dtype_doctor.numerics import device_name, dtype_name
@@ -340,7 +340,18 @@ def patch_datasets(book: LineageBook) -> Callable[[], None]:
     """Remember what the user's map / transform functions return; join it back as rows come out.
     Made when the script imports datasets (now, if it has), so a script without it never pays
     for the import. Returns the function that undoes the patch."""
-    return when_imported("datasets.arrow_dataset", lambda arrow_dataset: _patch_dataset(book, arrow_dataset.Dataset))
+    import sys
+
+    undo: list[Callable[[], None]] = []
+    hook = after_import("datasets.arrow_dataset", lambda arrow_dataset: undo.append(_patch_dataset(book, arrow_dataset.Dataset)))
+
+    def undone() -> None:
+        if hook is not None and hook in sys.meta_path:
+            sys.meta_path.remove(hook)
+        for u in undo:
+            u()
+
+    return undone
 
 
 def _patch_dataset(book: LineageBook, cls: Any) -> Callable[[], None]:
