@@ -8,6 +8,7 @@ are put back in their order.
 
 from __future__ import annotations
 
+import torch
 from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack, _pop_mode, _push_mode
 
 
@@ -28,3 +29,14 @@ def remove_function_mode(mode: TorchFunctionMode) -> bool:
     for m in reversed(above):
         _push_mode(m)
     return True
+
+
+def tensors_in(args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors a torch function was called with: positional, keyword, and inside lists/tuples."""
+    out: list[torch.Tensor] = []
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out.extend(x for x in a if isinstance(x, torch.Tensor))
+    return out

@@ -34,6 +34,7 @@ from dtype_doctor.machine.stand_ins import AGREE_READS, COPY_READS, SCALAR_READS
 from dtype_doctor.machine.user_code import display_path, first_outside_tool, first_user_frame, frames_above, is_tool_file
 from dtype_doctor.machine.cuda_surface import device_index
 from dtype_doctor.machine.gpus import GpuProfile
+from dtype_doctor.machine.modes import tensors_in
 
 
 
@@ -116,16 +117,6 @@ def _same_read(a: Any, b: Any) -> bool:
 
 def _names_meta(device: Any) -> bool:
     return isinstance(device, (str, torch.device)) and torch.device(device).type == STAND_IN.type
-
-
-def _tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
-    out = []
-    for a in (*args, *kwargs.values()):
-        if isinstance(a, torch.Tensor):
-            out.append(a)
-        elif isinstance(a, (list, tuple)):
-            out.extend(x for x in a if isinstance(x, torch.Tensor))
-    return out
 
 
 class _CudaMode(TorchFunctionMode):
@@ -390,7 +381,7 @@ class CudaSimulation:
     def all_explicit(self, args: tuple, kwargs: dict) -> bool:
         """An op on tensors the script put on meta itself (and on none of its CUDA ones) stays on meta."""
         found = False
-        for t in _tensors(args, kwargs):
+        for t in tensors_in(args, kwargs):
             if t.device.type == STAND_IN.type:
                 if self.sees_cuda(t):
                     return False
@@ -398,7 +389,7 @@ class CudaSimulation:
         return found
 
     def mark_meta(self, out: Any) -> None:
-        for t in _tensors((out,), {}) if not isinstance(out, torch.Tensor) else [out]:
+        for t in tensors_in((out,), {}) if not isinstance(out, torch.Tensor) else [out]:
             if t.device.type == STAND_IN.type:
                 try:
                     self.explicit.add(t.untyped_storage())

@@ -13,7 +13,7 @@ Nothing here ever raises into the user's script.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -21,7 +21,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from dtype_doctor.records import LineageStep, SourceLoc
 from dtype_doctor.machine.libraries import after_import
-from dtype_doctor.machine.modes import push_function_mode, remove_function_mode
+from dtype_doctor.machine.modes import push_function_mode, remove_function_mode, tensors_in
 from dtype_doctor.machine.user_code import display_path, first_outside_tool, first_user_frame, frames_above, is_user_file
 from dtype_doctor.numerics import device_name, dtype_name
 
@@ -72,7 +72,7 @@ class LineageBook:
         outs = [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, torch.Tensor)]
         if not outs:
             return
-        first = next(_tensors(args, kwargs), None)
+        first = next(iter(tensors_in(args, kwargs)), None)
         inherited = self.chain(first) if first is not None else ()
         if first is not None and not inherited and self.is_step_tensor(first):
             return
@@ -124,7 +124,7 @@ class LineageBook:
         if not isinstance(result, Mapping):  # a dict, or datasets' LazyBatch
             return
         for key, value in result.items():
-            t = next(_tensors((value,), {}), None)
+            t = next(iter(tensors_in((value,), {})), None)
             if t is not None and self.chain(t):
                 self.columns[str(key)] = self.chain(t)
 
@@ -137,7 +137,7 @@ class LineageBook:
                 column = self.columns.get(str(key))
                 if column is None:
                     continue
-                for t in _tensors((value,), {}):
+                for t in tensors_in((value,), {}):
                     if self.chain(t)[: len(column)] == column:
                         continue  # a transform's own tensor, its chain already complete
                     user = _nearest_user_frame()
@@ -208,14 +208,6 @@ class LineageMode(TorchFunctionMode):
 def _is_property(func: Any) -> bool:
     # Tensor.shape / .dtype / .device reads come through the mode too; they make no tensor.
     return getattr(func, "__name__", "") == "__get__"
-
-
-def _tensors(args: tuple, kwargs: dict) -> Iterator[torch.Tensor]:
-    for a in (*args, *kwargs.values()):
-        if isinstance(a, torch.Tensor):
-            yield a
-        elif isinstance(a, (list, tuple)):
-            yield from (x for x in a if isinstance(x, torch.Tensor))
 
 
 def _func_name(func: Any) -> str:

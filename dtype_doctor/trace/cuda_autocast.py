@@ -30,6 +30,8 @@ from typing import Any, Iterator
 
 import torch
 
+from dtype_doctor.machine.modes import tensors_in
+
 # lower_precision_fp: cast eligible operands to the autocast dtype.
 LOWER = frozenset(
     {
@@ -129,7 +131,7 @@ class CudaAutocast:
             return BANNED[name]
         if name in PROMOTE:
             lower, current = torch.get_autocast_dtype("cuda"), torch.get_autocast_dtype("cuda")
-            for t in _tensors(args, kwargs):
+            for t in tensors_in(args, kwargs):
                 if not _eligible(t):
                     continue
                 if current == torch.float32 or t.dtype == torch.float32:
@@ -150,7 +152,7 @@ class CudaAutocast:
         if name in FP32:
             return to_float32(args, kwargs)
         if name in PROMOTE:
-            eligible = {t.dtype for t in _tensors(args, kwargs) if _eligible(t)}
+            eligible = {t.dtype for t in tensors_in(args, kwargs) if _eligible(t)}
             if len(eligible) > 1 or (eligible and torch.float32 not in eligible):
                 to = torch.float32 if torch.float32 in eligible else torch.get_autocast_dtype("cuda")
                 return _map(args, kwargs, lambda t: t.to(to) if _eligible(t) and t.dtype != to else t)
@@ -165,16 +167,6 @@ def _eligible(t: torch.Tensor) -> bool:
     """CUDA autocast casts floating CUDA tensors other than float64 (at::autocast::is_eligible):
     a tensor left on the CPU (made in forward without device=) keeps its dtype."""
     return t.is_floating_point() and t.dtype != torch.float64 and t.device.type != "cpu"
-
-
-def _tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
-    out: list[torch.Tensor] = []
-    for a in (*args, *kwargs.values()):
-        if isinstance(a, torch.Tensor):
-            out.append(a)
-        elif isinstance(a, (list, tuple)):
-            out.extend(x for x in a if isinstance(x, torch.Tensor))
-    return out
 
 
 def _map(args: tuple, kwargs: dict, f: Any) -> tuple[tuple, dict]:
