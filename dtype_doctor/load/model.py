@@ -14,7 +14,6 @@ init in their init dtype). Fake CUDA tensors work on a machine without a GPU.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import json
 import re
