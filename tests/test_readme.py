@@ -38,20 +38,28 @@ def test_the_rule_table_generator_writes_a_new_rule_and_checks(tmp_path: Path) -
     assert gen.main(["--check", "--readme", str(stale)]) == 0
 
 
-def test_the_install_lines_name_this_package_and_its_extras() -> None:
-    """`pip install` needs the network, so the README's install lines are checked, not run: each
-    installs this project (with extras pyproject.toml defines) or torch from PyTorch's CPU index."""
+def _install_lines() -> list[str]:
+    return [line.strip() for line in re.findall(r"pip install ([^`\n|]+)", README)]
+
+
+def test_the_install_lines_install_this_clone_and_its_extras() -> None:
+    """No release exists, so every install line takes the package from the clone (`.`, `'.[extra]'`,
+    or the wheel built from it), and the extras named are the ones pyproject.toml defines."""
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    lines = [line.strip() for line in re.findall(r"pip install ([^`\n|]+)", README)]
-    assert "dtype-doctor" in lines and "torch --index-url https://download.pytorch.org/whl/cpu" in lines
+    wheel = f"dist/{project['name'].replace('-', '_')}-{project['version']}-py3-none-any.whl"
+    lines = _install_lines()
+    assert {"torch --index-url https://download.pytorch.org/whl/cpu", ".", wheel} <= set(lines)
     for line in lines:
-        if line.startswith("torch"):
+        if line == project["name"]:  # named once, to say that no release exists yet
+            assert "has made no release yet" in README
             continue
-        name, _, extras = line.strip("'").partition("[")
-        assert name == project["name"], line
-        assert set(filter(None, extras.rstrip("]").split(","))) <= set(project["optional-dependencies"]), line
+        if line.startswith("torch") or line in (".", wheel):
+            continue
+        extras = re.fullmatch(r"'\.\[([a-z,]+)\]'", line)
+        assert extras, line
+        assert set(extras.group(1).split(",")) <= set(project["optional-dependencies"]), line
 
 
 def test_setup_commands_exist() -> None:
@@ -173,3 +181,47 @@ def test_the_inline_commands_run_as_written(clone: Path) -> None:
         target = c.split()[1]
         done = subprocess.run(["make", "-n", target], cwd=clone, env=_env(), capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, (c, done.stderr)
+
+
+def test_the_install_lines_install_in_a_fresh_virtual_environment(clone: Path, tmp_path: Path) -> None:
+    """The README's install lines, run in a new virtual environment: `pip install .` from the clone,
+    then the wheel `pip wheel` builds. torch and the other requirements are this checkout's .venv
+    (made visible by a .pth file; pip and setuptools too, so that the venv's own older bundled
+    setuptools does not build), so nothing is downloaded: `--no-index` fails the install where a
+    requirement were missing, and `--no-build-isolation` builds with the setuptools already there."""
+    import sysconfig
+
+    env_dir = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=120)
+    py = env_dir / "bin" / "python"
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (Path(site) / "requirements_from_checkout.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    offline = ["--no-index", "--no-build-isolation", "--quiet"]
+    lines = _install_lines()
+    wheel = next(line for line in lines if line.startswith("dist/"))
+
+    env = {k: v for k, v in _env().items() if k != "PYTHONPATH"}
+
+    def pip(*args: str) -> None:
+        done = subprocess.run([str(py), "-m", "pip", *args], cwd=clone, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    def installed() -> str:
+        done = subprocess.run([str(env_dir / "bin" / "dtype-doctor"), "--version"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return subprocess.run([str(py), "-c", "import dtype_doctor, dtype_doctor.data as d, pathlib; "
+                               "print(dtype_doctor.__file__); print((pathlib.Path(d.__file__).parent / 'report.schema.json').is_file())"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout
+
+    assert "." in lines
+    pip("install", *offline, ".")
+    where, schema = installed().split()
+    assert where.startswith(site) and schema == "True"  # the installed copy, with its data files, not the clone
+    assert re.search(r"^pip wheel --no-deps --wheel-dir dist \.$", README, re.M)
+    pip("wheel", "--no-deps", *offline, "--wheel-dir", "dist", ".")
+    assert (clone / wheel).is_file()
+    pip("install", *offline, "--force-reinstall", "--no-deps", wheel)
+    where, schema = installed().split()
+    assert where.startswith(site) and schema == "True"
