@@ -212,7 +212,7 @@ def sdpa_calls(trace: Trace) -> list[tuple[OpCall, SdpaCall]]:
 
 
 def attention_of(trace: Trace, capability: tuple[int, int] | None = None) -> dict[str, Any] | None:
-    """SPEC `target.attention`: the implementation, and for SDPA the backend CUDA would pick, and why."""
+    """`target.attention` (docs/report.md): the implementation, and for SDPA the backend CUDA would pick, and why."""
     impl, origin, traced_as = implementation_of(trace)
     calls = sdpa_calls(trace)
     if impl is None and not calls:

@@ -1,4 +1,4 @@
-"""A pipeline's components as the report lists them (SPEC addition `target.components`): no torch."""
+"""A pipeline's components as the report lists them (docs/report.md, `target.components`): no torch."""
 
 from __future__ import annotations
 

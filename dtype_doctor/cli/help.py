@@ -1,4 +1,4 @@
-"""Help and usage text as the README and SPEC write it: `MODEL DATASET`, not `{MODEL}`; options
+"""Help and usage text as the README and docs/commands/ write it: `MODEL DATASET`, not `{MODEL}`; options
 in panels (each option's `rich_help_panel`), in plain text that pastes into a shell; the exit
 codes after the examples."""
 

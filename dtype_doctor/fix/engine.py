@@ -46,7 +46,7 @@ class FixResult:
         return tuple(s for s in self.steps if s.status == "applied")
 
     def outcome(self, patch: PatchOutcome | None = None, patch_skipped: str | None = None) -> FixOutcome:
-        """SPEC.md's `fix` block of the report, as a record."""
+        """The `fix` block (docs/report.md) of the report, as a record."""
         return FixOutcome(
             strategy=self.strategy, steps=self.steps, verified=self.verified,
             after_findings=self.after.findings, after_summary=self.after.summary,

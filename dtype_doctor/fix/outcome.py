@@ -33,7 +33,7 @@ class Change:
 
 
 # Strategy name → the `kind` its changes have in a report's JSON, where it is not the name (reports
-# carry the older names: SPEC extends, never renames). Filled from below: each Strategy class
+# carry the older names: the report's names only grow, never change). Filled from below: each Strategy class
 # states its json_kind and registers it here as it is defined (strategies/base.py), so this
 # record module imports no strategy.
 JSON_KINDS: dict[str, str] = {}
@@ -214,7 +214,7 @@ class RejectedEdit:
 
 @dataclass(frozen=True)
 class FixOutcome:
-    """SPEC.md's `fix` block as a record: what was applied, whether the re-run is clean,
+    """The `fix` block (docs/report.md) as a record: what was applied, whether the re-run is clean,
     what it cost, and the patch."""
 
     strategy: str

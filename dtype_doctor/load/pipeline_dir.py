@@ -91,7 +91,7 @@ def require_diffusers(spec: str) -> None:
 
 @dataclass(frozen=True)
 class LoadedPipeline:
-    """A pipeline as from_pretrained gave it, with how its dtype was decided (SPEC `target.loaded_dtype`)."""
+    """A pipeline as from_pretrained gave it, with how its dtype was decided (docs/report.md, `target.loaded_dtype`)."""
 
     pipeline: Any
     index: PipelineIndex

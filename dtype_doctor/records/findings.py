@@ -61,9 +61,9 @@ class Finding:
     tensors: tuple[TensorMeta, ...] = ()
     source: SourceLoc | None = None
     fixes: tuple[FixSuggestion, ...] = ()
-    # PyTorch's own words when the op really raised; extra to SPEC's finding keys.
+    # PyTorch's own words when the op really raised; a finding key docs/report.md lists.
     pytorch_error: str | None = None
-    # The fixes as data: what the fix strategies apply (extra to SPEC's finding keys).
+    # The fixes as data: what the fix strategies apply (a finding key docs/report.md lists).
     remedies: tuple[Remedy, ...] = ()
     # Shown, never applied: remedies and advice in words. With `remedies`, what `fixes` are
     # worded from (fix.strategies.worded: a rule states its fix as data, the strategies word it).

@@ -24,7 +24,7 @@ class AdapterInfo:
 
 @dataclass(frozen=True, slots=True)
 class QuantizationInfo:
-    """What a quantized model is (SPEC addition: `target.quantization`): the method, the dtype its
+    """What a quantized model is (docs/report.md, `target.quantization`): the method, the dtype its
     quantized weights are stored in, the dtype its layers compute in, and the adapters on it."""
 
     method: str  # "bitsandbytes-4bit" | "bitsandbytes-8bit"
@@ -80,7 +80,7 @@ class RotaryFacts:
 
 @dataclass(frozen=True, slots=True)
 class LoadFacts:
-    """How `from_pretrained` loaded the model (SPEC `target.loaded_dtype`), as the doctor saw the load.
+    """How `from_pretrained` loaded the model (docs/report.md, `target.loaded_dtype`), as the doctor saw the load.
 
     `origin`: "argument" (dtype= named one), "auto" (dtype="auto" asked for), "config" (nothing asked:
     transformers 5 reads config.json's dtype), "checkpoint" (nothing in the config: the weights'
@@ -148,7 +148,7 @@ class ModelInfo:
 
 @dataclass(frozen=True, slots=True)
 class Loading:
-    """What transformers' load report said about the checkpoint (SPEC addition: `target.loading`):
+    """What transformers' load report said about the checkpoint (docs/report.md, `target.loading`):
     weights the model needs that the files lack (initialised at random), weights the files hold
     that the model has no place for."""
 

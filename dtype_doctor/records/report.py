@@ -1,4 +1,4 @@
-"""The report: what was scanned (Target) and the Report, with its JSON (SPEC.md's keys)."""
+"""The report: what was scanned (Target) and the Report, with its JSON (the keys docs/report.md lists)."""
 
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ class Target:
     quantization: QuantizationInfo | None = None  # only for a quantized model
     devices: DevicePlan | None = None  # a simulated multi-GPU device map (--gpus/--device-map)
     world: World | None = None  # a distributed step: rank 0 of N (--gpus with a launcher, FSDP)
-    loaded_dtype: LoadFacts | None = None  # SPEC `target.loaded_dtype`: the dtype loaded and where it came from
-    attention: Mapping[str, Any] | None = None  # SPEC `target.attention`: the implementation, the SDPA backend CUDA picks
-    components: tuple[Mapping[str, Any], ...] | None = None  # a pipeline's components: class, dtype, devices (SPEC addition)
+    loaded_dtype: LoadFacts | None = None  # docs/report.md `target.loaded_dtype`: the dtype loaded and where it came from
+    attention: Mapping[str, Any] | None = None  # docs/report.md `target.attention`: the implementation, the SDPA backend CUDA picks
+    components: tuple[Mapping[str, Any], ...] | None = None  # a pipeline's components: class, dtype, devices (docs/report.md `target.components`)
 
     def to_dict(self) -> dict[str, Any]:
         extra: dict[str, Any] = {"loading": self.loading.to_dict()} if self.loading is not None else {}
@@ -86,7 +86,7 @@ class Report:
     target: Target
     environment: Mapping[str, Any]
     trace: Trace | None = None
-    # The `fix` block of SPEC.md, set by `dtype-doctor fix` (a dtype_doctor.fix.outcome.FixOutcome).
+    # The `fix` block (docs/report.md), set by `dtype-doctor fix` (a dtype_doctor.fix.outcome.FixOutcome).
     fix: FixOutcome | None = None
     # Findings held back by a `# dtype-doctor: ignore[...]` comment or a --baseline (report/suppress.py).
     suppressed: tuple[Suppressed, ...] = ()
@@ -117,7 +117,7 @@ class Report:
         return tuple(f for f in self.findings if SEVERITY_RANK[f.severity] >= rank)
 
     def _lineage_dict(self) -> dict[str, list[dict[str, Any]]]:
-        """SPEC's lineage; a step a finding blames carries `blamed_by` (its codes)."""
+        """The lineage (docs/report.md); a step a finding blames carries `blamed_by` (its codes)."""
         blamed = self.blamed()
         out = {}
         for name, steps in self.lineage.items():
@@ -146,7 +146,7 @@ class Report:
             # Whether DD301-DD303 had values to judge: fake tensors (simulate) hold none.
             d["values"] = {"measured": self.trace.values_measured, "note": self.trace.values}
         if self.trace is not None:
-            # What the trace reached of the step, and the values a simulation stood in for (additions to SPEC).
+            # What the trace reached of the step, and the values a simulation stood in for (docs/report.md, `coverage`).
             d["coverage"] = coverage_of(self.trace).to_dict()
             d["stand_ins"] = [s.to_dict() for s in self.trace.stand_ins]
         if self.trace is not None and self.trace.writes is not None:

@@ -12,7 +12,7 @@ from dtype_doctor.records.tensors import GradStats, ModuleCall, OpCall, TensorMe
 
 
 # Where a dtype or device can come from, in pipeline order. "formatter" (the datasets
-# torch/numpy formatter) is an addition to SPEC.md's list: it silently casts fp16 → fp32
+# torch/numpy formatter) is an addition to the list docs/rules.md gives for DD108: it silently casts fp16 → fp32
 # and int32 → int64, and users need to see it.
 STAGES = (
     "dataset",

@@ -360,7 +360,7 @@ def rule_description(code: str, name: str, rules: Iterable[Any]) -> str:
 
 
 # ----------------------------------------------------------------------------- fix block
-# The `fix` block is a plain mapping (SPEC.md); these read it tolerantly so a formatter
+# The `fix` block is a plain mapping (docs/report.md, `fix`); these read it tolerantly so a formatter
 # shows what is there and skips what is not.
 
 

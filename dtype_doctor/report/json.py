@@ -1,4 +1,4 @@
-"""`--format json`: the SPEC.md report, schema_version 1, exactly as `Report.to_dict()` builds it."""
+"""`--format json`: the report docs/report.md describes, schema_version 1, exactly as `Report.to_dict()` builds it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Source patches: the fix strategies of SPEC.md as LibCST codemods on the user's own code.
+"""Source patches: the fix strategies of docs/commands/fix.md as LibCST codemods on the user's own code.
 
 One class per transformation, each with a one-line DESCRIPTION, constructed with its
 parameters and applied with ``apply(source, filename) -> EditResult``. A codemod never

@@ -259,7 +259,7 @@ class Strategy(ABC):
     # Asked for by name, it runs even when the scan is clean: a conversion the user wants.
     on_request: ClassVar[bool] = False
     # The `kind` a change of it has in the report's JSON (`strategy` gives the name): the name,
-    # or the word reports gave it before strategies had names (SPEC extends, never renames).
+    # or the word reports gave it before strategies had names (the report's names only grow, never change: docs/report.md).
     json_kind: ClassVar[str]
     # Its remedies move a tensor to another device (their `to` is a device, not a dtype).
     moves_tensor: ClassVar[bool] = False
