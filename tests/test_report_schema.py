@@ -125,13 +125,52 @@ def _broken(report: dict[str, Any], change: Any) -> list[str]:
     return report_errors(bad)
 
 
-def test_a_real_report_is_valid_and_room_is_left_for_additions(scanned: dict[str, Any]) -> None:
+def test_a_real_report_is_valid_and_its_optional_keys_are_described(scanned: dict[str, Any]) -> None:
     assert report_errors(scanned) == []
     grown = copy.deepcopy(scanned)
-    grown["writes"] = []  # a key SPEC lists "to come"
-    grown["findings"][0]["fingerprint"] = "abc"
-    grown["target"]["attention"] = {"implementation": "sdpa"}
+    grown["writes"] = [{"path": "model.pt", "bytes": 10, "source": {"file": "train.py", "line": 3}}]
+    grown["suppressed"] = {"total": 1, "comment": 1, "baseline": 0, "findings": [
+        {k: scanned["findings"][0][k] for k in ("code", "severity", "module", "message", "source", "fingerprint")} | {"by": "comment"}]}
+    grown["target"]["attention"] = {"implementation": "sdpa", "origin": "default", "traced_as": None}
     assert report_errors(grown) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "where"),
+    [
+        (lambda r: r.update(new_block={}), "(top)"),
+        (lambda r: r["target"].update(precision="bf16"), "target"),
+        (lambda r: r["findings"][0].update(hint="x"), "findings/0"),
+        (lambda r: r["findings"][0]["tensors"][0].update(stride=[1]), "findings/0/tensors/0"),
+        (lambda r: r["coverage"].update(extra=1), "coverage"),
+        (lambda r: r["environment"].update(cuda="12.4"), "environment"),
+    ],
+    ids=["top", "target", "finding", "tensor", "coverage", "environment"],
+)
+def test_a_key_the_schema_does_not_describe_fails(scanned: dict[str, Any], change: Any, where: str) -> None:
+    """The schema is the report's contract: a key added to a report without its description here fails
+    (conftest validates every report the suite makes, so the change that adds the key must add it here)."""
+    errors = _broken(scanned, change)
+    assert errors and all(e.startswith(where) and "Additional properties" in e for e in errors), errors
+
+
+def test_every_object_the_schema_describes_is_closed() -> None:
+    """Each object with listed properties allows no others; the maps (lineage by input, a device map,
+    the launch configuration as read) name what their values are instead."""
+    open_places = []
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, dict):
+            if "properties" in node and node.get("additionalProperties") is not False:
+                open_places.append(path)
+            for k, v in node.items():
+                walk(v, f"{path}/{k}")
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{path}/{i}")
+
+    walk(_schema(), "")
+    assert open_places == []
 
 
 @pytest.mark.parametrize(
