@@ -1,8 +1,9 @@
-"""`dtype-doctor --help`: wall time, and proof that torch is never imported for it.
+"""`dtype-doctor --help`: CPU time against Typer's floor, and proof that torch is never imported for it.
 
-    1. wall time of the installed `dtype-doctor --help` as a whole process (median of --runs,
-       after warm-up); target ≤ 0.3 s. `python -c pass` is timed alongside, interleaved, to
-       show how much of that is the bare interpreter.
+    1. CPU time of each child process, the installed `dtype-doctor --help`, `dtype-doctor scan
+       --help` and an early error (`scan --no-such-option`, exit 2), each paired A B A B ... with
+       `python -c "import typer, rich.console"`, the floor of any Typer CLI; target: the median
+       ratio of `--help` ≤ 1.5× the floor. The wall time of `--help` is shown too (≤ 0.3 s).
     2. `python -X importtime -c "...; run()"` with argv ['dtype-doctor', '--help']: the import
        log must not name torch (transformers and datasets are reported too); a second child
        lists the heavy packages present in sys.modules after --help ran.
@@ -21,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import PY, bench_env, cli_command, fmt_spread, header, run_timed, spread, verdict  # noqa: E402
 
 LIMIT_S = 0.3
+RATIO_LIMIT = 1.5  # --help's CPU time over importing typer and rich.console
 HEAVY = ("torch", "transformers", "datasets", "numpy", "pyarrow", "libcst", "safetensors", "PIL")
 
 _RUN_HELP = "import sys; sys.argv = ['dtype-doctor', '--help']; from dtype_doctor.cli.main import run; run()"
@@ -50,27 +52,29 @@ def main(argv: list[str] | None = None) -> int:
 
     env = bench_env()
     help_cmd = [*cli_command(), "--help"]
-    bare_cmd = [PY, "-c", "pass"]
+    floor_cmd = [PY, "-c", "import typer, rich.console"]
     header(
-        "bench_help: `dtype-doctor --help` wall time and what it imports",
-        [f"A  {' '.join(help_cmd)}", f"B  {' '.join(bare_cmd)}   (the interpreter alone, for scale)",
-         f"order  {args.warmup} warm-up pair(s), then {args.runs} pairs A B A B ..."],
+        "bench_help: `dtype-doctor --help` against importing typer and rich.console, and what it imports",
+        [f"floor  {' '.join(floor_cmd)}", f"order  {args.warmup} warm-up pair(s), then {args.runs} pairs A B A B ... per command"],
     )
-    for _ in range(args.warmup):
-        run_timed(help_cmd, env=env)
-        run_timed(bare_cmd, env=env)
-    a, b = [], []
-    for _ in range(args.runs):
-        ra = run_timed(help_cmd, env=env)
-        rb = run_timed(bare_cmd, env=env)
-        a.append(ra.wall)
-        b.append(rb.wall)
-    if "Usage" not in ra.stdout:
-        sys.exit("bench_help: `dtype-doctor --help` printed no usage text")
-    s = spread(a)
-    print(f"  dtype-doctor --help  {fmt_spread(s, ' s')}")
-    print(f"  python -c pass       {fmt_spread(spread(b), ' s')}")
-    print(f"  --help minus bare interpreter, per pair: {fmt_spread(spread([x - y for x, y in zip(a, b)]), ' s')}")
+    ratios: dict[str, list[float]] = {}
+    walls: list[float] = []
+    for label, cmd, ok in (("--help", help_cmd, (0,)), ("scan --help", [*cli_command(), "scan", "--help"], (0,)),
+                           ("early error", [*cli_command(), "scan", "--no-such-option"], (2,))):
+        for _ in range(args.warmup):
+            run_timed(cmd, env=env, ok=ok)
+            run_timed(floor_cmd, env=env)
+        pairs = [(run_timed(cmd, env=env, ok=ok), run_timed(floor_cmd, env=env)) for _ in range(args.runs)]
+        if label == "--help":
+            if "Usage" not in pairs[-1][0].stdout:
+                sys.exit("bench_help: `dtype-doctor --help` printed no usage text")
+            walls = [a.wall for a, _ in pairs]
+        ratios[label] = [a.cpu / b.cpu for a, b in pairs]
+        cpu_a, cpu_b = spread([a.cpu for a, _ in pairs]), spread([b.cpu for _, b in pairs])
+        print(f"  {label:12s} cpu {fmt_spread(cpu_a, ' s')}   floor {fmt_spread(cpu_b, ' s')}   "
+              f"ratio {fmt_spread(spread(ratios[label]), 'x')}", flush=True)
+    s = spread(walls)
+    print(f"  dtype-doctor --help wall {fmt_spread(s, ' s')}")
 
     # Proof 1: the import log.
     log = run_timed([PY, "-X", "importtime", "-c", _RUN_HELP], env=env).stderr
@@ -88,11 +92,13 @@ def main(argv: list[str] | None = None) -> int:
 
     torch_free = not torch_lines and "torch" not in mods["loaded"]
     ok_time = verdict("--help wall time", s["median"], LIMIT_S, unit="s", min=s["min"], max=s["max"], n=s["n"])
+    r = spread(ratios["--help"])
+    ok_ratio = verdict("--help CPU time / import typer, rich.console", r["median"], RATIO_LIMIT, min=r["min"], max=r["max"], n=r["n"])
     print(f"  => torch imported by --help: {'no' if torch_free else 'YES'}: {'PASS' if torch_free else 'FAIL'}", flush=True)
     print("BENCH-RESULT " + json.dumps({"name": "--help imports torch", "measured": 0.0 if torch_free else 1.0, "limit": 0.0,
                                         "unit": "bool", "pass": torch_free, "shown": "no" if torch_free else "yes",
                                         "heavy_loaded": mods["loaded"]}), flush=True)
-    return 0 if (ok_time and torch_free) else 1
+    return 0 if (ok_time and ok_ratio and torch_free) else 1
 
 
 if __name__ == "__main__":

@@ -20,12 +20,14 @@ REPO = Path(__file__).resolve().parents[1]
 BERT = "fixtures/models/bert-tiny"
 TEXT = "fixtures/data/text-cls"
 HEAVY = ("torch", "transformers", "datasets", "numpy")
+COMMAND_MODULES = tuple(f"dtype_doctor.cli.{m}" for m in ("scan", "fix", "compare", "run", "rules", "init"))
 PROBE = """
 import atexit, json, sys
 atexit.register(lambda: open(sys.argv[1], "w").write(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules))))
+atexit.register(lambda: open(sys.argv[1] + ".cli", "w").write(json.dumps(sorted(m for m in {commands!r} if m in sys.modules))))
 from dtype_doctor.cli.main import run
 run(sys.argv[2:])
-""".format(heavy=HEAVY)
+""".format(heavy=HEAVY, commands=COMMAND_MODULES)
 
 
 def early(tmp_path: Path, *argv: str) -> tuple[int, str, str, list[str]]:
@@ -114,3 +116,21 @@ def test_the_timeouts_fit_what_they_limit() -> None:
     assert o.scan_options(o.Batch(), o.Loading(), o.Machine(), o.Step(), o.Findings(), o.General()).timeout == 60
     assert o.run_options(o.Machine(), o.Findings(), o.General(), steps=1).timeout == 300
     assert o.scan_options(o.Batch(), o.Loading(), o.Machine(), o.Step(), o.Findings(), o.General(timeout=5)).timeout == 5
+
+
+@pytest.mark.parametrize(
+    ("argv", "loaded"),
+    [(["--help"], []), ([], []), (["scan", "--help"], ["dtype_doctor.cli.scan"]), (["fix", "-h"], ["dtype_doctor.cli.fix"]),
+     (["scan", BERT, TEXT, "--batch-size", "0"], ["dtype_doctor.cli.scan"]), (["rules"], ["dtype_doctor.cli.rules"])],
+    ids=["help", "bare", "scan-help", "fix-help", "scan-early-error", "rules"],
+)
+def test_only_the_command_asked_for_is_loaded(tmp_path: Path, argv: list[str], loaded: list[str]) -> None:
+    """`dtype-doctor --help` lists every command without importing one; a command's help or early error
+    imports that command's module and no other (docs/commands/: each command is loaded when asked for)."""
+    code, out, err, heavy = early(tmp_path, *argv)
+    assert code in (0, 2) and heavy == [], (code, err)
+    assert json.loads((tmp_path / "imported.json.cli").read_text()) == loaded
+    if argv in (["--help"], []):
+        listing = out or err
+        for name in ("scan", "fix", "compare", "run", "rule", "rules", "init"):
+            assert f"\n  {name} " in listing, listing

@@ -23,7 +23,7 @@ as on the command line. Nothing here imports torch.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from dtype_doctor.errors import UsageError
 
@@ -51,9 +51,10 @@ def config_path(args: list[str]) -> tuple[Path | None, bool]:
     return (default, False) if default.is_file() else (None, False)
 
 
-def default_map(args: list[str], params: dict[str, dict[str, str]]) -> dict[str, dict[str, Any]] | None:
-    """click's default_map for `params` (command → {parameter name: option|multiple|argument})
-    from the config file."""
+def default_map(args: list[str], parameters: Callable[[], dict[str, dict[str, str]]]) -> dict[str, dict[str, Any]] | None:
+    """click's default_map from the config file, for the commands' parameters that `parameters()`
+    gives (command → {parameter name: option|multiple|argument}), asked only when a table applies:
+    loading every command's options costs what a run without a config need not pay."""
     import tomllib
 
     path, explicit = config_path(args)
@@ -74,6 +75,7 @@ def default_map(args: list[str], params: dict[str, dict[str, str]]) -> dict[str,
         table = data
     if not isinstance(table, dict):
         raise UsageError(f"{path}: [tool.dtype-doctor] must be a table")
+    params = parameters()
     shared = {k: v for k, v in table.items() if not isinstance(v, dict)}
     per_command = {k: v for k, v in table.items() if isinstance(v, dict)}
     unknown_tables = sorted(set(per_command) - set(COMMANDS))

@@ -12,36 +12,95 @@ import sys
 import typer
 
 from dtype_doctor import __version__
-from dtype_doctor.cli.compare import EXAMPLES as COMPARE_EXAMPLES
-from dtype_doctor.cli.compare import compare_command
-from dtype_doctor.cli.fix import EXAMPLES as FIX_EXAMPLES
-from dtype_doctor.cli.fix import fix_command
 from dtype_doctor.cli.help import EXIT_CODES, Command
-from dtype_doctor.cli.init import EXAMPLES as INIT_EXAMPLES, init_command
-from dtype_doctor.cli.rules import rule_command, rules_command
-from dtype_doctor.cli.run import EXAMPLES as RUN_EXAMPLES
-from dtype_doctor.cli.run import SETTINGS as RUN_SETTINGS
-from dtype_doctor.cli.run import run_command
-from dtype_doctor.cli.scan import EXAMPLES as SCAN_EXAMPLES
-from dtype_doctor.cli.scan import scan_command
 
-app = typer.Typer(
-    name="dtype-doctor",
-    help="Find every dtype and device mismatch in a PyTorch / Hugging Face pipeline in one pass.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    epilog=EXIT_CODES,
-)
-app.command("scan", epilog=SCAN_EXAMPLES + EXIT_CODES, cls=Command)(scan_command)
-app.command("fix", epilog=FIX_EXAMPLES + EXIT_CODES, cls=Command)(fix_command)
-app.command("compare", epilog=COMPARE_EXAMPLES + EXIT_CODES.replace(" nothing at or above --fail-on", " measured (whatever the rows show)"), cls=Command)(compare_command)
-app.command("run", epilog=RUN_EXAMPLES + EXIT_CODES, cls=Command, context_settings=RUN_SETTINGS)(run_command)
-app.command("rule", cls=Command)(rule_command)
-app.command("rules", cls=Command)(rules_command)
-app.command("init", epilog=INIT_EXAMPLES, cls=Command)(init_command)
+
+def _scan() -> tuple[object, dict]:
+    from dtype_doctor.cli.scan import EXAMPLES, scan_command
+
+    return scan_command, {"epilog": EXAMPLES + EXIT_CODES}
+
+
+def _fix() -> tuple[object, dict]:
+    from dtype_doctor.cli.fix import EXAMPLES, fix_command
+
+    return fix_command, {"epilog": EXAMPLES + EXIT_CODES}
+
+
+def _compare() -> tuple[object, dict]:
+    from dtype_doctor.cli.compare import EXAMPLES, compare_command
+
+    return compare_command, {"epilog": EXAMPLES + EXIT_CODES.replace(" nothing at or above --fail-on", " measured (whatever the rows show)")}
+
+
+def _run() -> tuple[object, dict]:
+    from dtype_doctor.cli.run import EXAMPLES, SETTINGS, run_command
+
+    return run_command, {"epilog": EXAMPLES + EXIT_CODES, "context_settings": SETTINGS}
+
+
+def _rule() -> tuple[object, dict]:
+    from dtype_doctor.cli.rules import rule_command
+
+    return rule_command, {}
+
+
+def _rules() -> tuple[object, dict]:
+    from dtype_doctor.cli.rules import rules_command
+
+    return rules_command, {}
+
+
+def _init() -> tuple[object, dict]:
+    from dtype_doctor.cli.init import EXAMPLES, init_command
+
+    return init_command, {"epilog": EXAMPLES}
+
+
+# Each command: its line in `dtype-doctor --help`, and what loads it. A command's module (and the
+# engines its options name) is imported only when that command runs or prints its own help, so
+# `dtype-doctor --help` and an early error pay for Typer and the one command they need.
+COMMANDS = {
+    "scan": ("Trace one batch through MODEL and report every mismatch.", _scan),
+    "fix": ("Fix the mismatches, re-run the trace to verify, write a patch.", _fix),
+    "compare": ("Measure fp32, autocast and .half() on the batch: which to use.", _compare),
+    "run": ("Run your script unmodified and report every mismatch of its step.", _run),
+    "rule": ("Explain one rule: what it flags, why, an example, the fix.", _rule),
+    "rules": ("List every rule with its code, name, severity and summary.", _rules),
+    "init": ("Write the config, a pre-commit hook and a GitHub workflow.", _init),
+}
+
+
+def _listed() -> None:
+    """A command not loaded: it is listed in the group's help, and never run (the one asked for is loaded)."""
+
+
+def build_app(load: frozenset[str] | None = None) -> typer.Typer:
+    """The CLI with the commands in `load` loaded (None: every one); the others only listed."""
+    app = typer.Typer(
+        name="dtype-doctor",
+        help="Find every dtype and device mismatch in a PyTorch / Hugging Face pipeline in one pass.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
+        epilog=EXIT_CODES,
+    )
+    for name, (short, loader) in COMMANDS.items():
+        if load is None or name in load:
+            command, settings = loader()
+            app.command(name, short_help=short, cls=Command, **settings)(command)
+        else:
+            app.command(name, short_help=short, cls=Command)(_listed)
+    app.callback()(_root)
+    return app
+
+
+def _asked(args: list[str]) -> frozenset[str]:
+    """The command the arguments name (the first word that is not an option), if it is one of ours."""
+    first = next((a for a in args if not a.startswith("-")), None)
+    return frozenset({first}) if first in COMMANDS else frozenset()
 
 
 def _version(value: bool) -> None:
@@ -50,7 +109,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
@@ -82,22 +140,26 @@ def _click_exceptions(name: str) -> tuple[type[BaseException], ...]:
 
 def _config(args: list[str]) -> dict | None:
     """--config PATH (or [tool.dtype-doctor] in ./pyproject.toml) as click's default_map."""
-    from dtype_doctor.cli.config import COMMANDS, KEYED_ARGUMENTS, default_map
+    from dtype_doctor.cli.config import COMMANDS as CONFIGURED, KEYED_ARGUMENTS, default_map
 
-    if not args or args[0] not in COMMANDS or any(a in ("--help", "-h") for a in args):
+    if not args or args[0] not in CONFIGURED or any(a in ("--help", "-h") for a in args):
         return None
-    group = typer.main.get_command(app)
-    params: dict[str, dict[str, str]] = {}
-    for name in COMMANDS:
-        kinds = {}
-        for p in group.commands[name].params:  # type: ignore[attr-defined]
-            kind = getattr(p, "param_type_name", "")
-            if kind == "option":
-                kinds[p.name] = "multiple" if getattr(p, "multiple", False) else "option"
-            elif kind == "argument" and p.name in KEYED_ARGUMENTS and (name, p.name) != ("fix", "command"):
-                kinds[p.name] = "argument"
-        params[name] = kinds
-    return default_map(args, params)
+
+    def parameters() -> dict[str, dict[str, str]]:
+        group = typer.main.get_command(build_app(frozenset(CONFIGURED)))
+        params: dict[str, dict[str, str]] = {}
+        for name in CONFIGURED:
+            kinds = {}
+            for p in group.commands[name].params:  # type: ignore[attr-defined]
+                kind = getattr(p, "param_type_name", "")
+                if kind == "option":
+                    kinds[p.name] = "multiple" if getattr(p, "multiple", False) else "option"
+                elif kind == "argument" and p.name in KEYED_ARGUMENTS and (name, p.name) != ("fix", "command"):
+                    kinds[p.name] = "argument"
+            params[name] = kinds
+        return params
+
+    return default_map(args, parameters)
 
 
 def _one_line(text: str) -> str:
@@ -122,6 +184,7 @@ def run(argv: list[str] | None = None) -> None:
     click_error_types = _click_exceptions("ClickException")
     try:
         # Without standalone mode, click returns the code of a typer.Exit instead of raising.
+        app = build_app(_asked(args))
         returned = app(args=args, prog_name="dtype-doctor", standalone_mode=False, default_map=_config(args))
         code = returned if isinstance(returned, int) else 0
     except exit_types as exc:
