@@ -92,6 +92,10 @@ def judged(trace: Trace, *, select: Any = None, ignore: Any = None) -> tuple[Fin
 
 def report_from_trace(trace: Trace, model: torch.nn.Module, request: TraceRequest | None = None) -> Report:
     request = request or TraceRequest()
+    if trace.precision is None:  # scan: the switches as the process holds them (run saw who set them)
+        from dtype_doctor.machine.precision_state import current_state
+
+        trace = replace(trace, precision=current_state())
     findings = judged(trace, select=request.select, ignore=request.ignore)
     return Report(findings=findings, target=_target(trace, model, request.subject), environment=environment(), trace=trace)
 

@@ -4,11 +4,14 @@ and held writes of a simulation, compiled regions, coverage, and the Trace itsel
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from dtype_doctor.records.devices import DevicePlan, LaunchConfig, ShardGroup, World
 from dtype_doctor.records.model import LoadFacts, ModelInfo
 from dtype_doctor.records.tensors import GradStats, ModuleCall, OpCall, TensorMeta
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dtype_doctor.records.precision import PrecisionState
 
 
 # Where a dtype or device can come from, in pipeline order. "formatter" (the datasets
@@ -213,6 +216,8 @@ class Trace:
     loaded: LoadFacts | None = None
     # Files a simulated run held back from the user's file system (None: not a run under --simulate).
     writes: tuple[HeldWrite, ...] | None = None
+    # The process's precision switches when the step ran, and who set them (records/precision.py).
+    precision: PrecisionState | None = None
 
     @property
     def values_measured(self) -> bool:

@@ -41,6 +41,7 @@ from dtype_doctor.run.lineage import (
     step_input_lineage,
 )
 from dtype_doctor.machine.simulate import STAND_IN, CudaSimulation, SimulationStop
+from dtype_doctor.machine.precision_state import PrecisionWatch
 from dtype_doctor.run.grads import StepGrads
 from dtype_doctor.run.step_inputs import StepInputs
 from dtype_doctor.run.step_watch import StepWatch, stopped_early
@@ -134,6 +135,7 @@ class RunSession:
         from dtype_doctor.run.loads import LoadWatch
 
         self.loads = LoadWatch()  # the script's from_pretrained calls: target.loaded_dtype
+        self.precision = PrecisionWatch()  # the process's precision switches, who set them, the TF32 reads refused
         self._arms = contextlib.ExitStack()
         self._closed = False
         # Lineage is the pipeline's: inside the model the recorder sees everything.
@@ -176,6 +178,7 @@ class RunSession:
         self._arms.enter_context(self.compiles)
         self._arms.enter_context(self.trainer_args)
         self._arms.enter_context(self.loads)
+        self._arms.enter_context(self.precision)
         if self.placement.simulated:
             from dtype_doctor.machine.gpus import gpu_profile
 
@@ -494,7 +497,8 @@ class RunSession:
         coverage = dataclasses.replace(coverage, compiled=self.compiles.regions(self._reported, {m.name for m in trace.modules}),
                                        skipped=tuple(self.models.repeats.items()), dropped_ops=self._session.recorder.dropped)
         trace = dataclasses.replace(trace, coverage=coverage, scaler=self.watch.scaler_class(),
-                                    loaded=None if self.models.several else self.loads.facts_of(self.model))
+                                    loaded=None if self.models.several else self.loads.facts_of(self.model),
+                                    precision=self.precision.state())
         if self.launch is not None:
             trace = self._launched(trace)
         if self.trainer_args.launch is not None:  # the script's TrainingArguments: their precision and DeepSpeed config
