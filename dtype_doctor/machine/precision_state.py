@@ -24,7 +24,7 @@ import torch
 from dtype_doctor.machine.user_code import display_path, first_outside_tool, first_user_frame, frames_above, is_user_file
 from dtype_doctor.numerics import dtype_name
 from dtype_doctor.records import DefaultDtypeChange, PrecisionState, Setter, SourceLoc, Switch, Tf32Mix
-from dtype_doctor.records.precision import LEGACY, NEW, PLAIN
+from dtype_doctor.records.precision import LEGACY, NEW, PLAIN, UNREADABLE
 
 _C = torch._C
 MATMUL, CUDNN = "cuda.matmul", "cudnn"  # the TF32 families whose two APIs PyTorch refuses to read across
@@ -63,7 +63,6 @@ SWITCHES: tuple[SwitchSpec, ...] = (
     SwitchSpec("torch.backends.cudnn.benchmark", PLAIN, (), lambda: _C._get_cudnn_benchmark()),
 )
 SPEC = {s.name: s for s in SWITCHES}
-MIXED = "mixed"  # the value of a switch PyTorch refuses to read: its two APIs were both used
 
 
 def is_mix_refusal(error: BaseException) -> bool:
@@ -78,7 +77,7 @@ def _value(spec: SwitchSpec) -> str:
             value = spec.read()
     except RuntimeError as error:
         if is_mix_refusal(error):
-            return MIXED
+            return UNREADABLE
         raise
     return str(value)
 
@@ -128,6 +127,7 @@ class PrecisionWatch:
         self._api_set: dict[tuple[str, str], tuple[str, Setter]] = {}  # (family, api) → the last switch set and its setter
         self._undo: list[Callable[[], None]] = []
         self._initial: dict[str, str] = {}
+        self._final: PrecisionState | None = None
 
     # -- arming ---------------------------------------------------------------------------
 
@@ -146,6 +146,7 @@ class PrecisionWatch:
 
     def __exit__(self, *exc: Any) -> None:
         self._unpatch()
+        self._final = self.state()  # as the script left it: a report made after the run reads this
         _restore(self._saved)
 
     def _unpatch(self) -> None:
@@ -189,6 +190,8 @@ class PrecisionWatch:
         return False
 
     def state(self) -> PrecisionState:
+        if self._final is not None:
+            return self._final
         return current_state(self.setters, self._initial, mixes=tuple(self.mixes), default_dtype=tuple(self.dtype_changes), watched=True)
 
     def _reading(self, name: str, read: Callable[[], Any]) -> Any:

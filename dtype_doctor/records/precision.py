@@ -12,6 +12,7 @@ from dtype_doctor.records.trace import SourceLoc
 
 # The APIs a switch belongs to: TF32 has two, which PyTorch refuses to read across once both were set.
 LEGACY, NEW, PLAIN = "legacy", "new", "plain"
+UNREADABLE = "unreadable"  # the value of a switch PyTorch refuses to read: the other TF32 API set it
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,11 +15,10 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import Finding, PrecisionState, Remedy, Setter, Tf32Mix, Trace
-from dtype_doctor.records.precision import LEGACY, NEW
+from dtype_doctor.records.precision import LEGACY, NEW, UNREADABLE
 from dtype_doctor.rules.base import Rule
 
 STRATEGY = "tf32-new-api"  # fix.strategies.tf32_new_api: the script's TF32 lines moved to the new API
-MIXED = "mixed"
 
 
 def _line(setter: Setter) -> object:
@@ -48,7 +47,7 @@ def _refused(mix: Tf32Mix) -> Finding:
 def _latent(state: PrecisionState) -> Iterator[Finding]:
     """Switches PyTorch would refuse to read, set through both APIs, that nothing has read yet."""
     for family in ("matmul", "cudnn"):
-        mixed = [s for s in state.switches if s.value == MIXED and family in s.name]
+        mixed = [s for s in state.switches if s.value == UNREADABLE and family in s.name]
         set_ = [s for s in state.switches if s.changed and (family in s.name or s.name == "torch.backends.fp32_precision")]
         legacy = [s for s in set_ if s.api == LEGACY]
         new = [s for s in set_ if s.api == NEW]
