@@ -151,6 +151,8 @@ class Report:
             d["stand_ins"] = [s.to_dict() for s in self.trace.stand_ins]
         if self.trace is not None and self.trace.precision is not None:
             d["precision"] = self.trace.precision.to_dict()  # the process's precision switches (docs/precision.md)
+        if self.trace is not None and self.trace.recompute is not None:
+            d["recompute"] = self.trace.recompute.to_dict()  # activation checkpointing's recompute (docs/precision.md)
         if self.trace is not None and self.trace.writes is not None:
             d["writes"] = [w.to_dict() for w in self.trace.writes]  # held back by a simulated run (machine/disk.py)
         if self.trace and self.trace.failure:

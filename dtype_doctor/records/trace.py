@@ -12,6 +12,7 @@ from dtype_doctor.records.tensors import GradStats, ModuleCall, OpCall, TensorMe
 
 if TYPE_CHECKING:  # pragma: no cover
     from dtype_doctor.records.precision import PrecisionState
+    from dtype_doctor.records.recompute import Recompute
 
 
 # Where a dtype or device can come from, in pipeline order. "formatter" (the datasets
@@ -218,6 +219,8 @@ class Trace:
     writes: tuple[HeldWrite, ...] | None = None
     # The process's precision switches when the step ran, and who set them (records/precision.py).
     precision: PrecisionState | None = None
+    # Activation checkpointing's recompute against its forward (records/recompute.py); None: no checkpointed region ran.
+    recompute: Recompute | None = None
 
     @property
     def values_measured(self) -> bool:

@@ -42,6 +42,7 @@ from dtype_doctor.run.lineage import (
 )
 from dtype_doctor.machine.simulate import STAND_IN, CudaSimulation, SimulationStop
 from dtype_doctor.machine.precision_state import PrecisionWatch
+from dtype_doctor.trace.recompute import RecomputeWatch
 from dtype_doctor.run.grads import StepGrads
 from dtype_doctor.run.step_inputs import StepInputs
 from dtype_doctor.run.step_watch import StepWatch, stopped_early
@@ -179,6 +180,7 @@ class RunSession:
         self._arms.enter_context(self.trainer_args)
         self._arms.enter_context(self.loads)
         self._arms.enter_context(self.precision)
+        self.recompute = self._arms.enter_context(RecomputeWatch(lambda: self.model is not None and self.report is None, self.alias))
         if self.placement.simulated:
             from dtype_doctor.machine.gpus import gpu_profile
 
@@ -252,7 +254,8 @@ class RunSession:
     # ------------------------------------------------------------------- calls
 
     def _call(self, original: Any, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
-        top_level = self._depth == 0 and threading.get_ident() == self._thread and os.getpid() == self._pid
+        # a checkpointed region's recompute runs in the backward: its calls are not the step's next ones
+        top_level = self._depth == 0 and threading.get_ident() == self._thread and os.getpid() == self._pid and not self.recompute.recomputing
         is_model = repeat = False
         if top_level and self.report is None:
             if self.model is None and _is_model_call(module, args, kwargs):
@@ -498,7 +501,7 @@ class RunSession:
                                        skipped=tuple(self.models.repeats.items()), dropped_ops=self._session.recorder.dropped)
         trace = dataclasses.replace(trace, coverage=coverage, scaler=self.watch.scaler_class(),
                                     loaded=None if self.models.several else self.loads.facts_of(self.model),
-                                    precision=self.precision.state())
+                                    precision=self.precision.state(), recompute=self.recompute.facts())
         if self.launch is not None:
             trace = self._launched(trace)
         if self.trainer_args.launch is not None:  # the script's TrainingArguments: their precision and DeepSpeed config
