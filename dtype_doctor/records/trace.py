@@ -13,6 +13,7 @@ from dtype_doctor.records.tensors import GradStats, ModuleCall, OpCall, TensorMe
 if TYPE_CHECKING:  # pragma: no cover
     from dtype_doctor.records.precision import PrecisionState
     from dtype_doctor.records.recompute import Recompute
+    from dtype_doctor.records.resume import Resume
 
 
 # Where a dtype or device can come from, in pipeline order. "formatter" (the datasets
@@ -221,6 +222,8 @@ class Trace:
     precision: PrecisionState | None = None
     # Activation checkpointing's recompute against its forward (records/recompute.py); None: no checkpointed region ran.
     recompute: Recompute | None = None
+    # A resume the step came after: the load_state_dict calls, what they cast, optimizer state against its parameters.
+    resume: Resume | None = None
 
     @property
     def values_measured(self) -> bool:
