@@ -100,6 +100,22 @@ def report_from_trace(trace: Trace, model: torch.nn.Module, request: TraceReques
     return Report(findings=findings, target=_target(trace, model, request.subject), environment=environment(), trace=trace)
 
 
+def with_checkpoint(report: Report, saved: Any, *, select: Any = None, ignore: Any = None) -> Report:
+    """`report` compared with a checkpoint's saved dtypes (scan --checkpoint; load.checkpoint.saved_dtypes,
+    read without loading its tensors): on the trace, and DD406's findings added."""
+    from dtype_doctor.rules import parse_codes
+
+    if report.trace is None:
+        return report
+    trace = replace(report.trace, checkpoint=saved)
+    ignored = set(parse_codes(ignore) or ())
+    chosen = set(parse_codes(select) or ()) or None
+    if any("DD406".startswith(c) for c in ignored) or (chosen is not None and not any("DD406".startswith(c) for c in chosen)):
+        return replace(report, trace=trace)
+    added = tuple(f for f in judged(trace, select=("DD406",)) if not any(f.message == g.message for g in report.findings))
+    return replace(report, trace=trace, findings=report.findings + added)
+
+
 # The API's keywords that say where the step runs: decided into one Placement, here, at the entry.
 PLACEMENT_KEYWORDS = ("device", "simulate", "gpu", "gpus", "device_map", "max_memory")
 

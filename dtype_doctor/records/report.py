@@ -155,6 +155,8 @@ class Report:
             d["recompute"] = self.trace.recompute.to_dict()  # activation checkpointing's recompute (docs/precision.md)
         if self.trace is not None and self.trace.resume is not None:
             d["resume"] = self.trace.resume.to_dict()  # load_state_dict calls and the optimizer state they left (docs/precision.md)
+        if self.trace is not None and self.trace.checkpoint is not None:
+            d["checkpoint"] = self.trace.checkpoint.to_dict()  # scan --checkpoint: the saved dtypes (docs/precision.md)
         if self.trace is not None and self.trace.writes is not None:
             d["writes"] = [w.to_dict() for w in self.trace.writes]  # held back by a simulated run (machine/disk.py)
         if self.trace and self.trace.failure:

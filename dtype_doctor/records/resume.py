@@ -70,3 +70,20 @@ class Resume:
     def to_dict(self) -> dict[str, Any]:
         return {"restored": [r.to_dict() for r in self.restored], "casts": [c.to_dict() for c in self.casts],
                 "mismatches": [m.to_dict() for m in self.mismatches]}
+
+
+@dataclass(frozen=True, slots=True)
+class SavedCheckpoint:
+    """The dtypes a checkpoint file holds, read without loading its tensors (load/checkpoint.py):
+    its format, and each saved tensor's name and dtype (a model's weights; an optimizer's state
+    under "optimizer." where the file holds one)."""
+
+    path: str
+    format: str  # safetensors | torch | dcp
+    tensors: tuple[tuple[str, str], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for _, dtype in self.tensors:
+            counts[dtype] = counts.get(dtype, 0) + 1
+        return {"path": self.path, "format": self.format, "tensors": len(self.tensors), "dtypes": counts}

@@ -13,7 +13,7 @@ from dtype_doctor.records.tensors import GradStats, ModuleCall, OpCall, TensorMe
 if TYPE_CHECKING:  # pragma: no cover
     from dtype_doctor.records.precision import PrecisionState
     from dtype_doctor.records.recompute import Recompute
-    from dtype_doctor.records.resume import Resume
+    from dtype_doctor.records.resume import Resume, SavedCheckpoint
 
 
 # Where a dtype or device can come from, in pipeline order. "formatter" (the datasets
@@ -224,6 +224,8 @@ class Trace:
     recompute: Recompute | None = None
     # A resume the step came after: the load_state_dict calls, what they cast, optimizer state against its parameters.
     resume: Resume | None = None
+    # The checkpoint `scan --checkpoint` compared with the model: its saved dtypes, read without loading it.
+    checkpoint: SavedCheckpoint | None = None
 
     @property
     def values_measured(self) -> bool:
