@@ -21,6 +21,13 @@ def _floating(v: Any) -> bool:
     return isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() > 0
 
 
+def _called_by_user() -> bool:
+    from dtype_doctor.machine.user_code import first_outside_tool, frames_above, is_user_file
+
+    frame = first_outside_tool(frames_above(2))
+    return frame is not None and is_user_file(frame.f_code.co_filename)
+
+
 def _meta(t: torch.Tensor, alias: dict[str, str]) -> str:
     device = device_name(t.device)
     return f"{dtype_name(t.dtype)} {alias.get(device, device)}"
@@ -64,7 +71,9 @@ class ResumeWatch:
 
         def load_state_dict(obj: Any, state_dict: Any, *args: Any, **kwargs: Any) -> Any:
             site = user_site(1)
-            before = list(inspect(obj, state_dict, site)) if inspect is not None else []
+            # a model's load by a library (a loader that converts on purpose) is the library's; the script's own is the resume
+            mine = kind != "model" or _called_by_user()
+            before = list(inspect(obj, state_dict, site)) if inspect is not None and mine else []
             out = original(obj, state_dict, *args, **kwargs)
             watch.restored.append(Restored(kind, type(obj).__name__, site))
             if kind == "optimizer":
