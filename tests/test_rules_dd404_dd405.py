@@ -101,3 +101,17 @@ def test_a_float32_resume_is_clean(workdir: Path) -> None:
     result = run_script(["python", "train.py"])
     assert [f.code for f in result.report.findings if f.code in ("DD404", "DD405")] == []
     assert [r.kind for r in result.report.trace.resume.restored] == ["model", "optimizer"]
+
+
+def test_a_grad_scalers_restore_is_seen_with_the_models_and_the_optimizers(workdir: Path) -> None:
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    ckpt = torch.load(workdir / "ckpt.pt", weights_only=True)
+    torch.save({**ckpt, "scaler": scaler.state_dict()}, workdir / "ckpt.pt")
+    script = SCRIPT.format(early="", late="").replace(", dtype=torch.bfloat16", "").replace(
+        'optimizer.load_state_dict(ckpt["optimizer"])\n',
+        'optimizer.load_state_dict(ckpt["optimizer"])\nscaler = torch.amp.GradScaler("cpu")\nscaler.load_state_dict(ckpt["scaler"])\n')
+    (workdir / "train.py").write_text(script)
+    result = run_script(["python", "train.py"])
+    restored = result.report.trace.resume.restored
+    assert [(r.kind, r.class_name) for r in restored] == [("model", "Sequential"), ("optimizer", "AdamW"), ("scaler", "GradScaler")]
+    assert restored[2].source.line == _line(workdir / "train.py", "scaler.load_state_dict")
