@@ -115,3 +115,14 @@ def test_a_grad_scalers_restore_is_seen_with_the_models_and_the_optimizers(workd
     restored = result.report.trace.resume.restored
     assert [(r.kind, r.class_name) for r in restored] == [("model", "Sequential"), ("optimizer", "AdamW"), ("scaler", "GradScaler")]
     assert restored[2].source.line == _line(workdir / "train.py", "scaler.load_state_dict")
+
+
+def test_simulated_cuda_names_the_same_mismatch_on_cuda(workdir: Path) -> None:
+    from dtype_doctor.run.runner import RunOptions
+
+    script = SCRIPT.format(early="", late=CONVERT).replace("nn.Linear(8, 2))\n", "nn.Linear(8, 2)).cuda()\n", 1)
+    script = script.replace('weights_only=True)', 'weights_only=True, map_location="cuda")')
+    (workdir / "train.py").write_text(script.replace("dtype=torch.bfloat16)", 'dtype=torch.bfloat16, device="cuda")'))
+    result = run_script(["python", "train.py"], options=RunOptions(simulate=True, gpu="a100", device="cuda"))
+    (f,) = [f for f in result.report.findings if f.code == "DD404"]
+    assert f.severity == "error" and "float32 cuda:0" in f.message and "bfloat16 cuda:0" in f.message
