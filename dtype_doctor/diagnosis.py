@@ -92,8 +92,28 @@ def judged(trace: Trace, *, select: Any = None, ignore: Any = None) -> tuple[Fin
 
 def report_from_trace(trace: Trace, model: torch.nn.Module, request: TraceRequest | None = None) -> Report:
     request = request or TraceRequest()
+    if trace.precision is None:  # scan: the switches as the process holds them (run saw who set them)
+        from dtype_doctor.machine.precision_state import current_state
+
+        trace = replace(trace, precision=current_state())
     findings = judged(trace, select=request.select, ignore=request.ignore)
     return Report(findings=findings, target=_target(trace, model, request.subject), environment=environment(), trace=trace)
+
+
+def with_checkpoint(report: Report, saved: Any, *, select: Any = None, ignore: Any = None) -> Report:
+    """`report` compared with a checkpoint's saved dtypes (scan --checkpoint; load.checkpoint.saved_dtypes,
+    read without loading its tensors): on the trace, and DD406's findings added."""
+    from dtype_doctor.rules import parse_codes
+
+    if report.trace is None:
+        return report
+    trace = replace(report.trace, checkpoint=saved)
+    ignored = set(parse_codes(ignore) or ())
+    chosen = set(parse_codes(select) or ()) or None
+    if any("DD406".startswith(c) for c in ignored) or (chosen is not None and not any("DD406".startswith(c) for c in chosen)):
+        return replace(report, trace=trace)
+    added = tuple(f for f in judged(trace, select=("DD406",)) if not any(f.message == g.message for g in report.findings))
+    return replace(report, trace=trace, findings=report.findings + added)
 
 
 # The API's keywords that say where the step runs: decided into one Placement, here, at the entry.

@@ -61,6 +61,13 @@ from dtype_doctor.records.trace import (
     TraceFailure,
     coverage_of,
 )
+from dtype_doctor.records.precision import (
+    DefaultDtypeChange,
+    PrecisionState,
+    Setter,
+    Switch,
+    Tf32Mix,
+)
 from dtype_doctor.records.findings import (
     Finding,
     FixSuggestion,
@@ -77,6 +84,11 @@ from dtype_doctor.records.report import (
 )
 
 __all__ = [
+    "Tf32Mix",
+    "Switch",
+    "Setter",
+    "PrecisionState",
+    "DefaultDtypeChange",
     "AdapterInfo",
     "COSINE_MIN",
     "CompiledRegion",

@@ -149,6 +149,14 @@ class Report:
             # What the trace reached of the step, and the values a simulation stood in for (docs/report.md, `coverage`).
             d["coverage"] = coverage_of(self.trace).to_dict()
             d["stand_ins"] = [s.to_dict() for s in self.trace.stand_ins]
+        if self.trace is not None and self.trace.precision is not None:
+            d["precision"] = self.trace.precision.to_dict()  # the process's precision switches (docs/precision.md)
+        if self.trace is not None and self.trace.recompute is not None:
+            d["recompute"] = self.trace.recompute.to_dict()  # activation checkpointing's recompute (docs/precision.md)
+        if self.trace is not None and self.trace.resume is not None:
+            d["resume"] = self.trace.resume.to_dict()  # load_state_dict calls and the optimizer state they left (docs/precision.md)
+        if self.trace is not None and self.trace.checkpoint is not None:
+            d["checkpoint"] = self.trace.checkpoint.to_dict()  # scan --checkpoint: the saved dtypes (docs/precision.md)
         if self.trace is not None and self.trace.writes is not None:
             d["writes"] = [w.to_dict() for w in self.trace.writes]  # held back by a simulated run (machine/disk.py)
         if self.trace and self.trace.failure:

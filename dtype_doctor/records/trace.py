@@ -4,11 +4,16 @@ and held writes of a simulation, compiled regions, coverage, and the Trace itsel
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from dtype_doctor.records.devices import DevicePlan, LaunchConfig, ShardGroup, World
 from dtype_doctor.records.model import LoadFacts, ModelInfo
 from dtype_doctor.records.tensors import GradStats, ModuleCall, OpCall, TensorMeta
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dtype_doctor.records.precision import PrecisionState
+    from dtype_doctor.records.recompute import Recompute
+    from dtype_doctor.records.resume import Resume, SavedCheckpoint
 
 
 # Where a dtype or device can come from, in pipeline order. "formatter" (the datasets
@@ -213,6 +218,14 @@ class Trace:
     loaded: LoadFacts | None = None
     # Files a simulated run held back from the user's file system (None: not a run under --simulate).
     writes: tuple[HeldWrite, ...] | None = None
+    # The process's precision switches when the step ran, and who set them (records/precision.py).
+    precision: PrecisionState | None = None
+    # Activation checkpointing's recompute against its forward (records/recompute.py); None: no checkpointed region ran.
+    recompute: Recompute | None = None
+    # A resume the step came after: the load_state_dict calls, what they cast, optimizer state against its parameters.
+    resume: Resume | None = None
+    # The checkpoint `scan --checkpoint` compared with the model: its saved dtypes, read without loading it.
+    checkpoint: SavedCheckpoint | None = None
 
     @property
     def values_measured(self) -> bool:

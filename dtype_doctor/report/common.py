@@ -156,6 +156,26 @@ def coverage_line(report: Report) -> str | None:
     return " · ".join(parts)
 
 
+def precision_line(report: Report) -> str | None:
+    """`precision: torch.backends.cuda.matmul.allow_tf32=True (train.py:107) · ...`: the switches the run saw set,
+    with their lines, and the checkpointed regions and resume it traced (docs/precision.md); None when nothing was."""
+    trace = report.trace
+    if trace is None:
+        return None
+    parts = []
+    state = trace.precision
+    for s in state.switches if state is not None else ():
+        if s.changed:
+            where = s.setter.source or s.setter.via
+            parts.append(f"{s.name.removeprefix('torch.')}={s.value}" + (f" ({where.file}:{where.line})" if where else ""))
+    if trace.recompute is not None:
+        parts.append(f"{plural(trace.recompute.regions, 'checkpointed region')}, {trace.recompute.recomputed} recomputed")
+    if trace.resume is not None and trace.resume.restored:
+        parts.append("resumed: " + ", ".join(f"{r.kind} ({r.source.file}:{r.source.line})" if r.source else r.kind
+                                              for r in trace.resume.restored))
+    return "precision: " + " · ".join(parts) if parts else None
+
+
 def partial_trace(report: Report) -> str | None:
     """When the trace did not reach the step's end: what it covered, for the no-findings line."""
     from dtype_doctor.records import coverage_of

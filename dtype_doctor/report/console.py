@@ -41,6 +41,7 @@ from dtype_doctor.report.common import (
     component_rows,
     counts_line,
     coverage_line,
+    precision_line,
     dtype_style,
     environment_line,
     failure_line,
@@ -147,9 +148,9 @@ def report_renderable(report: Report) -> RenderableType:
         sections.append(stand_ins_table(report))
     if report.trace is not None and report.trace.writes:
         sections.append(writes_table(report))
-    line = coverage_line(report)
-    if line is not None:
-        sections.append(Text(line, style="dim"))
+    for line in (precision_line(report), coverage_line(report)):
+        if line is not None:
+            sections.append(Text(line, style="dim"))
     sections.append(summary(report))
     for section in sections:
         parts += [Text(), section]

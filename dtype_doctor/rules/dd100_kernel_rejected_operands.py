@@ -43,8 +43,9 @@ def check(trace: Trace) -> Iterator[Finding]:
         op.error and op.phase == "forward" and classify_error(op.error, op.operands) in ("dtype", "device", "overflow")
         for op in trace.ops
     )
+    stepped = set(trace.resume.refused_ops) if trace.resume is not None else set()  # an optimizer state's: DD404's
     for op in trace.ops:
-        if not unexplained(op) or reraised(trace, op) or (op.phase == "backward" and forward_refused):
+        if not unexplained(op) or reraised(trace, op) or (op.phase == "backward" and forward_refused) or op.index in stepped:
             continue
         key = (op.module, base_op(op.op), tuple((t.dtype, t.device) for t in op.operands))
         if key in seen:

@@ -154,6 +154,12 @@ def _without_a_model_report(command: ScriptCommand, outcome: ScriptOutcome, sess
         if refused_model is not None:  # transformers refused the script's quantized model for its device map (DD505)
             reported(refused_model)
             return RunResult(command, refused_model, outcome, 0)
+        from dtype_doctor.run.precision import refused_read_report
+
+        refused_read = refused_read_report(error, session, command, options)
+        if refused_read is not None:  # a TF32 read PyTorch refused: the two APIs mixed (DD114)
+            reported(refused_read)
+            return RunResult(command, refused_read, outcome, 0)
         where = user_frame(error)
         raise InputError(
             f"{command.display} raised {type(error).__name__} before calling a model{where}: {first_line(error)}"

@@ -41,6 +41,9 @@ from dtype_doctor.run.lineage import (
     step_input_lineage,
 )
 from dtype_doctor.machine.simulate import STAND_IN, CudaSimulation, SimulationStop
+from dtype_doctor.machine.precision_state import PrecisionWatch
+from dtype_doctor.trace.recompute import RecomputeWatch
+from dtype_doctor.run.resume import ResumeWatch
 from dtype_doctor.run.grads import StepGrads
 from dtype_doctor.run.step_inputs import StepInputs
 from dtype_doctor.run.step_watch import StepWatch, stopped_early
@@ -134,6 +137,7 @@ class RunSession:
         from dtype_doctor.run.loads import LoadWatch
 
         self.loads = LoadWatch()  # the script's from_pretrained calls: target.loaded_dtype
+        self.precision = PrecisionWatch()  # the process's precision switches, who set them, the TF32 reads refused
         self._arms = contextlib.ExitStack()
         self._closed = False
         # Lineage is the pipeline's: inside the model the recorder sees everything.
@@ -176,6 +180,10 @@ class RunSession:
         self._arms.enter_context(self.compiles)
         self._arms.enter_context(self.trainer_args)
         self._arms.enter_context(self.loads)
+        self._arms.enter_context(self.precision)
+        self.recompute = self._arms.enter_context(RecomputeWatch(lambda: self.model is not None and self.report is None, self.alias))
+        self.resume = self._arms.enter_context(ResumeWatch(self._parameter_ids, self.alias, lambda: self.model is not None and self.report is None,
+                                                                lambda: self._session.recorder.ops if self._session is not None else ()))
         if self.placement.simulated:
             from dtype_doctor.machine.gpus import gpu_profile
 
@@ -198,6 +206,11 @@ class RunSession:
         self._lineage_mode.__enter__()
         self._unpatch_datasets = patch_datasets(self.book)
         return self
+
+    def _parameter_ids(self) -> dict[int, str]:
+        """id(parameter) → its name in the traced model (the resume's findings name parameters so)."""
+        model = self.model
+        return {id(p): name for name, p in model.named_parameters()} if model is not None else {}
 
     def _patch_loader(self) -> None:
         """Fetching the next batch is not part of the step: its ops (formatters, collate) are not recorded."""
@@ -249,7 +262,8 @@ class RunSession:
     # ------------------------------------------------------------------- calls
 
     def _call(self, original: Any, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
-        top_level = self._depth == 0 and threading.get_ident() == self._thread and os.getpid() == self._pid
+        # a checkpointed region's recompute runs in the backward: its calls are not the step's next ones
+        top_level = self._depth == 0 and threading.get_ident() == self._thread and os.getpid() == self._pid and not self.recompute.recomputing
         is_model = repeat = False
         if top_level and self.report is None:
             if self.model is None and _is_model_call(module, args, kwargs):
@@ -494,7 +508,9 @@ class RunSession:
         coverage = dataclasses.replace(coverage, compiled=self.compiles.regions(self._reported, {m.name for m in trace.modules}),
                                        skipped=tuple(self.models.repeats.items()), dropped_ops=self._session.recorder.dropped)
         trace = dataclasses.replace(trace, coverage=coverage, scaler=self.watch.scaler_class(),
-                                    loaded=None if self.models.several else self.loads.facts_of(self.model))
+                                    loaded=None if self.models.several else self.loads.facts_of(self.model),
+                                    precision=self.precision.state(), recompute=self.recompute.facts(),
+                                    resume=self.resume.facts())
         if self.launch is not None:
             trace = self._launched(trace)
         if self.trainer_args.launch is not None:  # the script's TrainingArguments: their precision and DeepSpeed config

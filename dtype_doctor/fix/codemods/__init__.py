@@ -13,6 +13,7 @@ The modules are split by what they edit:
                 ReplaceModelConversion, KeepTrainableFloat32
     devices     where a tensor is made or last handled: AddDevice, MoveWhereHandled, CastWhereMade
     precision   a training library's mixed precision: SetMixedPrecision
+    tf32        the TF32 switches in one API: Tf32ToNewApi
     forward     a script's forward call site: WrapForwardInAutocast, MoveBatchToDevice,
                 CastBatch, LabelsToLong
     quant       a script's BitsAndBytesConfig(...): SetConfigKeyword
@@ -35,6 +36,7 @@ from dtype_doctor.fix.codemods.model import DropLoadDtype, KeepTrainableFloat32,
 from dtype_doctor.fix.codemods.pipeline import SetUpPipeline
 from dtype_doctor.fix.codemods.precision import SetMixedPrecision
 from dtype_doctor.fix.codemods.quant import SetConfigKeyword
+from dtype_doctor.fix.codemods.tf32 import Tf32ToNewApi
 
 __all__ = [
     "EditResult",
@@ -52,6 +54,7 @@ __all__ = [
     "MoveWhereHandled",
     "CastWhereMade",
     "SetMixedPrecision",
+    "Tf32ToNewApi",
     "SetConfigKeyword",
     "ExcludeFromConversion",
     "RemoveModelConversion",
