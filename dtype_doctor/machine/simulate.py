@@ -103,9 +103,10 @@ def _where_read(func: Any) -> str | None:
 
 def _read_by_script(frame: Any, func: Any = None) -> bool:
     """Whether the code that read a tensor's device is the script's or a library's (not torch's, not the
-    doctor's). A mode above this one that hands the very read on (its __torch_function__ calling `func`)
-    is passed over; a mode's own reads, made for its own work, are the doctor's or torch's."""
-    while frame is not None and frame.f_code.co_name == "__torch_function__" and func is not None \
+    doctor's). A mode above this one that hands the very read on (its __torch_function__, or a helper of
+    it such as the recorder's `_opened`, calling `func`) is passed over; a mode's own reads, made for its
+    own work, are the doctor's or torch's."""
+    while frame is not None and func is not None and is_tool_file(frame.f_code.co_filename) \
             and _same_read(frame.f_locals.get("func"), func):
         frame = frame.f_back
     return frame is not None and not is_tool_file(frame.f_code.co_filename)
@@ -232,6 +233,19 @@ def _to_host(args: tuple, kwargs: dict) -> bool:
 
 
 _ABSENT = object()
+
+
+def _indices_as_cuda(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """`model.to(0)`, `.to(device=0)`: a bare index names a CUDA GPU on a CUDA machine (torch's
+    `_parse_to` reads it as the current accelerator's, which a CPU-only build has none of)."""
+    def named(d: Any) -> Any:
+        return torch.device("cuda", d) if isinstance(d, int) and not isinstance(d, bool) else d
+
+    if args:
+        args = (named(args[0]), *args[1:])
+    if "device" in kwargs:
+        kwargs = {**kwargs, "device": named(kwargs["device"])}
+    return args, kwargs
 
 
 def moved_keeping_identity(module: torch.nn.Module, move: Callable[[], Any], swap: bool = True) -> Any:
@@ -536,6 +550,7 @@ class CudaSimulation:
 
             def moving(module: torch.nn.Module, *args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
                 if _name == "to":
+                    args, kwargs = _indices_as_cuda(args, kwargs)  # model.to(0), as model cards write it
                     device = torch._C._nn._parse_to(*args, **kwargs)[0]
                     if device is None or not is_cuda(device):
                         return _original(module, *args, **kwargs)
