@@ -61,13 +61,26 @@ NO_DATA = (
 class SimulationStop(StopScript):
     """Raised into the script where it needs a value a simulated tensor does not hold."""
 
-    def __init__(self, what: str, site: SourceLoc | None, in_user_code: bool, in_forward: bool, limit: str | None = None) -> None:
+    def __init__(self, what: str, site: SourceLoc | None, in_user_code: bool, in_forward: bool, limit: str | None = None,
+                 unanswered: bool = False) -> None:
         super().__init__(what)
         self.what = what
+        self.unanswered = unanswered  # the limit is a CUDA API call the simulation does not answer (machine/cuda_api.py)
         self.limit = limit  # the library op the simulation cannot run (no fake implementation), if that is why
         self.site = site
         self.in_user_code = in_user_code
         self.in_forward = in_forward  # raised inside the model's forward: the step is incomplete
+
+    @property
+    def limit_said(self) -> str:
+        """Why the limit stops the simulation, in the report's words."""
+        from dtype_doctor.machine.wording import no_fake_impl, not_simulated
+
+        return not_simulated(self.limit or self.what) if self.unanswered else no_fake_impl(self.limit or self.what)
+
+    @property
+    def limit_short(self) -> str:
+        return f"{self.limit} is not simulated" if self.unanswered else f"{self.limit} has no fake implementation"
 
     @property
     def where(self) -> str:
@@ -350,6 +363,7 @@ class CudaSimulation:
         self._import_hook: Any = None
         self._mode = _CudaMode(self)
         self._saved: list[tuple[Any, str, Any]] = []
+        self.not_simulated: list[str] = []  # the CUDA functions the script called that the simulation does not answer
 
     def faked(self, t: Any) -> Any:
         """`t` as a fake tensor of this simulation (several GPUs: the only tensors that keep meta:k)."""
@@ -425,11 +439,11 @@ class CudaSimulation:
     def on_cuda(self, t: torch.Tensor) -> bool:
         return t.device.type == STAND_IN.type and t.untyped_storage()._cdata in self._placed
 
-    def data_read(self, what: str, limit: str | None = None) -> None:
+    def data_read(self, what: str, limit: str | None = None, unanswered: bool = False) -> None:
         if not self.stops:
             return
         site, user = _reading_frame()
-        self.stopped = SimulationStop(what, site, user, self.in_forward(), limit)
+        self.stopped = SimulationStop(what, site, user, self.in_forward(), limit, unanswered)
         raise self.stopped
 
     # ---------------------------------------------------------------- arming
@@ -489,10 +503,11 @@ class CudaSimulation:
         setattr(owner, name, value)
 
     def _patch_cuda(self, index: int) -> None:
-        from dtype_doctor.machine.cuda_surface import cuda_answers, raw_stream
+        from dtype_doctor.machine.cuda_api import patches
+        from dtype_doctor.machine.cuda_surface import raw_stream, surface_answers
 
-        for attr, fn in cuda_answers(self.gpu, index, self.gpus, self.memory).items():
-            self._set(torch.cuda, attr, fn)
+        for owner, attr, value in patches(surface_answers(self.gpu, index, self.gpus, self.memory), self._refusal):
+            self._set(owner, attr, value)
         # bitsandbytes hands the current stream's raw handle to its kernels.
         self._set(torch._C, "_cuda_getCurrentRawStream", raw_stream)
         # The optimizers pick their foreach and fused kernels for CUDA devices, as on a GPU.
@@ -504,6 +519,19 @@ class CudaSimulation:
                 original = getattr(module, name, None)
                 if original is not None:
                     self._set(module, name, lambda _original=original: [*_original(), STAND_IN.type])
+
+    def _refusal(self, name: str) -> Callable[..., Any]:
+        """A CUDA function the simulation does not answer (machine/cuda_api.py): the call is named in the
+        report's coverage and stops the script there, as a value no stand-in can give does."""
+
+        def not_simulated(*args: Any, **kwargs: Any) -> Any:
+            if name not in self.not_simulated:
+                self.not_simulated.append(name)
+            if not self.stops:
+                raise RuntimeError(f"{name} is not simulated (dtype-doctor --simulate)")
+            self.data_read(f"{name} (not simulated)", limit=name, unanswered=True)
+
+        return not_simulated
 
     def _patch_fake_device(self) -> None:
         """Several GPUs: cuda:k lives on fake tensors on meta:k, whose `device` is a Python property of
