@@ -181,49 +181,12 @@ def cuda_answers(gpu: GpuProfile | None, index: int, gpus: int = 1, memory: Simu
     capability = (props.major, props.minor)
     memory = memory or SimulatedMemory(lambda t: True, lambda t: index)
     memory._current = index
-
-    def mem_get_info(device: Any = None) -> tuple[int, int]:
-        return max(props.total_memory - memory.allocated(device), 0), props.total_memory
-
-    allocated, max_allocated, reset_peak = memory.allocated, memory.peak, memory.reset_peak
     default = Stream()
     count = max(index + 1, gpus)
-    rng = Generators(count)
     arch = f"sm_{capability[0]}{capability[1]}"
-    fraction = [1.0]
-
-    def summary(device: Any = None, abbreviated: bool = False) -> str:
-        return f"simulated {props.name}: {allocated(device)} bytes allocated, peak {max_allocated(device)} (dtype-doctor --simulate)"
-
     return {
-        **rng.answers(),
-        "is_tf32_supported": lambda: capability >= (8, 0),
-        "get_arch_list": lambda: [arch],
-        "get_gencode_flags": lambda: f"-gencode compute=compute_{arch[3:]},code={arch}",
-        "can_device_access_peer": lambda device, peer_device: device_index(device) < count and device_index(peer_device) < count,
-        "has_half": True,
-        "has_magma": True,
-        "get_sync_debug_mode": lambda: 0,
-        "set_sync_debug_mode": lambda debug_mode: None,
-        "get_allocator_backend": lambda: "native",
-        "get_per_process_memory_fraction": lambda device=None: fraction[0],
-        "set_per_process_memory_fraction": lambda f, device=None: fraction.__setitem__(0, f),
-        "ipc_collect": lambda: None,
-        "caching_allocator_enable": lambda value=True: None,
-        "check_error": lambda res: None,
-        "reset_peak_host_memory_stats": lambda: None,
-        "reset_accumulated_host_memory_stats": lambda: None,
-        "memory_cached": allocated,
-        "max_memory_cached": max_allocated,
-        "reset_max_memory_cached": reset_peak,
-        "reset_accumulated_memory_stats": lambda device=None: None,
-        "memory_stats_as_nested_dict": lambda device=None: {"allocated_bytes": {"all": {"current": allocated(device), "peak": max_allocated(device)}}},
-        "memory_summary": summary,
-        "device_memory_used": allocated,
-        "ExternalStream": lambda stream_ptr, device=None: Stream(device),
-        "StreamContext": lambda stream: contextlib.nullcontext(stream),
-        "get_stream_from_external": lambda data_ptr, device=None: Stream(device),
-        "is_current_stream_capturing": lambda: False,
+        **Generators(count).answers(),
+        **memory_answers(props, memory),
         "is_available": lambda: True,
         "is_initialized": lambda: True,
         "init": lambda: None,
@@ -234,17 +197,23 @@ def cuda_answers(gpu: GpuProfile | None, index: int, gpus: int = 1, memory: Simu
         "get_device_capability": lambda device=None: capability,
         "get_device_properties": lambda device=None: props,
         "is_bf16_supported": lambda including_emulation=True: gpu is None or gpu.bf16_supported(including_emulation),
+        "is_tf32_supported": lambda: capability >= (8, 0),
+        "get_arch_list": lambda: [arch],
+        "get_gencode_flags": lambda: f"-gencode compute=compute_{arch[3:]},code={arch}",
+        "can_device_access_peer": lambda device, peer_device: device_index(device) < count and device_index(peer_device) < count,
+        "has_half": True,
+        "has_magma": True,
+        "get_sync_debug_mode": lambda: 0,
+        "set_sync_debug_mode": lambda debug_mode: None,
+        "ipc_collect": lambda: None,
+        "check_error": lambda res: None,
         "synchronize": lambda device=None: None,
-        "empty_cache": lambda: None,
-        "memory_allocated": allocated,
-        "max_memory_allocated": max_allocated,
-        "memory_reserved": allocated,
-        "max_memory_reserved": max_allocated,
-        "reset_peak_memory_stats": reset_peak,
-        "reset_max_memory_allocated": reset_peak,
-        "mem_get_info": mem_get_info,
         "Stream": Stream,
         "Event": Event,
+        "ExternalStream": lambda stream_ptr, device=None: Stream(device),
+        "StreamContext": lambda stream: contextlib.nullcontext(stream),
+        "get_stream_from_external": lambda data_ptr, device=None: Stream(device),
+        "is_current_stream_capturing": lambda: False,
         "current_stream": lambda device=None: default,
         "default_stream": lambda device=None: default,
         "set_stream": lambda stream: None,
@@ -252,8 +221,36 @@ def cuda_answers(gpu: GpuProfile | None, index: int, gpus: int = 1, memory: Simu
         # A simulated tensor reads as cuda:k (x.get_device() == k): torch.cuda.device(x.device) selects nothing.
         "device": _SelectsNothing,
         "device_of": _SelectsNothing,
-        "memory_stats": lambda device=None: {"allocated_bytes.all.current": memory.allocated(device),
-                                             "allocated_bytes.all.peak": memory.peak(device)},
+    }
+
+
+def memory_answers(props: Any, memory: SimulatedMemory) -> dict[str, Callable[..., Any]]:
+    """torch.cuda's memory functions: the bytes of the simulated tensors, against the profile's total."""
+    allocated, peak, reset_peak = memory.allocated, memory.peak, memory.reset_peak
+    fraction = [1.0]
+
+    def mem_get_info(device: Any = None) -> tuple[int, int]:
+        return max(props.total_memory - allocated(device), 0), props.total_memory
+
+    def summary(device: Any = None, abbreviated: bool = False) -> str:
+        return f"simulated {props.name}: {allocated(device)} bytes allocated, peak {peak(device)} (dtype-doctor --simulate)"
+
+    return {
+        "memory_allocated": allocated, "memory_reserved": allocated, "memory_cached": allocated, "device_memory_used": allocated,
+        "max_memory_allocated": peak, "max_memory_reserved": peak, "max_memory_cached": peak,
+        "reset_peak_memory_stats": reset_peak, "reset_max_memory_allocated": reset_peak, "reset_max_memory_cached": reset_peak,
+        "reset_accumulated_memory_stats": lambda device=None: None,
+        "mem_get_info": mem_get_info,
+        "memory_summary": summary,
+        "memory_stats": lambda device=None: {"allocated_bytes.all.current": allocated(device), "allocated_bytes.all.peak": peak(device)},
+        "memory_stats_as_nested_dict": lambda device=None: {"allocated_bytes": {"all": {"current": allocated(device), "peak": peak(device)}}},
+        "empty_cache": lambda: None,
+        "get_allocator_backend": lambda: "native",
+        "get_per_process_memory_fraction": lambda device=None: fraction[0],
+        "set_per_process_memory_fraction": lambda f, device=None: fraction.__setitem__(0, f),
+        "caching_allocator_enable": lambda value=True: None,
+        "reset_peak_host_memory_stats": lambda: None,
+        "reset_accumulated_host_memory_stats": lambda: None,
     }
 
 

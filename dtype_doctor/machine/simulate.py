@@ -35,6 +35,7 @@ from dtype_doctor.machine.user_code import display_path, first_outside_tool, fir
 from dtype_doctor.machine.cuda_surface import device_index
 from dtype_doctor.machine.gpus import GpuProfile
 from dtype_doctor.machine.modes import tensors_in
+from dtype_doctor.machine.module_moves import is_cuda
 
 
 
@@ -87,15 +88,6 @@ class SimulationStop(StopScript):
         return f"{self.site.file}:{self.site.line}" if self.site else "library code"
 
 
-def is_cuda(device: Any) -> bool:
-    """A device argument that names CUDA: "cuda", "cuda:1", torch.device("cuda"), or an index."""
-    if isinstance(device, torch.device):
-        return device.type == "cuda"
-    if isinstance(device, str):
-        return device.split(":")[0] == "cuda"
-    return isinstance(device, int) and not isinstance(device, bool)
-
-
 def _is_device_arg(a: Any) -> bool:
     return isinstance(a, (str, torch.device)) or (isinstance(a, int) and not isinstance(a, bool))
 
@@ -146,12 +138,12 @@ class _CudaMode(TorchFunctionMode):
         read = _where_read(func)
         if read is not None and (read != "type" or (len(args) == 1 and not kwargs)):  # x.type(), not x.type(torch.half)
             return self.sim.where_read(read, args[0], func, args, kwargs)
+        if func is torch._C._nn._parse_to or func is torch.device:
+            return _device_parsed(func, args, kwargs)
         values = self.sim.stand_ins
         placed = False
         # The script (or a library: transformers' empty init) asks for meta itself: those tensors are not CUDA's.
         meta_asked = _names_meta(kwargs.get("device")) or (func is torch.Tensor.to and len(args) > 1 and _names_meta(args[1]))
-        if func is torch.device and len(args) == 1 and isinstance(args[0], int) and not isinstance(args[0], bool):
-            return torch.device("cuda", args[0])  # torch.device(3): the accelerator's, which a CPU-only build refuses
         if func is torch.Tensor.cuda:
             target = args[1] if len(args) > 1 else kwargs.get("device")
             return self.sim.place(args[0].to(self.sim.stand_in(target), non_blocking=bool(kwargs.get("non_blocking", False))))
@@ -226,6 +218,15 @@ class _CudaMode(TorchFunctionMode):
         return out
 
 
+def _device_parsed(func: Any, args: tuple, kwargs: dict) -> Any:
+    """`torch.device(3)`: the accelerator's, which a CPU-only build refuses; on a CUDA machine cuda:3.
+    Module.to(device="cuda") parses its arguments first (`_parse_to`): the device it reads stays CUDA, so
+    the module's tensors are placed (and read) as CUDA's, as with .to("cuda")."""
+    if func is torch.device and len(args) == 1 and isinstance(args[0], int) and not isinstance(args[0], bool):
+        return torch.device("cuda", args[0])
+    return func(*args, **kwargs)
+
+
 def _without_fake_impl(message: str) -> str | None:
     """The op PyTorch names when it has no kernel for simulated tensors (a library's compiled CUDA op)."""
     import re
@@ -246,49 +247,6 @@ def _to_host(args: tuple, kwargs: dict) -> bool:
 
 
 _ABSENT = object()
-
-
-def _indices_as_cuda(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """`model.to(0)`, `.to(device=0)`: a bare index names a CUDA GPU on a CUDA machine (torch's
-    `_parse_to` reads it as the current accelerator's, which a CPU-only build has none of)."""
-    def named(d: Any) -> Any:
-        return torch.device("cuda", d) if isinstance(d, int) and not isinstance(d, bool) else d
-
-    if args:
-        args = (named(args[0]), *args[1:])
-    if "device" in kwargs:
-        kwargs = {**kwargs, "device": named(kwargs["device"])}
-    return args, kwargs
-
-
-def moved_keeping_identity(module: torch.nn.Module, move: Callable[[], Any], swap: bool = True) -> Any:
-    """Run `move` (a Module.to / .cuda to the stand-in device) keeping each parameter one object.
-
-    `swap` False (several GPUs, whose tensors are fake: the fake mode holds weak references to
-    them, and torch.utils.swap_tensors refuses those): the moved parameters are new objects, and
-    parameters tied before the move are tied again after it."""
-    import weakref
-
-    params = list(module.parameters())
-    referenced = any(weakref.getweakrefcount(p) or (p.grad is not None and weakref.getweakrefcount(p.grad)) for p in params)
-    if swap and not referenced:
-        swap = torch.__future__.get_swap_module_params_on_conversion()
-        torch.__future__.set_swap_module_params_on_conversion(True)
-        try:
-            return move()
-        finally:
-            torch.__future__.set_swap_module_params_on_conversion(swap)
-    owners: dict[int, list[tuple[torch.nn.Module, str]]] = {}
-    for m in module.modules():
-        for key, p in m._parameters.items():
-            if p is not None:
-                owners.setdefault(id(p), []).append((m, key))
-    out = move()
-    for group in owners.values():
-        first, key = group[0]
-        for m, k in group[1:]:
-            m._parameters[k] = first._parameters[key]
-    return out
 
 
 def _simulated(t: Any) -> bool:
@@ -568,24 +526,9 @@ class CudaSimulation:
         self._restore_entry = entry
 
     def _patch_module_moves(self) -> None:
-        """`model.to("cuda")` / `model.cuda()` keep the model's tensors as a GPU does: each
-        parameter stays the same object (tied weights stay tied, an optimizer made before the
-        move sees the moved parameters). torch's own swap_tensors does it (a CPU → meta move
-        cannot set `.data`); where a parameter is weakly referenced, it is re-tied after the move."""
-        cls = torch.nn.Module
-        for name in ("to", "cuda"):
-            original = cls.__dict__[name]
+        from dtype_doctor.machine.module_moves import patch_module_moves
 
-            def moving(module: torch.nn.Module, *args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
-                if _name == "to":
-                    args, kwargs = _indices_as_cuda(args, kwargs)  # model.to(0), as model cards write it
-                    device = torch._C._nn._parse_to(*args, **kwargs)[0]
-                    if device is None or not is_cuda(device):
-                        return _original(module, *args, **kwargs)
-                return moved_keeping_identity(module, lambda: _original(module, *args, **kwargs), swap=not self.indexed)
-
-            moving.__wrapped__ = original  # type: ignore[attr-defined]
-            self._set(cls, name, moving)
+        patch_module_moves(self._set, swap=not self.indexed)
 
     def _patch_transformers(self) -> None:
         """Transformers skips its value checks (`if padding_mask.all():`, made to pick a faster kernel)
