@@ -152,3 +152,31 @@ def test_tensors_read_as_cuda_after_the_forward_and_the_outputs_too(workdir: Pat
     assert "step 1 x cuda:0 True logits cuda:0 True torch.cuda.FloatTensor 0" in err
     assert err.count("gpu path") == 2 and "loss on cuda:0 labels on cuda:0" in err
     assert code == 0 and _errors(report) == []
+
+
+# A model card's generation: transformers' greedy loop ends when `unfinished_sequences.max() == 0`, after
+# its stopping criteria (`torch.full((batch,), cur_len >= max_length)`, or'ed with the EOS check) say so.
+# On tensors without data the loop must still end at its length limit, as it does where no EOS is met;
+# before, the EOS check's unknown value kept it going until the script's time limit.
+GENERATE = """\
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+torch.manual_seed(0)
+config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                     num_key_value_heads=1, max_position_embeddings=64)
+model = LlamaForCausalLM(config).eval()
+model.to(0 if torch.cuda.is_available() else "cpu")
+ids = torch.randint(3, 64, (1, 5)).to(model.device)
+with torch.no_grad():
+    out = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0, eos_token_id=2)
+print("generated", tuple(out.shape), out.device)
+"""
+
+
+def test_a_generation_loop_ends_at_its_length_limit(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    (workdir / "gen.py").write_text(GENERATE)
+    code, _, err = _run(["run", "--steps", "8", "-f", "json", "--", "python", "gen.py"], capsys)
+    assert code == 0 and "generated (1, 9) cpu" in err  # 4 new tokens (no EOS met by this seed's greedy path)
+    code, report, err = _run(["run", "--simulate", "--gpu", "a100", "--steps", "8", "-f", "json", "--", "python", "gen.py"], capsys)
+    assert code == 0 and "generated (1, 9) cuda:0" in err and report["coverage"]["steps"] == 4
