@@ -110,10 +110,18 @@ class Stream:
     """A CUDA stream on a machine where nothing runs: every wait is already satisfied."""
 
     cuda_stream = 0
+    stream_id = 0
+    native_handle = 0
+    device_type = "cuda"
 
     def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
-        self.device = torch.device("cuda", 0)
+        self.device_index = device_index(device)
+        self.device = torch.device("cuda", self.device_index)
         self.priority = priority
+
+    def is_capturing(self) -> bool:
+        """torch.Stream's: no CUDA graph is being captured (the optimizer's step asks, torch/optim/optimizer.py)."""
+        return False
 
     def synchronize(self) -> None:
         return None
@@ -159,46 +167,53 @@ class Event:
         return 0.0
 
 
+def surface_answers(gpu: GpuProfile | None, index: int, gpus: int = 1, memory: SimulatedMemory | None = None) -> Callable[[str, str], Any]:
+    """`answers(module, name)` for machine/cuda_api.py's rows: the simulated GPU's answer to `module.name`."""
+    cuda = cuda_answers(gpu, index, gpus, memory)
+    tables = {"torch.accelerator": accelerator_answers(cuda, index), "torch.backends.cuda": backends_answers(gpu),
+              "torch.backends.cudnn": backends_answers(gpu), "torch.cuda.nvtx": nvtx_answers()}
+    return lambda module, name: tables.get(module, cuda)[name]
+
+
 def cuda_answers(gpu: GpuProfile | None, index: int, gpus: int = 1, memory: SimulatedMemory | None = None) -> dict[str, Callable[..., Any] | type]:
     """`torch.cuda` attribute → what it is while the script sees the profile's GPU."""
     props = device_properties(gpu)
     capability = (props.major, props.minor)
     memory = memory or SimulatedMemory(lambda t: True, lambda t: index)
     memory._current = index
-
-    def mem_get_info(device: Any = None) -> tuple[int, int]:
-        return max(props.total_memory - memory.allocated(device), 0), props.total_memory
-
-    allocated, max_allocated, reset_peak = memory.allocated, memory.peak, memory.reset_peak
     default = Stream()
+    count = max(index + 1, gpus)
+    arch = f"sm_{capability[0]}{capability[1]}"
     return {
+        **Generators(count).answers(),
+        **memory_answers(props, memory),
         "is_available": lambda: True,
         "is_initialized": lambda: True,
-        # Seeding reaches torch.cuda.default_generators, which only a real CUDA initialisation fills:
-        # on a machine with a GPU, torch.manual_seed() under --simulate raised IndexError (seen on an H100).
-        "manual_seed": lambda seed: None,
-        "manual_seed_all": lambda seed: None,
-        "seed": lambda: None,
-        "seed_all": lambda: None,
         "init": lambda: None,
-        "device_count": lambda: max(index + 1, gpus),
+        "device_count": lambda: count,
         "current_device": lambda: index,
         "set_device": lambda device: None,
         "get_device_name": lambda device=None: props.name,
         "get_device_capability": lambda device=None: capability,
         "get_device_properties": lambda device=None: props,
         "is_bf16_supported": lambda including_emulation=True: gpu is None or gpu.bf16_supported(including_emulation),
+        "is_tf32_supported": lambda: capability >= (8, 0),
+        "get_arch_list": lambda: [arch],
+        "get_gencode_flags": lambda: f"-gencode compute=compute_{arch[3:]},code={arch}",
+        "can_device_access_peer": lambda device, peer_device: device_index(device) < count and device_index(peer_device) < count,
+        "has_half": True,
+        "has_magma": True,
+        "get_sync_debug_mode": lambda: 0,
+        "set_sync_debug_mode": lambda debug_mode: None,
+        "ipc_collect": lambda: None,
+        "check_error": lambda res: None,
         "synchronize": lambda device=None: None,
-        "empty_cache": lambda: None,
-        "memory_allocated": allocated,
-        "max_memory_allocated": max_allocated,
-        "memory_reserved": allocated,
-        "max_memory_reserved": max_allocated,
-        "reset_peak_memory_stats": reset_peak,
-        "reset_max_memory_allocated": reset_peak,
-        "mem_get_info": mem_get_info,
         "Stream": Stream,
         "Event": Event,
+        "ExternalStream": lambda stream_ptr, device=None: Stream(device),
+        "StreamContext": lambda stream: contextlib.nullcontext(stream),
+        "get_stream_from_external": lambda data_ptr, device=None: Stream(device),
+        "is_current_stream_capturing": lambda: False,
         "current_stream": lambda device=None: default,
         "default_stream": lambda device=None: default,
         "set_stream": lambda stream: None,
@@ -206,12 +221,36 @@ def cuda_answers(gpu: GpuProfile | None, index: int, gpus: int = 1, memory: Simu
         # A simulated tensor reads as cuda:k (x.get_device() == k): torch.cuda.device(x.device) selects nothing.
         "device": _SelectsNothing,
         "device_of": _SelectsNothing,
-        "get_rng_state": lambda device="cuda": torch.zeros(16, dtype=torch.uint8),
-        "set_rng_state": lambda new_state, device="cuda": None,
-        "get_rng_state_all": lambda: [torch.zeros(16, dtype=torch.uint8) for _ in range(max(index + 1, gpus))],
-        "set_rng_state_all": lambda new_states: None,
-        "memory_stats": lambda device=None: {"allocated_bytes.all.current": memory.allocated(device),
-                                             "allocated_bytes.all.peak": memory.peak(device)},
+    }
+
+
+def memory_answers(props: Any, memory: SimulatedMemory) -> dict[str, Callable[..., Any]]:
+    """torch.cuda's memory functions: the bytes of the simulated tensors, against the profile's total."""
+    allocated, peak, reset_peak = memory.allocated, memory.peak, memory.reset_peak
+    fraction = [1.0]
+
+    def mem_get_info(device: Any = None) -> tuple[int, int]:
+        return max(props.total_memory - allocated(device), 0), props.total_memory
+
+    def summary(device: Any = None, abbreviated: bool = False) -> str:
+        return f"simulated {props.name}: {allocated(device)} bytes allocated, peak {peak(device)} (dtype-doctor --simulate)"
+
+    return {
+        "memory_allocated": allocated, "memory_reserved": allocated, "memory_cached": allocated, "device_memory_used": allocated,
+        "max_memory_allocated": peak, "max_memory_reserved": peak, "max_memory_cached": peak,
+        "reset_peak_memory_stats": reset_peak, "reset_max_memory_allocated": reset_peak, "reset_max_memory_cached": reset_peak,
+        "reset_accumulated_memory_stats": lambda device=None: None,
+        "mem_get_info": mem_get_info,
+        "memory_summary": summary,
+        "memory_stats": lambda device=None: {"allocated_bytes.all.current": allocated(device), "allocated_bytes.all.peak": peak(device)},
+        "memory_stats_as_nested_dict": lambda device=None: {"allocated_bytes": {"all": {"current": allocated(device), "peak": peak(device)}}},
+        "empty_cache": lambda: None,
+        "get_allocator_backend": lambda: "native",
+        "get_per_process_memory_fraction": lambda device=None: fraction[0],
+        "set_per_process_memory_fraction": lambda f, device=None: fraction.__setitem__(0, f),
+        "caching_allocator_enable": lambda value=True: None,
+        "reset_peak_host_memory_stats": lambda: None,
+        "reset_accumulated_host_memory_stats": lambda: None,
     }
 
 
@@ -226,3 +265,100 @@ class _SelectsNothing(contextlib.nullcontext):
 def raw_stream(device: int = 0) -> int:
     """`torch._C._cuda_getCurrentRawStream`: the null stream's handle."""
     return 0
+
+
+class Generators:
+    """The CUDA generators' seeds and states, one per GPU. Seeding reaches torch.cuda.default_generators,
+    which only a real CUDA initialisation fills (on a machine with a GPU, torch.manual_seed() under
+    --simulate raised IndexError, seen on an H100); here each GPU's state is its seed and offset, 16 bytes
+    as CUDA's philox state is, kept so that a checkpoint's saved state loads back."""
+
+    DEFAULT_SEED = 67280421310721  # c10's default_rng_seed_val, every generator's seed before one is set
+
+    def __init__(self, count: int) -> None:
+        self.states = [self._state(self.DEFAULT_SEED) for _ in range(count)]
+
+    @staticmethod
+    def _state(seed: int) -> torch.Tensor:
+        return torch.tensor(list(seed.to_bytes(8, "little")) + [0] * 8, dtype=torch.uint8)
+
+    def seed_all(self, seed: int) -> None:
+        self.states = [self._state(int(seed) & (2**64 - 1)) for _ in self.states]
+
+    def set(self, state: torch.Tensor, device: Any = "cuda") -> None:
+        self.states[device_index(device) % len(self.states)] = state.clone()
+
+    def initial_seed(self) -> int:
+        return int.from_bytes(bytes(self.states[0][:8].tolist()), "little")
+
+    def answers(self) -> dict[str, Callable[..., Any]]:
+        import random
+
+        return {
+            "manual_seed": self.seed_all,  # the current GPU's; one seed for all is what a script can tell apart
+            "manual_seed_all": self.seed_all,
+            "seed": lambda: self.seed_all(random.getrandbits(63)),
+            "seed_all": lambda: self.seed_all(random.getrandbits(63)),
+            "initial_seed": self.initial_seed,
+            "get_rng_state": lambda device="cuda": self.states[device_index(device) % len(self.states)].clone(),
+            "set_rng_state": self.set,
+            "get_rng_state_all": lambda: [s.clone() for s in self.states],
+            "set_rng_state_all": self.set_all,
+        }
+
+    def set_all(self, new_states: Any) -> None:
+        for k, state in enumerate(new_states):
+            self.set(state, k)
+
+
+def accelerator_answers(cuda: dict[str, Any], index: int) -> dict[str, Any]:
+    """`torch.accelerator`'s names, answered by the same simulated GPU as torch.cuda's."""
+    return {
+        "is_available": lambda check_fork=False: True,
+        "current_accelerator": lambda check_available=False: torch.device("cuda"),
+        "device_count": cuda["device_count"],
+        "current_device_index": cuda["current_device"],
+        "current_device_idx": cuda["current_device"],
+        "set_device_index": lambda device: None,
+        "set_device_idx": lambda device: None,
+        "device_index": _SelectsNothing,
+        "synchronize": cuda["synchronize"],
+        "empty_cache": lambda: None,
+        "empty_host_cache": lambda: None,
+        "current_stream": cuda["current_stream"],
+        "set_stream": lambda stream: None,
+        "get_memory_info": cuda["mem_get_info"],
+        **{name: cuda[name] for name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+                                         "memory_stats", "reset_peak_memory_stats", "reset_accumulated_memory_stats")},
+    }
+
+
+def backends_answers(gpu: GpuProfile | None) -> dict[str, Any]:
+    """torch.backends.cuda / torch.backends.cudnn: built with CUDA and cuDNN, kernels as the profile's capability allows."""
+    major, minor = gpu.capability if gpu is not None else (8, 0)
+    half = (torch.float16, torch.bfloat16)
+
+    def query_dtype(params: Any) -> Any:
+        return getattr(getattr(params, "query", None), "dtype", None)
+
+    return {
+        "is_built": lambda: True,
+        "is_ck_sdpa_available": lambda: False,  # ROCm's
+        "is_flash_attention_available": lambda: True,
+        # aten/src/ATen/native/transformers/cuda/sdp_utils.cpp: flash needs sm80+ and half inputs, mem-efficient sm50+.
+        "can_use_flash_attention": lambda params, debug=False: (major, minor) >= (8, 0) and query_dtype(params) in half,
+        "can_use_efficient_attention": lambda params, debug=False: (major, minor) >= (5, 0),
+        "is_available": lambda: True,
+        "version": lambda: CUDNN_VERSION,
+        "is_acceptable": lambda tensor: tensor.device.type in ("cuda", "meta") and tensor.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64),
+    }
+
+
+CUDNN_VERSION = 91002  # the cuDNN (9.10.2) that torch's CUDA 12 wheels ship
+
+
+def nvtx_answers() -> dict[str, Any]:
+    """NVTX ranges annotate a profiler's timeline; with no device timeline they mark nothing."""
+    return {"range_push": lambda msg: 0, "range_pop": lambda: 0, "range_start": lambda msg: 0,
+            "range_end": lambda range_id: None, "mark": lambda msg: None,
+            "range": lambda msg, *args, **kwargs: contextlib.nullcontext()}

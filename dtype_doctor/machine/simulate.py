@@ -35,6 +35,7 @@ from dtype_doctor.machine.user_code import display_path, first_outside_tool, fir
 from dtype_doctor.machine.cuda_surface import device_index
 from dtype_doctor.machine.gpus import GpuProfile
 from dtype_doctor.machine.modes import tensors_in
+from dtype_doctor.machine.module_moves import is_cuda
 
 
 
@@ -61,26 +62,30 @@ NO_DATA = (
 class SimulationStop(StopScript):
     """Raised into the script where it needs a value a simulated tensor does not hold."""
 
-    def __init__(self, what: str, site: SourceLoc | None, in_user_code: bool, in_forward: bool, limit: str | None = None) -> None:
+    def __init__(self, what: str, site: SourceLoc | None, in_user_code: bool, in_forward: bool, limit: str | None = None,
+                 unanswered: bool = False) -> None:
         super().__init__(what)
         self.what = what
+        self.unanswered = unanswered  # the limit is a CUDA API call the simulation does not answer (machine/cuda_api.py)
         self.limit = limit  # the library op the simulation cannot run (no fake implementation), if that is why
         self.site = site
         self.in_user_code = in_user_code
         self.in_forward = in_forward  # raised inside the model's forward: the step is incomplete
 
     @property
+    def limit_said(self) -> str:
+        """Why the limit stops the simulation, in the report's words."""
+        from dtype_doctor.machine.wording import no_fake_impl, not_simulated
+
+        return not_simulated(self.limit or self.what) if self.unanswered else no_fake_impl(self.limit or self.what)
+
+    @property
+    def limit_short(self) -> str:
+        return f"{self.limit} is not simulated" if self.unanswered else f"{self.limit} has no fake implementation"
+
+    @property
     def where(self) -> str:
         return f"{self.site.file}:{self.site.line}" if self.site else "library code"
-
-
-def is_cuda(device: Any) -> bool:
-    """A device argument that names CUDA: "cuda", "cuda:1", torch.device("cuda"), or an index."""
-    if isinstance(device, torch.device):
-        return device.type == "cuda"
-    if isinstance(device, str):
-        return device.split(":")[0] == "cuda"
-    return isinstance(device, int) and not isinstance(device, bool)
 
 
 def _is_device_arg(a: Any) -> bool:
@@ -103,9 +108,10 @@ def _where_read(func: Any) -> str | None:
 
 def _read_by_script(frame: Any, func: Any = None) -> bool:
     """Whether the code that read a tensor's device is the script's or a library's (not torch's, not the
-    doctor's). A mode above this one that hands the very read on (its __torch_function__ calling `func`)
-    is passed over; a mode's own reads, made for its own work, are the doctor's or torch's."""
-    while frame is not None and frame.f_code.co_name == "__torch_function__" and func is not None \
+    doctor's). A mode above this one that hands the very read on (its __torch_function__, or a helper of
+    it such as the recorder's `_opened`, calling `func`) is passed over; a mode's own reads, made for its
+    own work, are the doctor's or torch's."""
+    while frame is not None and func is not None and is_tool_file(frame.f_code.co_filename) \
             and _same_read(frame.f_locals.get("func"), func):
         frame = frame.f_back
     return frame is not None and not is_tool_file(frame.f_code.co_filename)
@@ -132,12 +138,12 @@ class _CudaMode(TorchFunctionMode):
         read = _where_read(func)
         if read is not None and (read != "type" or (len(args) == 1 and not kwargs)):  # x.type(), not x.type(torch.half)
             return self.sim.where_read(read, args[0], func, args, kwargs)
+        if func is torch._C._nn._parse_to or func is torch.device:
+            return _device_parsed(func, args, kwargs)
         values = self.sim.stand_ins
         placed = False
         # The script (or a library: transformers' empty init) asks for meta itself: those tensors are not CUDA's.
         meta_asked = _names_meta(kwargs.get("device")) or (func is torch.Tensor.to and len(args) > 1 and _names_meta(args[1]))
-        if func is torch.device and len(args) == 1 and isinstance(args[0], int) and not isinstance(args[0], bool):
-            return torch.device("cuda", args[0])  # torch.device(3): the accelerator's, which a CPU-only build refuses
         if func is torch.Tensor.cuda:
             target = args[1] if len(args) > 1 else kwargs.get("device")
             return self.sim.place(args[0].to(self.sim.stand_in(target), non_blocking=bool(kwargs.get("non_blocking", False))))
@@ -212,6 +218,15 @@ class _CudaMode(TorchFunctionMode):
         return out
 
 
+def _device_parsed(func: Any, args: tuple, kwargs: dict) -> Any:
+    """`torch.device(3)`: the accelerator's, which a CPU-only build refuses; on a CUDA machine cuda:3.
+    Module.to(device="cuda") parses its arguments first (`_parse_to`): the device it reads stays CUDA, so
+    the module's tensors are placed (and read) as CUDA's, as with .to("cuda")."""
+    if func is torch.device and len(args) == 1 and isinstance(args[0], int) and not isinstance(args[0], bool):
+        return torch.device("cuda", args[0])
+    return func(*args, **kwargs)
+
+
 def _without_fake_impl(message: str) -> str | None:
     """The op PyTorch names when it has no kernel for simulated tensors (a library's compiled CUDA op)."""
     import re
@@ -232,36 +247,6 @@ def _to_host(args: tuple, kwargs: dict) -> bool:
 
 
 _ABSENT = object()
-
-
-def moved_keeping_identity(module: torch.nn.Module, move: Callable[[], Any], swap: bool = True) -> Any:
-    """Run `move` (a Module.to / .cuda to the stand-in device) keeping each parameter one object.
-
-    `swap` False (several GPUs, whose tensors are fake: the fake mode holds weak references to
-    them, and torch.utils.swap_tensors refuses those): the moved parameters are new objects, and
-    parameters tied before the move are tied again after it."""
-    import weakref
-
-    params = list(module.parameters())
-    referenced = any(weakref.getweakrefcount(p) or (p.grad is not None and weakref.getweakrefcount(p.grad)) for p in params)
-    if swap and not referenced:
-        swap = torch.__future__.get_swap_module_params_on_conversion()
-        torch.__future__.set_swap_module_params_on_conversion(True)
-        try:
-            return move()
-        finally:
-            torch.__future__.set_swap_module_params_on_conversion(swap)
-    owners: dict[int, list[tuple[torch.nn.Module, str]]] = {}
-    for m in module.modules():
-        for key, p in m._parameters.items():
-            if p is not None:
-                owners.setdefault(id(p), []).append((m, key))
-    out = move()
-    for group in owners.values():
-        first, key = group[0]
-        for m, k in group[1:]:
-            m._parameters[k] = first._parameters[key]
-    return out
 
 
 def _simulated(t: Any) -> bool:
@@ -336,6 +321,7 @@ class CudaSimulation:
         self._import_hook: Any = None
         self._mode = _CudaMode(self)
         self._saved: list[tuple[Any, str, Any]] = []
+        self.not_simulated: list[str] = []  # the CUDA functions the script called that the simulation does not answer
 
     def faked(self, t: Any) -> Any:
         """`t` as a fake tensor of this simulation (several GPUs: the only tensors that keep meta:k)."""
@@ -411,11 +397,11 @@ class CudaSimulation:
     def on_cuda(self, t: torch.Tensor) -> bool:
         return t.device.type == STAND_IN.type and t.untyped_storage()._cdata in self._placed
 
-    def data_read(self, what: str, limit: str | None = None) -> None:
+    def data_read(self, what: str, limit: str | None = None, unanswered: bool = False) -> None:
         if not self.stops:
             return
         site, user = _reading_frame()
-        self.stopped = SimulationStop(what, site, user, self.in_forward(), limit)
+        self.stopped = SimulationStop(what, site, user, self.in_forward(), limit, unanswered)
         raise self.stopped
 
     # ---------------------------------------------------------------- arming
@@ -475,10 +461,11 @@ class CudaSimulation:
         setattr(owner, name, value)
 
     def _patch_cuda(self, index: int) -> None:
-        from dtype_doctor.machine.cuda_surface import cuda_answers, raw_stream
+        from dtype_doctor.machine.cuda_api import patches
+        from dtype_doctor.machine.cuda_surface import raw_stream, surface_answers
 
-        for attr, fn in cuda_answers(self.gpu, index, self.gpus, self.memory).items():
-            self._set(torch.cuda, attr, fn)
+        for owner, attr, value in patches(surface_answers(self.gpu, index, self.gpus, self.memory), self._refusal):
+            self._set(owner, attr, value)
         # bitsandbytes hands the current stream's raw handle to its kernels.
         self._set(torch._C, "_cuda_getCurrentRawStream", raw_stream)
         # The optimizers pick their foreach and fused kernels for CUDA devices, as on a GPU.
@@ -490,6 +477,19 @@ class CudaSimulation:
                 original = getattr(module, name, None)
                 if original is not None:
                     self._set(module, name, lambda _original=original: [*_original(), STAND_IN.type])
+
+    def _refusal(self, name: str) -> Callable[..., Any]:
+        """A CUDA function the simulation does not answer (machine/cuda_api.py): the call is named in the
+        report's coverage and stops the script there, as a value no stand-in can give does."""
+
+        def not_simulated(*args: Any, **kwargs: Any) -> Any:
+            if name not in self.not_simulated:
+                self.not_simulated.append(name)
+            if not self.stops:
+                raise RuntimeError(f"{name} is not simulated (dtype-doctor --simulate)")
+            self.data_read(f"{name} (not simulated)", limit=name, unanswered=True)
+
+        return not_simulated
 
     def _patch_fake_device(self) -> None:
         """Several GPUs: cuda:k lives on fake tensors on meta:k, whose `device` is a Python property of
@@ -526,23 +526,9 @@ class CudaSimulation:
         self._restore_entry = entry
 
     def _patch_module_moves(self) -> None:
-        """`model.to("cuda")` / `model.cuda()` keep the model's tensors as a GPU does: each
-        parameter stays the same object (tied weights stay tied, an optimizer made before the
-        move sees the moved parameters). torch's own swap_tensors does it (a CPU → meta move
-        cannot set `.data`); where a parameter is weakly referenced, it is re-tied after the move."""
-        cls = torch.nn.Module
-        for name in ("to", "cuda"):
-            original = cls.__dict__[name]
+        from dtype_doctor.machine.module_moves import patch_module_moves
 
-            def moving(module: torch.nn.Module, *args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
-                if _name == "to":
-                    device = torch._C._nn._parse_to(*args, **kwargs)[0]
-                    if device is None or not is_cuda(device):
-                        return _original(module, *args, **kwargs)
-                return moved_keeping_identity(module, lambda: _original(module, *args, **kwargs), swap=not self.indexed)
-
-            moving.__wrapped__ = original  # type: ignore[attr-defined]
-            self._set(cls, name, moving)
+        patch_module_moves(self._set, swap=not self.indexed)
 
     def _patch_transformers(self) -> None:
         """Transformers skips its value checks (`if padding_mask.all():`, made to pick a faster kernel)

@@ -8,7 +8,9 @@ a healthy run takes:
 - a tensor the script (or GradScaler) filled with a constant reads as that constant
   (GradScaler's scale 65536.0); GradScaler's found-inf, written by
   `_amp_foreach_non_finite_check_and_unscale_`, reads 0.0 (no inf or NaN found: the optimizer steps);
-- `isfinite(x)` is all True, `isnan` / `isinf` all False, carried through `all`, `any`, `~`, `&`, `|`;
+- `isfinite(x)` is all True, `isnan` / `isinf` all False, carried through `all`, `any`, `~`, `&`, `|`
+  (one known side decides `a & b` when False, `a | b` when True), `max` / `min` and a comparison with a
+  number, so a generation loop ends at its length limit, as it does where no EOS is met;
   another condition is False under `any` and a bare `if`, True under `all`;
 - any other float reads 1.0 (finite), an int scalar 1 (a count: never a zero divisor), the
   elements of a `.tolist()` / `.cpu()` / `.numpy()` copy 0 (a valid index) or 1.0;
@@ -32,6 +34,16 @@ _TRUE_IF_FINITE = {torch.isfinite: True, torch.Tensor.isfinite: True, torch.isna
                    torch.isinf: False, torch.Tensor.isinf: False, torch.isposinf: False, torch.isneginf: False}
 _KEEP = {torch.all, torch.Tensor.all, torch.any, torch.Tensor.any, torch.Tensor.bool, torch.Tensor.clone,
          torch.Tensor.detach, torch.Tensor.reshape, torch.Tensor.view, torch.Tensor.flatten, torch.Tensor.squeeze}
+# A reduction of a tensor whose elements are one known value is that value (generate's `unfinished.max() == 0`).
+_REDUCE = {torch.max, torch.Tensor.max, torch.min, torch.Tensor.min, torch.amax, torch.Tensor.amax, torch.amin, torch.Tensor.amin}
+_COMPARE: dict[Any, Callable[[Any, Any], bool]] = {
+    **{f: (lambda a, b: a == b) for f in (torch.eq, torch.Tensor.eq, torch.Tensor.__eq__)},
+    **{f: (lambda a, b: a != b) for f in (torch.ne, torch.Tensor.ne, torch.Tensor.__ne__)},
+    **{f: (lambda a, b: a < b) for f in (torch.lt, torch.Tensor.lt, torch.Tensor.__lt__)},
+    **{f: (lambda a, b: a <= b) for f in (torch.le, torch.Tensor.le, torch.Tensor.__le__)},
+    **{f: (lambda a, b: a > b) for f in (torch.gt, torch.Tensor.gt, torch.Tensor.__gt__)},
+    **{f: (lambda a, b: a >= b) for f in (torch.ge, torch.Tensor.ge, torch.Tensor.__ge__)},
+}
 _NOT = {torch.logical_not, torch.Tensor.logical_not, torch.Tensor.__invert__, torch.bitwise_not}
 _AND = {torch.logical_and, torch.Tensor.logical_and, torch.Tensor.__and__, torch.bitwise_and}
 _OR = {torch.logical_or, torch.Tensor.logical_or, torch.Tensor.__or__, torch.bitwise_or}
@@ -77,24 +89,38 @@ class StandIns:
         first = args[0] if args else None
         if func in _TRUE_IF_FINITE:
             self._known[out] = (_TRUE_IF_FINITE[func], "finite values: no inf or NaN in a healthy step")
-        elif func in _KEEP and simulated(first) and first in self._known:
+        elif (func in _KEEP or (func in _REDUCE and not any(isinstance(a, torch.Tensor) for a in args[1:]))) \
+                and simulated(first) and first in self._known:
             value, why = self._known[first]
             self._known[out] = (bool(value) if out.dtype == torch.bool else value, why)
+        elif func in _COMPARE and len(args) > 1 and isinstance(args[1], (int, float)) and simulated(first) and first in self._known:
+            self._known[out] = (_COMPARE[func](self._known[first][0], args[1]), self._known[first][1])
         elif func in (torch.all, torch.Tensor.all, torch.any, torch.Tensor.any) and out.dtype == torch.bool:
             every = func in (torch.all, torch.Tensor.all)
             self._known[out] = (every, "a condition on values taken as " + ("holding for every element" if every else "holding for no element"))
         elif func in _NOT and simulated(first) and first in self._known:
             value, why = self._known[first]
             self._known[out] = (not value, why)
-        elif (func in _AND or func in _OR) and len(args) > 1 and all(simulated(a) and a in self._known for a in args[:2]):
-            a, b = (bool(self._known[x][0]) for x in args[:2])
-            self._known[out] = ((a and b) if func in _AND else (a or b), self._known[args[0]][1])
-        elif func in _FILLS and out.dtype != torch.bool:
+        elif (func in _AND or func in _OR) and len(args) > 1:
+            self._logical(func in _AND, args[0], args[1], out)
+        elif func in _FILLS:
             value = _FILLS[func](args, kwargs)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+            # A bool only where filled explicitly (generate's stopping criteria: torch.full((b,), cur_len >= max_length)).
+            explicit = isinstance(value, bool) and out.dtype == torch.bool and func in (torch.full, torch.full_like, torch.Tensor.new_full)
+            if explicit or (isinstance(value, (int, float)) and not isinstance(value, bool) and out.dtype != torch.bool):
                 self._known[out] = (value, "the constant the tensor was filled with")
         elif out is first and simulated(first) and first in self._known and _writes(func) and func is not torch._amp_update_scale_:
             del self._known[first]  # written in place: no longer the constant it was
+
+    def _logical(self, conjunction: bool, a: Any, b: Any, out: torch.Tensor) -> None:
+        """`a & b`, `a | b`: known where both are, or where one known side decides it (False for &, True for |):
+        generate's `is_done | eos_hit` is done once the length criterion says so, whatever the tokens were."""
+        known = [bool(self._known[x][0]) if simulated(x) and x in self._known else None for x in (a, b)]
+        decisive = not conjunction  # the value that decides: False for &, True for |
+        if decisive in known:
+            self._known[out] = (decisive, self._known[(a, b)[known.index(decisive)]][1])
+        elif None not in known:
+            self._known[out] = (not decisive, self._known[a][1])
 
     # ----------------------------------------------------------------- values
 

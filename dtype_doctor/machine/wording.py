@@ -42,3 +42,8 @@ def as_device(text: str | None, label: str) -> str | None:
 def no_fake_impl(op: str) -> str:
     return (f"{op} has no fake implementation (torch.library.register_fake), so the simulation cannot run it: "
             "a limit of --simulate, not of the script")
+
+
+def not_simulated(name: str) -> str:
+    return (f"{name} is not simulated (docs/simulation.md lists the CUDA API the simulated GPU cannot answer): "
+            "a limit of --simulate, not of the script")

@@ -161,6 +161,8 @@ class Coverage:
     # but not kept, and the ops they (and what ran between them) recorded.
     skipped: tuple[tuple[str, int], ...] = ()
     dropped_ops: int = 0
+    # The CUDA API calls a simulated run made that the simulation does not answer (machine/cuda_api.py).
+    not_simulated: tuple[str, ...] = ()
 
     @property
     def missing(self) -> tuple[str, ...]:
@@ -182,6 +184,7 @@ class Coverage:
             "stopped": self.stopped,
             **({"compiled": [r.to_dict() for r in self.compiled]} if self.compiled else {}),
             **({"skipped": {"calls": dict(self.skipped), "ops": self.dropped_ops}} if self.skipped else {}),
+            **({"not_simulated": list(self.not_simulated)} if self.not_simulated else {}),
         }
 
 

@@ -171,10 +171,8 @@ def _no_model_call(command: ScriptCommand, outcome: ScriptOutcome) -> InputError
     """Why a script that raised nothing called no model: where a simulation stopped it, or its end."""
     stop = outcome.stop
     if stop is not None and getattr(stop, "limit", None):
-        from dtype_doctor.machine.wording import no_fake_impl
-
         return InputError(f"{command.display} calls {stop.limit} at {stop.where} before calling a model: "  # type: ignore[attr-defined]
-                          f"{no_fake_impl(stop.limit)}")  # type: ignore[attr-defined]
+                          f"{stop.limit_said}")  # type: ignore[attr-defined]
     if stop is not None and getattr(stop, "where", None):
         return InputError(
             f"{command.display} asks a simulated CUDA tensor for its value at {stop.where} ({stop.what}) "  # type: ignore[attr-defined]

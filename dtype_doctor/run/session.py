@@ -459,10 +459,9 @@ class RunSession:
         failure = self._failure
         if isinstance(error, SimulationStop):
             if error.limit is not None and failure is None:
-                from dtype_doctor.machine.wording import no_fake_impl
-
-                # A library op with a compiled kernel and no fake implementation: a limit of the simulation, named.
-                failure = TraceFailure("simulation", f"{no_fake_impl(error.limit)} (called at {error.where})", "",
+                # A library op with a compiled kernel and no fake implementation, or a CUDA API call the
+                # simulation does not answer: a limit of the simulation, named.
+                failure = TraceFailure("simulation", f"{error.limit_said} (called at {error.where})", "",
                                        type(self.model).__name__, error.limit, "forward" if error.in_forward else "training step")
             elif error.in_forward and failure is None:
                 failure = TraceFailure("simulation", f"fake tensors hold no values, and {error.where} asks for one ({error.what})",
@@ -470,7 +469,7 @@ class RunSession:
             self.note = (f"the simulation ends at {error.where}: {error.what} needs a value, and simulated CUDA tensors "
                          f"hold none; {min(self.steps, self.max_steps)} of {self.max_steps} step(s) traced up to there, the script stopped")
             if error.limit is not None:
-                self.note = (f"the simulation ends at {error.where}: {error.limit} has no fake implementation; "
+                self.note = (f"the simulation ends at {error.where}: {error.limit_short}; "
                              f"{min(self.steps, self.max_steps)} of {self.max_steps} step(s) traced up to there, the script stopped")
         self._stopped = stopped_early(error, failure)
         report = self._report(failure)
@@ -506,7 +505,8 @@ class RunSession:
             trace = dataclasses.replace(trace, grads=self.grads.stats(values), grad_scaler=bool(self.watch.scaler_calls))
         coverage = self.watch.coverage(trace, self.forwards, getattr(self, "_stopped", None))
         coverage = dataclasses.replace(coverage, compiled=self.compiles.regions(self._reported, {m.name for m in trace.modules}),
-                                       skipped=tuple(self.models.repeats.items()), dropped_ops=self._session.recorder.dropped)
+                                       skipped=tuple(self.models.repeats.items()), dropped_ops=self._session.recorder.dropped,
+                                       not_simulated=tuple(self._simulation.not_simulated) if self._simulation else ())
         trace = dataclasses.replace(trace, coverage=coverage, scaler=self.watch.scaler_class(),
                                     loaded=None if self.models.several else self.loads.facts_of(self.model),
                                     precision=self.precision.state(), recompute=self.recompute.facts(),

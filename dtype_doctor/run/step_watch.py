@@ -161,7 +161,7 @@ def stopped_early(error: BaseException | None, failure: Any) -> str | None:
 
     if isinstance(error, SimulationStop):
         if error.limit is not None:
-            return f"at {error.where}: {error.limit} has no fake implementation, a limit of the simulation"
+            return f"at {error.where}: {error.limit_short}, a limit of the simulation"
         return f"at {error.where}: {error.what} needs a value a simulated tensor does not hold"
     if failure is not None:
         return None  # coverage_of words the failure
