@@ -37,7 +37,7 @@ FixSteps = Annotated[int, typer.Option("--steps", metavar="N", rich_help_panel=F
 # With --run, MODEL and DATASET give way to the command after --: `fix --run -- python train.py ARGS`.
 FixModel = Annotated[Optional[str], typer.Argument(metavar="MODEL", help="Model directory (config.json + weights) or a hub id in the local cache.", show_default=False)]
 FixDataset = Annotated[Optional[str], typer.Argument(metavar="DATASET", help="save_to_disk directory, data file/folder (csv, json, jsonl, parquet, arrow, images) or a cached hub id.", show_default=False)]
-Command = Annotated[Optional[list[str]], typer.Argument(metavar="COMMAND", help="With --run, after --: python FILE ARGS or python -m MODULE ARGS, as you run your script.", show_default=False)]
+Command = Annotated[Optional[list[str]], typer.Argument(metavar="COMMAND", help="With --run, after --: python FILE ARGS, python -m MODULE ARGS, accelerate launch [...] FILE ARGS or torchrun [...] FILE ARGS, as you run your script.", show_default=False)]
 
 
 @dataclass(frozen=True)
@@ -177,8 +177,11 @@ def _check_script(words: list[str], fix: FixOptions, batch: o.Batch, loading: o.
     for flag, value, default in defaults:
         if value != default:
             raise UsageError(f"{flag} is for MODEL DATASET; with --run the script's own code decides it (its patch edits the script itself)")
+    from dtype_doctor.run.launchers import split_launcher
+
     check_values(None, machine, None, findings)
     check_command(words, "fix")
-    options = o.run_options(machine, findings, general, steps=fix.steps)
+    script_words, launch = split_launcher(words, machine.gpus)  # the launcher lines `run` takes
+    options = o.run_options(machine, findings, general, steps=fix.steps, launch=launch)
     options.validate()
-    return parse_command(words), options
+    return parse_command(script_words), options

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import Finding, OpCall, TensorMeta, Trace
+from dtype_doctor.records import Finding, OpCall, Remedy, TensorMeta, Trace
 from dtype_doctor.rules._common import base_op, describe, device_remedies, refused, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 from dtype_doctor.trace.verdicts import classify_error
@@ -69,13 +69,17 @@ def check(trace: Trace) -> Iterator[Finding]:
         where = f"{op.module or 'the model'} runs on {home}" if homes else f"the model is on {home}"
         strays = [t for t in operands if t.device != home] or operands[1:]
         stray = strays[0]
-        key = (op.module, stray.origin or stray.name, stray.device)
+        source = source_of(trace, stray)
+        # One finding per decision: the batch the script moved on one line meets every layer of a
+        # model left behind; each layer is that one placement, not another finding.
+        key = (home, stray.device, source) if source is not None else (home, op.module, stray.origin or stray.name, stray.device)
         if key in seen:
             continue
         seen.add(key)
         stage = stage_of(trace, stray, what="device")
         if stage == "collator":
             stage = "transfer"
+        left_behind = _model_left_behind(stray, home, homes)
         yield RULE.finding(
             f"{op.module_type or base_op(op.op)}: {describe(stray)} is on {stray.device} but {where}",
             module=op.module,
@@ -83,12 +87,20 @@ def check(trace: Trace) -> Iterator[Finding]:
             op=op.op,
             stage=stage,
             tensors=tuple(operands[:4]),
-            source=source_of(trace, stray),
+            source=source,
             # PyTorch's words only when they are about devices: an op refused for its dtypes
             # (DD100/DD101 report that) carries no device message.
             pytorch_error=op.error if op.error and classify_error(op.error, op.operands) == "device" else None,
-            remedies=device_remedies(trace, operands, home),
+            remedies=(Remedy("to-device", "model", stray.device, "model-loading", source),) if left_behind
+            else device_remedies(trace, operands, home),
         )
+
+
+def _model_left_behind(stray: TensorMeta, home: str, homes: dict[str, str]) -> bool:
+    """A model on the CPU meeting a batch the script put on a GPU: the model moves to the batch's
+    device; moving the batch to the CPU would take the job off the GPU the script asked for. (A
+    device map's CPU blocks are placed there on purpose: not this.)"""
+    return not homes and home == "cpu" and stray.device not in ("cpu", "meta") and not (stray.origin or "").startswith("created:")
 
 
 RULE = Rule(

@@ -133,7 +133,7 @@ def fix_script(
     site = script_site(before, command)
     plans = {p.key: p for p in plan_fixes(report, site, strategy=strategy, fail_on=fail_on, unsafe_fixes=unsafe_fixes)}
     loop = _Loop(command, options, fail_on, before, site, plans, strategy=strategy, unsafe_fixes=unsafe_fixes)
-    after = loop.run(max_rounds)
+    after = loop.run_on(loop.run(max_rounds))
     return loop.outcome(after, strategy, write_patch, force)
 
 
@@ -190,6 +190,8 @@ class _Loop:
         self.outcomes: dict[tuple[str, str, str], CodemodOutcome] = {}
         self.rounds = 0
         self.last: Written | None = None
+        self.script_failed: str | None = None  # the patched script, run on past the step, failed: where and with what
+        self.ran_on: str | None = None  # how far the patched script ran past the step without failing
 
     def run(self, max_rounds: int) -> RunResult:
         after = self.before
@@ -209,6 +211,32 @@ class _Loop:
             after = self._rerun(final) if final is not None else self.before
             self.last = final
         return after
+
+    def run_on(self, after: RunResult) -> RunResult:
+        """A step the kept edits cured: the patched script runs again past it, through its evaluation and
+        checkpoint code, to its end (or --horizon seconds on). Verified means the script runs, not the step:
+        a script that then fails is not fixed. A simulated run stays simulated and writes none of your files."""
+        failure = after.report.trace.failure if after.report.trace else None
+        if not self.kept or after.report.at_or_above(self.fail_on) or failure is not None:
+            return after
+        final = self._write(only_kept=True)
+        if final is None:
+            return after
+        on = dataclasses.replace(self.options, keep_running=True)
+        result = self._rerun(final, on)
+        self.last = final
+        error = result.outcome.error
+        if error is not None:
+            from dtype_doctor.errors import first_line
+            from dtype_doctor.run.runner import user_frame
+
+            self.script_failed = f"{user_frame(error) or ' in it'} with {type(error).__name__}: {first_line(error)}"
+        else:
+            from dtype_doctor.machine.control import HorizonReached
+
+            horizon = isinstance(result.outcome.stop, HorizonReached)
+            self.ran_on = f"for {on.horizon:g} s past the step (--horizon)" if horizon else "to its end"
+        return result
 
     # -- write
 
@@ -258,11 +286,11 @@ class _Loop:
 
     # -- re-run
 
-    def _rerun(self, written: Written) -> RunResult:
+    def _rerun(self, written: Written, options: RunOptions | None = None) -> RunResult:
         """The script with the edited texts, under the same options; an edit that makes it raise
         where it ran before is the doctor's failure."""
         try:
-            after = run_script(self.command, options=self.options, sources={str(f): t for f, t in written.texts.items()})
+            after = run_script(self.command, options=options or self.options, sources={str(f): t for f, t in written.texts.items()})
         except InputError as exc:
             cause = exc.__cause__
             if cause is None:
@@ -334,7 +362,7 @@ class _Loop:
         fail_on = self.fail_on
         left = {finding_key(f): f for f in after.report.at_or_above(fail_on)}
         failure = after.report.trace.failure if after.report.trace else None
-        verified = not left and failure is None
+        verified = not left and failure is None and self.script_failed is None
         remaining = tuple(_leftover(f, self._why(k)) for k, f in left.items() if not self.plans.get(k) or not self.plans[k].new_because)
         new = tuple(_leftover(f, self.plans[k].new_because or "") for k, f in left.items() if self.plans.get(k) and self.plans[k].new_because)
         patch, skipped = None, None
@@ -363,9 +391,12 @@ class _Loop:
             detail = "no edit of your files fixed a finding (each is listed under remaining, with why)"
         if failure is not None and not left:
             detail = f"the script, run again with the edits, stopped: {failure.message}"
+        if self.script_failed is not None:
+            detail = f"cures the traced step; the script then fails{self.script_failed}"
         outcome = _report(self.before, strategy, self.steps, verified, after.report, self.rounds, detail, patch, skipped, remaining, new,
                           tuple(self.rejected))
-        return outcome
+        assert outcome.fix is not None
+        return dataclasses.replace(outcome, fix=dataclasses.replace(outcome.fix, script_failed=self.script_failed, ran_on=self.ran_on))
 
     def _why(self, key: Key) -> str:
         """Why a finding the first run had is still there: what became of each of its edits."""
@@ -412,6 +443,7 @@ def script_site(before: RunResult, command: ScriptCommand) -> Any:
         conversion=conversion.source if conversion else None,
         handled=dict(capture.handled),
         bf16=bf16,
+        model_class=type(capture.model).__name__,
     )
 
 

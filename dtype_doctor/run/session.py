@@ -413,7 +413,7 @@ class RunSession:
         while unique in taken:
             unique, i = f"{name}_{i}", i + 1
         rec.tag_input(unique, t)
-        self._lineage[unique] = step_input_lineage(self.book, t, consumer)
+        self._lineage[unique] = step_input_lineage(self.book, t, consumer, name)
         handled = self.book.handled.get(t)
         if handled is not None:
             from dtype_doctor.run.lineage import as_handled

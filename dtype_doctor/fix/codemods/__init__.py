@@ -12,6 +12,7 @@ The modules are split by what they edit:
     model       a script's model load and conversions: SetLoadDtype, DropLoadDtype, RemoveModelConversion,
                 ReplaceModelConversion, KeepTrainableFloat32
     devices     where a tensor is made or last handled: AddDevice, MoveWhereHandled, CastWhereMade
+    placement   a model left on the CPU while its batch went to the GPU: MoveModelToBatchDevice
     precision   a training library's mixed precision: SetMixedPrecision
     forward     a script's forward call site: WrapForwardInAutocast, MoveBatchToDevice,
                 CastBatch, LabelsToLong
@@ -33,6 +34,7 @@ from dtype_doctor.fix.codemods.forward import CastBatch, LabelsToLong, MoveBatch
 from dtype_doctor.fix.codemods.devices import AddDevice, CastWhereMade, MoveWhereHandled
 from dtype_doctor.fix.codemods.model import DropLoadDtype, KeepTrainableFloat32, RemoveModelConversion, ReplaceModelConversion, SetLoadDtype
 from dtype_doctor.fix.codemods.pipeline import SetUpPipeline
+from dtype_doctor.fix.codemods.placement import MoveModelToBatchDevice
 from dtype_doctor.fix.codemods.precision import SetMixedPrecision
 from dtype_doctor.fix.codemods.quant import SetConfigKeyword
 
@@ -50,6 +52,7 @@ __all__ = [
     "KeepTrainableFloat32",
     "AddDevice",
     "MoveWhereHandled",
+    "MoveModelToBatchDevice",
     "CastWhereMade",
     "SetMixedPrecision",
     "SetConfigKeyword",
