@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import Finding, OpCall, Remedy, TensorMeta, Trace
-from dtype_doctor.rules._common import base_op, describe, device_remedies, refused, source_of, stage_of
+from dtype_doctor.records import Finding, OpCall, Remedy, SourceLoc, TensorMeta, Trace
+from dtype_doctor.rules._common import base_op, describe, device_remedies, input_name, refused, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 from dtype_doctor.trace.verdicts import classify_error
 
@@ -71,11 +71,12 @@ def check(trace: Trace) -> Iterator[Finding]:
         stray = strays[0]
         source = source_of(trace, stray)
         # One finding per decision: the batch the script moved on one line meets every layer of a
-        # model left behind; each layer is that one placement, not another finding.
+        # model left behind; each layer is that one placement, not another finding. The backward
+        # of an op that mixed devices mixes the same two: the forward's finding, not another.
         key = (home, stray.device, source) if source is not None else (home, op.module, stray.origin or stray.name, stray.device)
-        if key in seen:
+        if key in seen or (op.phase not in ("forward", "loss") and (home, stray.device) in seen):
             continue
-        seen.add(key)
+        seen.update((key, (home, stray.device)))
         stage = stage_of(trace, stray, what="device")
         if stage == "collator":
             stage = "transfer"
@@ -91,9 +92,16 @@ def check(trace: Trace) -> Iterator[Finding]:
             # PyTorch's words only when they are about devices: an op refused for its dtypes
             # (DD100/DD101 report that) carries no device message.
             pytorch_error=op.error if op.error and classify_error(op.error, op.operands) == "device" else None,
-            remedies=(Remedy("to-device", "model", stray.device, "model-loading", source),) if left_behind
+            remedies=(Remedy("to-device", "model", stray.device, "model-loading", _moved_at(trace, stray) or source),) if left_behind
             else device_remedies(trace, operands, home),
         )
+
+
+def _moved_at(trace: Trace, t: TensorMeta) -> SourceLoc | None:
+    """The user's line that moved `t` to the device it is on (`data.to(device)`): where the script said which device."""
+    name = input_name(t)
+    steps = trace.lineage.get(name, ()) if name else ()
+    return next((s.source for s in reversed(steps) if s.stage == "transfer" and s.device == t.device and s.source), None)
 
 
 def _model_left_behind(stray: TensorMeta, home: str, homes: dict[str, str]) -> bool:

@@ -134,6 +134,8 @@ def fix_script(
     plans = {p.key: p for p in plan_fixes(report, site, strategy=strategy, fail_on=fail_on, unsafe_fixes=unsafe_fixes)}
     loop = _Loop(command, options, fail_on, before, site, plans, strategy=strategy, unsafe_fixes=unsafe_fixes)
     after = loop.run_on(loop.run(max_rounds))
+    while loop.script_failed is not None and loop.retry(max_rounds):
+        after = loop.run_on(loop.run(max_rounds))  # the next edit of each finding whose edit cured only the step
     return loop.outcome(after, strategy, write_patch, force)
 
 
@@ -238,6 +240,27 @@ class _Loop:
             self.ran_on = f"for {on.horizon:g} s past the step (--horizon)" if horizon else "to its end"
         return result
 
+    def retry(self, max_rounds: int) -> bool:
+        """The patched script failed past the step: each kept edit its finding has another edit for is
+        taken back (rejected, with where the script failed) and the next one is tried. False when none has."""
+        from dtype_doctor.fix.strategies import describe
+
+        again = [k for k in self.kept if self.position[k] + 1 < len(self.plans[k].candidates)]
+        if not again or self.rounds >= max_rounds or self.last is None:
+            return False
+        said = f"it cures the traced step; the script then fails{self.script_failed}"
+        rejected: set[tuple] = set()
+        for key in again:
+            cand = self.kept.pop(key)
+            self.steps = [s for s in self.steps if not (s.status == "applied" and s.changes == (cand.change,))]
+            if cand.identity not in rejected:
+                rejected.add(cand.identity)
+                self.rejected.append(RejectedEdit(cand.strategy, _shown(cand.attempt.file), cand.attempt.codemod.name, _alone(cand, self.last), said))
+                self.steps.append(Step(cand.strategy, "failed", f"{describe(cand.change)}: {said}", (cand.change,)))
+            self.position[key] += 1
+        self.script_failed = None
+        return True
+
     # -- write
 
     def _write(self, *, only_kept: bool = False) -> Written | None:
@@ -323,14 +346,17 @@ class _Loop:
     def _judge(self, written: Written, compared: Compared, after: RunResult) -> None:
         from dtype_doctor.fix.strategies import describe
 
+        rejected: set[tuple] = set()
         for key, cand in written.taken.items():
             if key in compared.gone:
                 self.kept[key] = cand
                 self.steps.append(Step(cand.strategy, "applied", f"{describe(cand.change)}: {_applied_detail(written, cand)}", (cand.change,)))
                 continue
             said = _still(self.plans[key].finding, after, self.fail_on)
-            self.rejected.append(RejectedEdit(cand.strategy, _shown(cand.attempt.file), cand.attempt.codemod.name,
-                                              _alone(cand, written), said))
+            if cand.identity not in rejected:  # one edit two findings took is one edit, listed once
+                rejected.add(cand.identity)
+                self.rejected.append(RejectedEdit(cand.strategy, _shown(cand.attempt.file), cand.attempt.codemod.name,
+                                                  _alone(cand, written), said))
             self.steps.append(Step(cand.strategy, "failed", f"{describe(cand.change)}: written and run again, and {said}", (cand.change,)))
             self.tried[key] = self.tried.get(key, 0) + 1
             self.position[key] += 1
