@@ -144,12 +144,25 @@ class LineageBook:
         first = samples[0] if isinstance(samples, list) and samples else samples
         self.remember_columns(first, getitem)
 
-    def made_of_values(self, name: str, chain: Chain) -> Chain:
+    def join_values(self, batch: Any) -> None:
+        """A library's collate_fn made `batch`: each tensor it made of a column of plain values (its
+        chain begins there) takes that column's step."""
+        from collections.abc import Mapping
+
+        if not isinstance(batch, Mapping):
+            return
+        for key, value in batch.items():
+            if isinstance(value, torch.Tensor) and len(chain := self.chain(value)) == 1:
+                joined = self.made_of_values(str(key), chain, made_here=True)
+                if joined is not chain:
+                    self.chains[value] = joined
+
+    def made_of_values(self, name: str, chain: Chain, *, made_here: bool = False) -> Chain:
         """`chain` with the step of the user's line that made column `name` of plain values in front,
         where a library made the tensor of them (no line of the user's handled it before) and the
         values were of its kind (a float column made a float tensor)."""
         step = next((self.values[k] for k in (name, *_RENAMED.get(name, ())) if k in self.values), None)
-        if step is None or not chain or not _library_made(chain[0]) or chain[0].dtype is None or step.dtype is None:
+        if step is None or not chain or not (made_here or _library_made(chain[0])) or chain[0].dtype is None or step.dtype is None:
             return chain
         if _kind(chain[0].dtype) != _kind(step.dtype):
             return chain
@@ -388,7 +401,14 @@ def _patch_fetcher(book: LineageBook) -> Callable[[], None]:
                 book.remember_samples(self.dataset, data)
             except Exception:  # noqa: BLE001 - lineage must never break the script
                 pass
-            return collate(data)
+            batch = collate(data)
+            try:
+                code = getattr(collate, "__code__", None)
+                if code is None or not is_user_file(code.co_filename):  # a collate_fn of the user's decides itself
+                    book.join_values(batch)
+            except Exception:  # noqa: BLE001 - lineage must never break the script
+                pass
+            return batch
 
         self.collate_fn = seeing
         try:
