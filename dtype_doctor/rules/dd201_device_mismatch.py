@@ -80,7 +80,7 @@ def check(trace: Trace) -> Iterator[Finding]:
         stage = stage_of(trace, stray, what="device")
         if stage == "collator":
             stage = "transfer"
-        left_behind = _model_left_behind(stray, home, homes)
+        moved = _moved_to_gpu(trace, strays, home, homes)
         yield RULE.finding(
             f"{op.module_type or base_op(op.op)}: {describe(stray)} is on {stray.device} but {where}",
             module=op.module,
@@ -92,23 +92,27 @@ def check(trace: Trace) -> Iterator[Finding]:
             # PyTorch's words only when they are about devices: an op refused for its dtypes
             # (DD100/DD101 report that) carries no device message.
             pytorch_error=op.error if op.error and classify_error(op.error, op.operands) == "device" else None,
-            remedies=(Remedy("to-device", "model", stray.device, "model-loading", _moved_at(trace, stray) or source),) if left_behind
+            remedies=(Remedy("to-device", "model", moved[0].device, "model-loading", moved[1]),) if moved
             else device_remedies(trace, operands, home),
         )
 
 
 def _moved_at(trace: Trace, t: TensorMeta) -> SourceLoc | None:
-    """The user's line that moved `t` to the device it is on (`data.to(device)`): where the script said which device."""
+    """The user's line that moved `t` to the device it is on (`data.to(device)`): where the script said
+    which device; for a tensor the lineage has no name for (a loss target the step made), where the
+    script moved its inputs there."""
     name = input_name(t)
-    steps = trace.lineage.get(name, ()) if name else ()
-    return next((s.source for s in reversed(steps) if s.stage == "transfer" and s.device == t.device and s.source), None)
+    chains = [trace.lineage.get(name, ())] if name else list(trace.lineage.values())
+    return next((s.source for steps in chains for s in reversed(steps) if s.stage == "transfer" and s.device == t.device and s.source), None)
 
 
-def _model_left_behind(stray: TensorMeta, home: str, homes: dict[str, str]) -> bool:
-    """A model on the CPU meeting a batch the script put on a GPU: the model moves to the batch's
-    device; moving the batch to the CPU would take the job off the GPU the script asked for. (A
-    device map's CPU blocks are placed there on purpose: not this.)"""
-    return not homes and home == "cpu" and stray.device not in ("cpu", "meta") and not (stray.origin or "").startswith("created:")
+def _moved_to_gpu(trace: Trace, strays: list[TensorMeta], home: str, homes: dict[str, str]) -> tuple[TensorMeta, SourceLoc] | None:
+    """A model on the CPU meeting data the script moved to a GPU: that tensor, and the line that moved it.
+    The model then moves to the data's device; moving the data to the CPU would take the job off the
+    GPU the script asked for. (A device map's CPU blocks are placed there on purpose: not this.)"""
+    if homes or home != "cpu":
+        return None
+    return next(((t, at) for t in strays if t.device not in ("cpu", "meta") and (at := _moved_at(trace, t)) is not None), None)
 
 
 RULE = Rule(

@@ -136,6 +136,9 @@ def fix_script(
     after = loop.run_on(loop.run(max_rounds))
     while loop.script_failed is not None and loop.retry(max_rounds):
         after = loop.run_on(loop.run(max_rounds))  # the next edit of each finding whose edit cured only the step
+    if loop.script_failed is None and loop.restore():
+        # No other edit did better than one that cures only the step: the patch holds it, and says so (not verified).
+        after = loop.run_on(after, restored=True)
     return loop.outcome(after, strategy, write_patch, force)
 
 
@@ -194,6 +197,7 @@ class _Loop:
         self.last: Written | None = None
         self.script_failed: str | None = None  # the patched script, run on past the step, failed: where and with what
         self.ran_on: str | None = None  # how far the patched script ran past the step without failing
+        self.step_only: dict[Key, Candidate] = {}  # edits that cured the traced step, after which the script failed
 
     def run(self, max_rounds: int) -> RunResult:
         after = self.before
@@ -202,7 +206,13 @@ class _Loop:
             if written is None:
                 break
             self.rounds += 1
-            after = self._rerun(written)
+            try:
+                after = self._rerun(written)
+            except EditBrokeScript as exc:
+                if not self.step_only:
+                    raise
+                self._broke_on_retry(written, str(exc))  # an edit tried after one that cured only the step
+                continue
             compared = self._compare(after)
             self._judge(written, compared, after)
             self._plan_new(compared, written, after.report)
@@ -214,12 +224,32 @@ class _Loop:
             self.last = final
         return after
 
-    def run_on(self, after: RunResult) -> RunResult:
+    def _broke_on_retry(self, written: Written, said: str) -> None:
+        from dtype_doctor.fix.strategies import describe
+
+        for key, cand in written.taken.items():
+            self.rejected.append(RejectedEdit(cand.strategy, _shown(cand.attempt.file), cand.attempt.codemod.name, _alone(cand, written), said))
+            self.steps.append(Step(cand.strategy, "failed", f"{describe(cand.change)}: {said}", (cand.change,)))
+            self.position[key] += 1
+
+    def restore(self) -> bool:
+        """The edits that cured only the step, for findings no later edit fixed: kept again (the patch holds them)."""
+        from dtype_doctor.fix.strategies import describe
+
+        back = {k: c for k, c in self.step_only.items() if k not in self.kept and k not in self.fixed_by}
+        for key, cand in back.items():
+            self.kept[key] = cand
+            self.steps = [s for s in self.steps if not (s.status == "failed" and s.changes == (cand.change,) and "cures the traced step" in s.detail)]
+            self.steps.append(Step(cand.strategy, "applied", f"{describe(cand.change)}: cures the traced step only", (cand.change,)))
+            self.rejected = [r for r in self.rejected if not (r.codemod == cand.attempt.codemod.name and "cures the traced step" in r.rerun)]
+        return bool(back)
+
+    def run_on(self, after: RunResult, *, restored: bool = False) -> RunResult:
         """A step the kept edits cured: the patched script runs again past it, through its evaluation and
         checkpoint code, to its end (or --horizon seconds on). Verified means the script runs, not the step:
         a script that then fails is not fixed. A simulated run stays simulated and writes none of your files."""
         failure = after.report.trace.failure if after.report.trace else None
-        if not self.kept or after.report.at_or_above(self.fail_on) or failure is not None:
+        if not self.kept or (not restored and (after.report.at_or_above(self.fail_on) or failure is not None)):
             return after
         final = self._write(only_kept=True)
         if final is None:
@@ -232,7 +262,7 @@ class _Loop:
             from dtype_doctor.errors import first_line
             from dtype_doctor.run.runner import user_frame
 
-            self.script_failed = f"{user_frame(error) or ' in it'} with {type(error).__name__}: {first_line(error)}"
+            self.script_failed = f"{_as_written(user_frame(error), final) or ' in it'} with {type(error).__name__}: {first_line(error)}"
         else:
             from dtype_doctor.machine.control import HorizonReached
 
@@ -251,7 +281,7 @@ class _Loop:
         said = f"it cures the traced step; the script then fails{self.script_failed}"
         rejected: set[tuple] = set()
         for key in again:
-            cand = self.kept.pop(key)
+            cand = self.step_only[key] = self.kept.pop(key)
             self.steps = [s for s in self.steps if not (s.status == "applied" and s.changes == (cand.change,))]
             if cand.identity not in rejected:
                 rejected.add(cand.identity)
@@ -551,6 +581,20 @@ def _at_edit(failure: Any, written: Written) -> bool:
     """Whether the re-run's trace stopped in an edited file (where the doctor's edit runs)."""
     text = getattr(failure, "message", "") or ""
     return any(_shown(f) in text or f.name in text for f in written.texts)
+
+
+def _as_written(where: str, written: Written) -> str:
+    """" at train.py:53" of the patched text, as the line of the file the user has (the patch adds lines above it)."""
+    name, _, line = where.removeprefix(" at ").rpartition(":")
+    file = next((f for f in written.texts if _shown(f) == name), None)
+    if file is None or not line.isdigit():
+        return where
+    matcher = difflib.SequenceMatcher(None, written.originals[file].splitlines(), written.texts[file].splitlines(), autojunk=False)
+    at = int(line) - 1
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if j1 <= at < j2 and tag == "equal":
+            return f" at {name}:{i1 + at - j1 + 1}"
+    return where  # a line the patch wrote: as it is in the patch
 
 
 def _leftover(f: Finding, why: str) -> Leftover:
