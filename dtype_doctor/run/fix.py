@@ -10,6 +10,10 @@
              kept; one whose finding stays is taken back (shown as a diff, with what the re-run
              said) and the finding's next edit is tried; a finding new in the re-run is named,
              with why it appeared, and planned in turn
+    run on   once the kept edits cure the step, the patched script runs again past it, through its
+             evaluation and checkpoint code, to its end (or --horizon): verified means the script
+             runs. An edit after which it fails is taken back and the finding's next edit tried; when
+             none does better the patch keeps it and says where the script then fails (not verified)
     patch    every verified edit is written (--write-patch), whatever remains; what remains is
              listed with its reason
 
@@ -264,10 +268,7 @@ class _Loop:
 
             self.script_failed = f"{_as_written(user_frame(error), final) or ' in it'} with {type(error).__name__}: {first_line(error)}"
         else:
-            from dtype_doctor.machine.control import HorizonReached
-
-            horizon = isinstance(result.outcome.stop, HorizonReached)
-            self.ran_on = f"for {on.horizon:g} s past the step (--horizon)" if horizon else "to its end"
+            self.ran_on = _how_far(result.outcome.stop, on)
         return result
 
     def retry(self, max_rounds: int) -> bool:
@@ -581,6 +582,20 @@ def _at_edit(failure: Any, written: Written) -> bool:
     """Whether the re-run's trace stopped in an edited file (where the doctor's edit runs)."""
     text = getattr(failure, "message", "") or ""
     return any(_shown(f) in text or f.name in text for f in written.texts)
+
+
+def _how_far(stop: BaseException | None, options: RunOptions) -> str:
+    """How far the patched script ran past the step without an error: to its end, its --horizon, or
+    as far as a simulation can follow it (a value no simulated tensor holds)."""
+    from dtype_doctor.machine.control import HorizonReached
+    from dtype_doctor.machine.simulate import SimulationStop
+
+    if isinstance(stop, HorizonReached):
+        return f"for {options.horizon:g} s past the step (--horizon)"
+    if isinstance(stop, SimulationStop):
+        why = f"{stop.limit} has no fake implementation" if stop.limit else f"{stop.what} needs a value"
+        return f"to {stop.where}, as far as the simulation can follow it ({why})"
+    return "to its end"
 
 
 def _as_written(where: str, written: Written) -> str:
