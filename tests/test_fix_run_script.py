@@ -328,3 +328,32 @@ def test_horizon_usage_errors(argv: list[str], says: str, workdir: Path, capsys:
     with pytest.raises(SystemExit) as exit_info:
         run(argv)
     assert exit_info.value.code == 2 and says in capsys.readouterr().err
+
+
+# Every layer of a model left on the CPU meets the batch the script moved on one line: one
+# placement, one finding, one edit (it was one DD201 per Linear, and the fix box listed the same
+# rejected edit and remaining finding once for each).
+SEQUENTIAL = '''\
+import torch
+from torch import nn
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    x, y = torch.randn(4, 8).to(device), torch.tensor([0, 1, 2, 0]).to(device)
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+'''
+
+
+def test_one_placement_is_one_finding_and_one_edit(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    (workdir / "loop.py").write_text(SEQUENTIAL)
+    code, report, err = _fix(["--simulate", "--", "python", "loop.py"], capsys)
+    assert code == 0, err
+    assert [f["code"] for f in report["findings"] if f["severity"] == "error"] == ["DD201"]
+    fix = report["fix"]
+    assert [s["status"] for s in fix["applied"]] == ["applied"] and "rejected" not in fix and "remaining" not in fix
+    assert [e["status"] for e in fix["patch"]["edits"]] == ["applied"]
+    assert _added((workdir / "fix.patch").read_text()) == ["model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)).to(device)"]

@@ -196,7 +196,9 @@ class _Loop:
         self.not_written: dict[Key, list[str]] = {}  # each finding's edits that did not apply, and why
         self.tried: dict[Key, int] = {}  # each finding's edits written and run, that the re-run did not verify
         self.steps: list[Step] = [s for p in plans.values() for s in p.skipped]
-        self.outcomes: dict[tuple[str, str, str], CodemodOutcome] = {}
+        # Each edit's latest outcome, by the edit's identity: an edit made again in a later round, its
+        # line moved by another edit, is the same edit (listed once, as the patch has it).
+        self.outcomes: dict[tuple, CodemodOutcome] = {}
         self.rounds = 0
         self.last: Written | None = None
         self.script_failed: str | None = None  # the patched script, run on past the step, failed: where and with what
@@ -300,8 +302,14 @@ class _Loop:
 
         edits = FileEdits(lambda f: display_path(str(f)))
         made: dict[tuple, Candidate] = {}
+        tried: list[tuple] = []  # the identity of each edit tried, as edits.outcomes has its outcome
+
+        def applies(cand: Candidate) -> bool:
+            tried.append(cand.identity)
+            return edits.first_that_applies([cand.attempt])
+
         for cand in self.kept.values():
-            if cand.identity not in made and edits.first_that_applies([cand.attempt]):
+            if cand.identity not in made and applies(cand):
                 made[cand.identity] = cand
         taken: dict[Key, Candidate] = {}
         waits = self._waiting()
@@ -313,14 +321,14 @@ class _Loop:
                 if cand.identity in made:  # the same edit another finding took: one edit for both
                     taken[key] = cand
                     break
-                if edits.first_that_applies([cand.attempt]):
+                if applies(cand):
                     made[cand.identity] = taken[key] = cand
                     break
                 o = edits.outcomes[-1]
                 self.not_written.setdefault(key, []).append(f"{o.codemod}: {o.detail}")
                 self.position[key] += 1
-        for o in edits.outcomes:
-            self.outcomes.setdefault((o.file, o.codemod, o.detail), o)
+        for identity, o in zip(tried, edits.outcomes):
+            self.outcomes[identity] = o
         if not taken and not only_kept:
             return None
         if only_kept and not made:
@@ -377,18 +385,22 @@ class _Loop:
     def _judge(self, written: Written, compared: Compared, after: RunResult) -> None:
         from dtype_doctor.fix.strategies import describe
 
+        # One edit two findings took is one edit: listed once, applied or rejected.
+        applied: set[tuple] = set()
         rejected: set[tuple] = set()
         for key, cand in written.taken.items():
             if key in compared.gone:
                 self.kept[key] = cand
-                self.steps.append(Step(cand.strategy, "applied", f"{describe(cand.change)}: {_applied_detail(written, cand)}", (cand.change,)))
+                if cand.identity not in applied:
+                    applied.add(cand.identity)
+                    self.steps.append(Step(cand.strategy, "applied", f"{describe(cand.change)}: {_applied_detail(written, cand)}", (cand.change,)))
                 continue
             said = _still(self.plans[key].finding, after, self.fail_on)
-            if cand.identity not in rejected:  # one edit two findings took is one edit, listed once
+            if cand.identity not in rejected:
                 rejected.add(cand.identity)
                 self.rejected.append(RejectedEdit(cand.strategy, _shown(cand.attempt.file), cand.attempt.codemod.name,
                                                   _alone(cand, written), said))
-            self.steps.append(Step(cand.strategy, "failed", f"{describe(cand.change)}: written and run again, and {said}", (cand.change,)))
+                self.steps.append(Step(cand.strategy, "failed", f"{describe(cand.change)}: written and run again, and {said}", (cand.change,)))
             self.tried[key] = self.tried.get(key, 0) + 1
             self.position[key] += 1
         for key in compared.gone:
