@@ -203,12 +203,13 @@ class SourceAnalysis:
         return scope is not None and name in scope
 
     def function(self, qualname: str) -> cst.CSTNode:
-        """The def (or `name = lambda ...`) called qualname ("func" or "Class.method")."""
+        """The def (or `name = lambda ...`) called qualname ("func", "Class.method", or "main.preprocess" for a
+        def inside a def: the names enclosing_function gives)."""
         *owners, name = qualname.split(".")
         found: list[cst.CSTNode] = []
         for node in self.nodes:
             if isinstance(node, cst.FunctionDef) and node.name.value == name:
-                classes = [a.name.value for a in self.ancestors(node) if isinstance(a, cst.ClassDef)]
+                classes = [a.name.value for a in self.ancestors(node) if isinstance(a, (cst.ClassDef, cst.FunctionDef))]
                 if not owners or list(reversed(classes))[-len(owners) :] == owners:
                     found.append(node)
             elif (

@@ -34,10 +34,11 @@ Script = Annotated[Optional[Path], typer.Option("--script", metavar="FILE.py", r
 MaxRounds = Annotated[int, typer.Option("--max-rounds", metavar="N", rich_help_panel=FIX, help="Apply / re-trace rounds before giving up.")]
 Run = Annotated[bool, typer.Option("--run", rich_help_panel=FIX, help="Fix your own script instead of MODEL DATASET: trace its first step as `run` does; the patch edits your files.")]
 FixSteps = Annotated[int, typer.Option("--steps", metavar="N", rich_help_panel=FIX, help="With --run: steps traced, as `run --steps`.")]
+Horizon = Annotated[Optional[float], typer.Option("--horizon", metavar="SECONDS", rich_help_panel=FIX, help="With --run: how long the patched script runs on past the traced step to verify it (default: to its end, through its evaluation and checkpoint code).", show_default=False)]
 # With --run, MODEL and DATASET give way to the command after --: `fix --run -- python train.py ARGS`.
 FixModel = Annotated[Optional[str], typer.Argument(metavar="MODEL", help="Model directory (config.json + weights) or a hub id in the local cache.", show_default=False)]
 FixDataset = Annotated[Optional[str], typer.Argument(metavar="DATASET", help="save_to_disk directory, data file/folder (csv, json, jsonl, parquet, arrow, images) or a cached hub id.", show_default=False)]
-Command = Annotated[Optional[list[str]], typer.Argument(metavar="COMMAND", help="With --run, after --: python FILE ARGS or python -m MODULE ARGS, as you run your script.", show_default=False)]
+Command = Annotated[Optional[list[str]], typer.Argument(metavar="COMMAND", help="With --run, after --: python FILE ARGS, python -m MODULE ARGS, accelerate launch [...] FILE ARGS or torchrun [...] FILE ARGS, as you run your script.", show_default=False)]
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class FixOptions:
     max_rounds: MaxRounds = 5
     run: Run = False
     steps: FixSteps = 1
+    horizon: Horizon = None
 
     def check(self) -> None:
         from dtype_doctor.cli import checks
@@ -60,6 +62,8 @@ class FixOptions:
         checks.choice("--strategy", self.strategy, strategies.NAMES)
         if self.max_rounds < 1:
             raise UsageError(f"--max-rounds must be at least 1, not {self.max_rounds}")
+        if self.horizon is not None and not self.run:
+            raise UsageError("--horizon is for --run: how long your patched script runs on past the traced step")
         checks.writable_file("--write-patch", self.write_patch)
         checks.user_file("--script", str(self.script) if self.script is not None else None)
 
@@ -166,6 +170,8 @@ def _check_script(words: list[str], fix: FixOptions, batch: o.Batch, loading: o.
                   machine: o.Machine, findings: o.Findings, general: o.General) -> tuple[Any, Any]:
     """`fix --run -- python SCRIPT ARGS`: the script command and its RunOptions, checked; the
     options that shape a MODEL DATASET batch refused (the script builds its own)."""
+    import dataclasses
+
     from dtype_doctor.cli.reporting import check_values
     from dtype_doctor.cli.run import check_command
     from dtype_doctor.errors import UsageError
@@ -177,8 +183,11 @@ def _check_script(words: list[str], fix: FixOptions, batch: o.Batch, loading: o.
     for flag, value, default in defaults:
         if value != default:
             raise UsageError(f"{flag} is for MODEL DATASET; with --run the script's own code decides it (its patch edits the script itself)")
+    from dtype_doctor.run.launchers import split_launcher
+
     check_values(None, machine, None, findings)
     check_command(words, "fix")
-    options = o.run_options(machine, findings, general, steps=fix.steps)
+    script_words, launch = split_launcher(words, machine.gpus)  # the launcher lines `run` takes
+    options = dataclasses.replace(o.run_options(machine, findings, general, steps=fix.steps, launch=launch), horizon=fix.horizon)
     options.validate()
-    return parse_command(words), options
+    return parse_command(script_words), options

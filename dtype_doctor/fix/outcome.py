@@ -235,6 +235,10 @@ class FixOutcome:
     remaining: tuple[Leftover, ...] = ()
     new: tuple[Leftover, ...] = ()
     rejected: tuple[RejectedEdit, ...] = ()
+    # fix --run: the patched script run on past the traced step: " at train.py:88 with RuntimeError: ..."
+    # when it then failed (not verified), else how far it ran ("to its end") without an error.
+    script_failed: str | None = None
+    ran_on: str | None = None
 
     @property
     def fixed_any(self) -> bool:
@@ -245,6 +249,8 @@ class FixOutcome:
         """How the fix ended, in words that claim no more than happened: "fixed and verified" only
         where a patch was written; a fix verified on edits held in memory says so."""
         written = self.patch is not None and self.patch.path is not None
+        if self.script_failed is not None:
+            return f"cures the traced step; the script then fails{self.script_failed}"
         if self.verified and not self.fixed_any:
             return "nothing to fix"
         if self.verified:
@@ -261,7 +267,9 @@ class FixOutcome:
 
     def rows(self) -> list[tuple[str, str]]:
         """(label, value) lines for what fix --run leaves: remaining and new findings, rejected edits."""
-        rows = [("remaining", leftover.said) for leftover in self.remaining]
+        # A script that failed past the step is the fix's `why` (its detail), said once there.
+        rows = [("script", f"the patched script ran on {self.ran_on} without an error")] if self.ran_on else []
+        rows += [("remaining", leftover.said) for leftover in self.remaining]
         rows += [("new", leftover.said) for leftover in self.new]
         rows += [("rejected", f"{e.strategy}: {e.codemod} on {e.file}; the re-run: {e.rerun}\n{e.diff}".rstrip()) for e in self.rejected]
         return rows
@@ -282,6 +290,8 @@ class FixOutcome:
         }
         if self.patch_skipped:
             block["patch_skipped"] = self.patch_skipped
+        if self.script_failed or self.ran_on:
+            block["script"] = {"failed": self.script_failed, "ran_on": self.ran_on}
         for key, items in (("remaining", self.remaining), ("new", self.new), ("rejected", self.rejected)):
             if items:
                 block[key] = [item.to_dict() for item in items]

@@ -16,7 +16,7 @@ import sys
 import threading
 from typing import Any, Iterator
 
-from dtype_doctor.errors import DoctorError, InputError
+from dtype_doctor.errors import DoctorError, InputError, StopScript
 
 DEFAULT_TIMEOUT = 300.0  # seconds; --timeout 0 turns the limit off
 _active = threading.local()
@@ -64,6 +64,18 @@ def disarm() -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
+class HorizonReached(StopScript):
+    """The script ran the seconds it was given past its traced steps without failing: stopped there."""
+
+
+def run_on_for(seconds: float) -> None:
+    """After the traced steps: let the script go on `seconds` more, then stop it (HorizonReached),
+    which is how far it was asked to run, not a time-out."""
+    if getattr(_active, "timer", False) and hasattr(signal, "setitimer"):
+        _active.horizon = True
+        signal.setitimer(signal.ITIMER_REAL, float(seconds))
+
+
 def _exit_words(code: object) -> str:
     return "sys.exit()" if code is None else f"sys.exit({code!r})"
 
@@ -78,6 +90,8 @@ def user_code(label: str, timeout: float | None = DEFAULT_TIMEOUT) -> Iterator[N
     stopped: list[str] = []
 
     def on_alarm(_signum: int, frame: Any) -> None:
+        if getattr(_active, "horizon", False):
+            raise HorizonReached()
         stopped.append(where(frame=frame))
         raise UserCodeTimeout
 
@@ -101,5 +115,5 @@ def user_code(label: str, timeout: float | None = DEFAULT_TIMEOUT) -> Iterator[N
         if timer:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old_handler)
-        _active.on = _active.timer = False
+        _active.on = _active.timer = _active.horizon = False
         sys.stdout.flush()

@@ -410,7 +410,8 @@ def fix_fields(fix: FixOutcome) -> list[tuple[str, str]]:
     """(label, value) lines for the fix outcome: verified, after, parity, patch."""
     rows: list[tuple[str, str]] = []
     verified = fix.verified
-    rows.append(("verified", "yes — the re-run trace is clean" if verified else f"no — {FIX_NOT_VERIFIED}"))
+    not_verified = "the patched script failed past the traced step" if fix.script_failed else FIX_NOT_VERIFIED
+    rows.append(("verified", "yes — the re-run trace is clean" if verified else f"no — {not_verified}"))
     rows.append(("after", counts_line(fix.after_summary)))
     parity = fix.parity
     if parity is not None:

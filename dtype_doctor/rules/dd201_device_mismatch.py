@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import Finding, OpCall, TensorMeta, Trace
-from dtype_doctor.rules._common import base_op, describe, device_remedies, refused, source_of, stage_of
+from dtype_doctor.records import Finding, OpCall, Remedy, SourceLoc, TensorMeta, Trace
+from dtype_doctor.rules._common import base_op, describe, device_remedies, input_name, refused, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 from dtype_doctor.trace.verdicts import classify_error
 
@@ -69,13 +69,18 @@ def check(trace: Trace) -> Iterator[Finding]:
         where = f"{op.module or 'the model'} runs on {home}" if homes else f"the model is on {home}"
         strays = [t for t in operands if t.device != home] or operands[1:]
         stray = strays[0]
-        key = (op.module, stray.origin or stray.name, stray.device)
-        if key in seen:
+        source = source_of(trace, stray)
+        # One finding per decision: the batch the script moved on one line meets every layer of a
+        # model left behind; each layer is that one placement, not another finding. The backward
+        # of an op that mixed devices mixes the same two: the forward's finding, not another.
+        key = (home, stray.device, source) if source is not None else (home, op.module, stray.origin or stray.name, stray.device)
+        if key in seen or (op.phase not in ("forward", "loss") and (home, stray.device) in seen):
             continue
-        seen.add(key)
+        seen.update((key, (home, stray.device)))
         stage = stage_of(trace, stray, what="device")
         if stage == "collator":
             stage = "transfer"
+        moved = _moved_to_gpu(trace, strays, home, homes)
         yield RULE.finding(
             f"{op.module_type or base_op(op.op)}: {describe(stray)} is on {stray.device} but {where}",
             module=op.module,
@@ -83,12 +88,31 @@ def check(trace: Trace) -> Iterator[Finding]:
             op=op.op,
             stage=stage,
             tensors=tuple(operands[:4]),
-            source=source_of(trace, stray),
+            source=source,
             # PyTorch's words only when they are about devices: an op refused for its dtypes
             # (DD100/DD101 report that) carries no device message.
             pytorch_error=op.error if op.error and classify_error(op.error, op.operands) == "device" else None,
-            remedies=device_remedies(trace, operands, home),
+            remedies=(Remedy("to-device", "model", moved[0].device, "model-loading", moved[1]),) if moved
+            else device_remedies(trace, operands, home),
         )
+
+
+def _moved_at(trace: Trace, t: TensorMeta) -> SourceLoc | None:
+    """The user's line that moved `t` to the device it is on (`data.to(device)`): where the script said
+    which device; for a tensor the lineage has no name for (a loss target the step made), where the
+    script moved its inputs there."""
+    name = input_name(t)
+    chains = [trace.lineage.get(name, ())] if name else list(trace.lineage.values())
+    return next((s.source for steps in chains for s in reversed(steps) if s.stage == "transfer" and s.device == t.device and s.source), None)
+
+
+def _moved_to_gpu(trace: Trace, strays: list[TensorMeta], home: str, homes: dict[str, str]) -> tuple[TensorMeta, SourceLoc] | None:
+    """A model on the CPU meeting data the script moved to a GPU: that tensor, and the line that moved it.
+    The model then moves to the data's device; moving the data to the CPU would take the job off the
+    GPU the script asked for. (A device map's CPU blocks are placed there on purpose: not this.)"""
+    if homes or home != "cpu":
+        return None
+    return next(((t, at) for t in strays if t.device not in ("cpu", "meta") and (at := _moved_at(trace, t)) is not None), None)
 
 
 RULE = Rule(

@@ -10,6 +10,10 @@
              kept; one whose finding stays is taken back (shown as a diff, with what the re-run
              said) and the finding's next edit is tried; a finding new in the re-run is named,
              with why it appeared, and planned in turn
+    run on   once the kept edits cure the step, the patched script runs again past it, through its
+             evaluation and checkpoint code, to its end (or --horizon): verified means the script
+             runs. An edit after which it fails is taken back and the finding's next edit tried; when
+             none does better the patch keeps it and says where the script then fails (not verified)
     patch    every verified edit is written (--write-patch), whatever remains; what remains is
              listed with its reason
 
@@ -133,7 +137,12 @@ def fix_script(
     site = script_site(before, command)
     plans = {p.key: p for p in plan_fixes(report, site, strategy=strategy, fail_on=fail_on, unsafe_fixes=unsafe_fixes)}
     loop = _Loop(command, options, fail_on, before, site, plans, strategy=strategy, unsafe_fixes=unsafe_fixes)
-    after = loop.run(max_rounds)
+    after = loop.run_on(loop.run(max_rounds))
+    while loop.script_failed is not None and loop.retry(max_rounds):
+        after = loop.run_on(loop.run(max_rounds))  # the next edit of each finding whose edit cured only the step
+    if loop.script_failed is None and loop.restore():
+        # No other edit did better than one that cures only the step: the patch holds it, and says so (not verified).
+        after = loop.run_on(after, restored=True)
     return loop.outcome(after, strategy, write_patch, force)
 
 
@@ -187,9 +196,14 @@ class _Loop:
         self.not_written: dict[Key, list[str]] = {}  # each finding's edits that did not apply, and why
         self.tried: dict[Key, int] = {}  # each finding's edits written and run, that the re-run did not verify
         self.steps: list[Step] = [s for p in plans.values() for s in p.skipped]
-        self.outcomes: dict[tuple[str, str, str], CodemodOutcome] = {}
+        # Each edit's latest outcome, by the edit's identity: an edit made again in a later round, its
+        # line moved by another edit, is the same edit (listed once, as the patch has it).
+        self.outcomes: dict[tuple, CodemodOutcome] = {}
         self.rounds = 0
         self.last: Written | None = None
+        self.script_failed: str | None = None  # the patched script, run on past the step, failed: where and with what
+        self.ran_on: str | None = None  # how far the patched script ran past the step without failing
+        self.step_only: dict[Key, Candidate] = {}  # edits that cured the traced step, after which the script failed
 
     def run(self, max_rounds: int) -> RunResult:
         after = self.before
@@ -198,7 +212,13 @@ class _Loop:
             if written is None:
                 break
             self.rounds += 1
-            after = self._rerun(written)
+            try:
+                after = self._rerun(written)
+            except EditBrokeScript as exc:
+                if not self.step_only:
+                    raise
+                self._broke_on_retry(written, str(exc))  # an edit tried after one that cured only the step
+                continue
             compared = self._compare(after)
             self._judge(written, compared, after)
             self._plan_new(compared, written, after.report)
@@ -210,6 +230,70 @@ class _Loop:
             self.last = final
         return after
 
+    def _broke_on_retry(self, written: Written, said: str) -> None:
+        from dtype_doctor.fix.strategies import describe
+
+        for key, cand in written.taken.items():
+            self.rejected.append(RejectedEdit(cand.strategy, _shown(cand.attempt.file), cand.attempt.codemod.name, _alone(cand, written), said))
+            self.steps.append(Step(cand.strategy, "failed", f"{describe(cand.change)}: {said}", (cand.change,)))
+            self.position[key] += 1
+
+    def restore(self) -> bool:
+        """The edits that cured only the step, for findings no later edit fixed: kept again (the patch holds them)."""
+        from dtype_doctor.fix.strategies import describe
+
+        back = {k: c for k, c in self.step_only.items() if k not in self.kept and k not in self.fixed_by}
+        for key, cand in back.items():
+            self.kept[key] = cand
+            self.steps = [s for s in self.steps if not (s.status == "failed" and s.changes == (cand.change,) and "cures the traced step" in s.detail)]
+            self.steps.append(Step(cand.strategy, "applied", f"{describe(cand.change)}: cures the traced step only", (cand.change,)))
+            self.rejected = [r for r in self.rejected if not (r.codemod == cand.attempt.codemod.name and "cures the traced step" in r.rerun)]
+        return bool(back)
+
+    def run_on(self, after: RunResult, *, restored: bool = False) -> RunResult:
+        """A step the kept edits cured: the patched script runs again past it, through its evaluation and
+        checkpoint code, to its end (or --horizon seconds on). Verified means the script runs, not the step:
+        a script that then fails is not fixed. A simulated run stays simulated and writes none of your files."""
+        failure = after.report.trace.failure if after.report.trace else None
+        if not self.kept or (not restored and (after.report.at_or_above(self.fail_on) or failure is not None)):
+            return after
+        final = self._write(only_kept=True)
+        if final is None:
+            return after
+        on = dataclasses.replace(self.options, keep_running=True)
+        result = self._rerun(final, on)
+        self.last = final
+        error = result.outcome.error
+        if error is not None:
+            from dtype_doctor.errors import first_line
+            from dtype_doctor.run.runner import user_frame
+
+            self.script_failed = f"{_as_written(user_frame(error), final) or ' in it'} with {type(error).__name__}: {first_line(error)}"
+        else:
+            self.ran_on = _how_far(result.outcome.stop, on)
+        return result
+
+    def retry(self, max_rounds: int) -> bool:
+        """The patched script failed past the step: each kept edit its finding has another edit for is
+        taken back (rejected, with where the script failed) and the next one is tried. False when none has."""
+        from dtype_doctor.fix.strategies import describe
+
+        again = [k for k in self.kept if self.position[k] + 1 < len(self.plans[k].candidates)]
+        if not again or self.rounds >= max_rounds or self.last is None:
+            return False
+        said = f"it cures the traced step; the script then fails{self.script_failed}"
+        rejected: set[tuple] = set()
+        for key in again:
+            cand = self.step_only[key] = self.kept.pop(key)
+            self.steps = [s for s in self.steps if not (s.status == "applied" and s.changes == (cand.change,))]
+            if cand.identity not in rejected:
+                rejected.add(cand.identity)
+                self.rejected.append(RejectedEdit(cand.strategy, _shown(cand.attempt.file), cand.attempt.codemod.name, _alone(cand, self.last), said))
+                self.steps.append(Step(cand.strategy, "failed", f"{describe(cand.change)}: {said}", (cand.change,)))
+            self.position[key] += 1
+        self.script_failed = None
+        return True
+
     # -- write
 
     def _write(self, *, only_kept: bool = False) -> Written | None:
@@ -218,8 +302,14 @@ class _Loop:
 
         edits = FileEdits(lambda f: display_path(str(f)))
         made: dict[tuple, Candidate] = {}
+        tried: list[tuple] = []  # the identity of each edit tried, as edits.outcomes has its outcome
+
+        def applies(cand: Candidate) -> bool:
+            tried.append(cand.identity)
+            return edits.first_that_applies([cand.attempt])
+
         for cand in self.kept.values():
-            if cand.identity not in made and edits.first_that_applies([cand.attempt]):
+            if cand.identity not in made and applies(cand):
                 made[cand.identity] = cand
         taken: dict[Key, Candidate] = {}
         waits = self._waiting()
@@ -231,14 +321,14 @@ class _Loop:
                 if cand.identity in made:  # the same edit another finding took: one edit for both
                     taken[key] = cand
                     break
-                if edits.first_that_applies([cand.attempt]):
+                if applies(cand):
                     made[cand.identity] = taken[key] = cand
                     break
                 o = edits.outcomes[-1]
                 self.not_written.setdefault(key, []).append(f"{o.codemod}: {o.detail}")
                 self.position[key] += 1
-        for o in edits.outcomes:
-            self.outcomes.setdefault((o.file, o.codemod, o.detail), o)
+        for identity, o in zip(tried, edits.outcomes):
+            self.outcomes[identity] = o
         if not taken and not only_kept:
             return None
         if only_kept and not made:
@@ -258,11 +348,11 @@ class _Loop:
 
     # -- re-run
 
-    def _rerun(self, written: Written) -> RunResult:
+    def _rerun(self, written: Written, options: RunOptions | None = None) -> RunResult:
         """The script with the edited texts, under the same options; an edit that makes it raise
         where it ran before is the doctor's failure."""
         try:
-            after = run_script(self.command, options=self.options, sources={str(f): t for f, t in written.texts.items()})
+            after = run_script(self.command, options=options or self.options, sources={str(f): t for f, t in written.texts.items()})
         except InputError as exc:
             cause = exc.__cause__
             if cause is None:
@@ -295,15 +385,22 @@ class _Loop:
     def _judge(self, written: Written, compared: Compared, after: RunResult) -> None:
         from dtype_doctor.fix.strategies import describe
 
+        # One edit two findings took is one edit: listed once, applied or rejected.
+        applied: set[tuple] = set()
+        rejected: set[tuple] = set()
         for key, cand in written.taken.items():
             if key in compared.gone:
                 self.kept[key] = cand
-                self.steps.append(Step(cand.strategy, "applied", f"{describe(cand.change)}: {_applied_detail(written, cand)}", (cand.change,)))
+                if cand.identity not in applied:
+                    applied.add(cand.identity)
+                    self.steps.append(Step(cand.strategy, "applied", f"{describe(cand.change)}: {_applied_detail(written, cand)}", (cand.change,)))
                 continue
             said = _still(self.plans[key].finding, after, self.fail_on)
-            self.rejected.append(RejectedEdit(cand.strategy, _shown(cand.attempt.file), cand.attempt.codemod.name,
-                                              _alone(cand, written), said))
-            self.steps.append(Step(cand.strategy, "failed", f"{describe(cand.change)}: written and run again, and {said}", (cand.change,)))
+            if cand.identity not in rejected:
+                rejected.add(cand.identity)
+                self.rejected.append(RejectedEdit(cand.strategy, _shown(cand.attempt.file), cand.attempt.codemod.name,
+                                                  _alone(cand, written), said))
+                self.steps.append(Step(cand.strategy, "failed", f"{describe(cand.change)}: written and run again, and {said}", (cand.change,)))
             self.tried[key] = self.tried.get(key, 0) + 1
             self.position[key] += 1
         for key in compared.gone:
@@ -334,7 +431,7 @@ class _Loop:
         fail_on = self.fail_on
         left = {finding_key(f): f for f in after.report.at_or_above(fail_on)}
         failure = after.report.trace.failure if after.report.trace else None
-        verified = not left and failure is None
+        verified = not left and failure is None and self.script_failed is None
         remaining = tuple(_leftover(f, self._why(k)) for k, f in left.items() if not self.plans.get(k) or not self.plans[k].new_because)
         new = tuple(_leftover(f, self.plans[k].new_because or "") for k, f in left.items() if self.plans.get(k) and self.plans[k].new_because)
         patch, skipped = None, None
@@ -363,9 +460,12 @@ class _Loop:
             detail = "no edit of your files fixed a finding (each is listed under remaining, with why)"
         if failure is not None and not left:
             detail = f"the script, run again with the edits, stopped: {failure.message}"
+        if self.script_failed is not None:
+            detail = f"cures the traced step; the script then fails{self.script_failed}"
         outcome = _report(self.before, strategy, self.steps, verified, after.report, self.rounds, detail, patch, skipped, remaining, new,
                           tuple(self.rejected))
-        return outcome
+        assert outcome.fix is not None
+        return dataclasses.replace(outcome, fix=dataclasses.replace(outcome.fix, script_failed=self.script_failed, ran_on=self.ran_on))
 
     def _why(self, key: Key) -> str:
         """Why a finding the first run had is still there: what became of each of its edits."""
@@ -412,6 +512,7 @@ def script_site(before: RunResult, command: ScriptCommand) -> Any:
         conversion=conversion.source if conversion else None,
         handled=dict(capture.handled),
         bf16=bf16,
+        model_class=type(capture.model).__name__,
     )
 
 
@@ -493,6 +594,34 @@ def _at_edit(failure: Any, written: Written) -> bool:
     """Whether the re-run's trace stopped in an edited file (where the doctor's edit runs)."""
     text = getattr(failure, "message", "") or ""
     return any(_shown(f) in text or f.name in text for f in written.texts)
+
+
+def _how_far(stop: BaseException | None, options: RunOptions) -> str:
+    """How far the patched script ran past the step without an error: to its end, its --horizon, or
+    as far as a simulation can follow it (a value no simulated tensor holds)."""
+    from dtype_doctor.machine.control import HorizonReached
+    from dtype_doctor.machine.simulate import SimulationStop
+
+    if isinstance(stop, HorizonReached):
+        return f"for {options.horizon:g} s past the step (--horizon)"
+    if isinstance(stop, SimulationStop):
+        why = f"{stop.limit} has no fake implementation" if stop.limit else f"{stop.what} needs a value"
+        return f"to {stop.where}, as far as the simulation can follow it ({why})"
+    return "to its end"
+
+
+def _as_written(where: str, written: Written) -> str:
+    """" at train.py:53" of the patched text, as the line of the file the user has (the patch adds lines above it)."""
+    name, _, line = where.removeprefix(" at ").rpartition(":")
+    file = next((f for f in written.texts if _shown(f) == name), None)
+    if file is None or not line.isdigit():
+        return where
+    matcher = difflib.SequenceMatcher(None, written.originals[file].splitlines(), written.texts[file].splitlines(), autojunk=False)
+    at = int(line) - 1
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if j1 <= at < j2 and tag == "equal":
+            return f" at {name}:{i1 + at - j1 + 1}"
+    return where  # a line the patch wrote: as it is in the patch
 
 
 def _leftover(f: Finding, why: str) -> Leftover:

@@ -12,6 +12,7 @@ Nothing here ever raises into the user's script.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Callable, NamedTuple
 
@@ -53,6 +54,7 @@ class LineageBook:
         # Tensor → the last user line that handled it, whether or not its dtype or device changed there.
         self.handled: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self.columns: dict[str, Chain] = {}
+        self.values: dict[str, LineageStep] = {}  # column of plain values → the user's line that made it
         self.is_paused = is_paused
         # Tensors of the traced step (the model's outputs, the loss): what derives from them is not pipeline.
         self.is_step_tensor: Callable[[torch.Tensor], bool] = lambda t: False
@@ -117,8 +119,10 @@ class LineageBook:
 
     # ------------------------------------------------------------- columns
 
-    def remember_columns(self, result: Any) -> None:
-        """A map / transform function returned `result`: keep each tensor column's chain by name."""
+    def remember_columns(self, result: Any, function: Any = None) -> None:
+        """A map / transform function returned `result`: keep each tensor column's chain by name, and
+        of each column of plain values (Python floats, a numpy array) the line of `function` that
+        made it: the tensor a formatter or collator makes of it later has its dtype decided there."""
         from collections.abc import Mapping
 
         if not isinstance(result, Mapping):  # a dict, or datasets' LazyBatch
@@ -127,6 +131,42 @@ class LineageBook:
             t = next(iter(tensors_in((value,), {})), None)
             if t is not None and self.chain(t):
                 self.columns[str(key)] = self.chain(t)
+            elif t is None and function is not None and (step := value_step(function, str(key), value)) is not None:
+                self.values[str(key)] = step
+
+    def remember_samples(self, dataset: Any, samples: Any) -> None:
+        """A DataLoader hands `samples` to its collate_fn: a torch Dataset of the user's made them in its
+        `__getitem__`; a column of plain values there decides the dtype of the tensor collate makes."""
+        getitem = getattr(type(dataset), "__getitem__", None)
+        code = getattr(getitem, "__code__", None)
+        if code is None or not is_user_file(code.co_filename):
+            return
+        first = samples[0] if isinstance(samples, list) and samples else samples
+        self.remember_columns(first, getitem)
+
+    def join_values(self, batch: Any) -> None:
+        """A library's collate_fn made `batch`: each tensor it made of a column of plain values (its
+        chain begins there) takes that column's step."""
+        from collections.abc import Mapping
+
+        if not isinstance(batch, Mapping):
+            return
+        for key, value in batch.items():
+            if isinstance(value, torch.Tensor) and len(chain := self.chain(value)) == 1:
+                joined = self.made_of_values(str(key), chain, made_here=True)
+                if joined is not chain:
+                    self.chains[value] = joined
+
+    def made_of_values(self, name: str, chain: Chain, *, made_here: bool = False) -> Chain:
+        """`chain` with the step of the user's line that made column `name` of plain values in front,
+        where a library made the tensor of them (no line of the user's handled it before) and the
+        values were of its kind (a float column made a float tensor)."""
+        step = next((self.values[k] for k in (name, *_RENAMED.get(name, ())) if k in self.values), None)
+        if step is None or not chain or not (made_here or _library_made(chain[0])) or chain[0].dtype is None or step.dtype is None:
+            return chain
+        if _kind(chain[0].dtype) != _kind(step.dtype):
+            return chain
+        return ((dataclasses.replace(step, dtype=chain[0].dtype, shape=chain[0].shape),) + chain)[-MAX_STEPS:]
 
     def join_columns(self, rows: Any) -> None:
         """Dataset.__getitem__ handed out `rows`: tensors the formatter made take their column's chain."""
@@ -154,7 +194,7 @@ class LineageBook:
         def remembering(*args: Any, **kwargs: Any) -> Any:
             result = fn(*args, **kwargs)
             try:
-                book.remember_columns(result)
+                book.remember_columns(result, fn)
             except Exception:  # noqa: BLE001 - lineage must never break the script
                 pass
             return result
@@ -282,7 +322,7 @@ def boundary_lineage(book: LineageBook, model: torch.nn.Module, args: tuple, kwa
     for name, value in named.items():
         if isinstance(value, torch.Tensor) and book.chain(value):
             boundary = LineageStep("model-boundary", dtype_name(value.dtype), book.device(value.device), tuple(value.shape))
-            lineage[name] = book.chain(value) + (boundary,)
+            lineage[name] = book.made_of_values(name, book.chain(value)) + (boundary,)
     return lineage
 
 
@@ -301,10 +341,10 @@ def as_handled(noted: tuple[tuple[str, int], Any]) -> Handled:
     return Handled(SourceLoc(display_path(file), line), _func_name(func))
 
 
-def step_input_lineage(book: LineageBook, t: torch.Tensor, consumer: str) -> Chain:
+def step_input_lineage(book: LineageBook, t: torch.Tensor, consumer: str, name: str = "") -> Chain:
     """The chain of a pipeline tensor the step uses outside the model, ending where the step takes it (a loss)."""
     last = LineageStep("loss", dtype_name(t.dtype), book.device(t.device), tuple(t.shape), f"used by {consumer} outside the model")
-    return book.chain(t) + (last,)
+    return book.made_of_values(name, book.chain(t)) + (last,)
 
 
 def sources_of(lineage: dict[str, Chain]) -> dict[str, SourceLoc]:
@@ -334,7 +374,7 @@ def patch_datasets(book: LineageBook) -> Callable[[], None]:
     for the import. Returns the function that undoes the patch."""
     import sys
 
-    undo: list[Callable[[], None]] = []
+    undo: list[Callable[[], None]] = [_patch_fetcher(book)]
     hook = after_import("datasets.arrow_dataset", lambda arrow_dataset: undo.append(_patch_dataset(book, arrow_dataset.Dataset)))
 
     def undone() -> None:
@@ -344,6 +384,44 @@ def patch_datasets(book: LineageBook) -> Callable[[], None]:
             u()
 
     return undone
+
+
+def _patch_fetcher(book: LineageBook) -> Callable[[], None]:
+    """The samples a DataLoader's fetcher hands its collate_fn (in this process), seen by the book."""
+    from torch.utils.data._utils import fetch as fetching
+
+    cls = fetching._MapDatasetFetcher
+    original = cls.__dict__["fetch"]
+
+    def fetch(self: Any, index: Any) -> Any:
+        collate = self.collate_fn
+
+        def seeing(data: Any) -> Any:
+            try:
+                book.remember_samples(self.dataset, data)
+            except Exception:  # noqa: BLE001 - lineage must never break the script
+                pass
+            batch = collate(data)
+            try:
+                code = getattr(collate, "__code__", None)
+                if code is None or not is_user_file(code.co_filename):  # a collate_fn of the user's decides itself
+                    book.join_values(batch)
+            except Exception:  # noqa: BLE001 - lineage must never break the script
+                pass
+            return batch
+
+        self.collate_fn = seeing
+        try:
+            return original(self, index)
+        finally:
+            self.collate_fn = collate
+
+    cls.fetch = fetch
+
+    def undo() -> None:
+        cls.fetch = original
+
+    return undo
 
 
 def _patch_dataset(book: LineageBook, cls: Any) -> Callable[[], None]:
@@ -384,3 +462,76 @@ def _patch_dataset(book: LineageBook, cls: Any) -> Callable[[], None]:
             setattr(cls, name, original)
 
     return undo
+
+
+# ------------------------------------------------------------------ plain values
+
+# A collator renames what it collates: transformers' DataCollatorWithPadding hands "label" / "label_ids" on as "labels".
+_RENAMED = {"labels": ("label", "label_ids")}
+
+
+def value_step(function: Any, key: str, value: Any) -> LineageStep | None:
+    """The user's line in `function` that made column `key` of plain values (Python numbers, numpy
+    arrays): the dtype the tensor made of them will have, and where that was decided."""
+    dtype = _value_dtype(value)
+    code = getattr(function, "__code__", None)
+    if dtype is None or code is None or not is_user_file(code.co_filename):
+        return None
+    line = _key_line(code.co_filename, code.co_firstlineno, key) or code.co_firstlineno
+    name = getattr(function, "__qualname__", getattr(function, "__name__", "function"))
+    return LineageStep("preprocess", dtype, "cpu", None, f"made {_kind(dtype)} values in {name}",
+                       SourceLoc(display_path(code.co_filename), line))
+
+
+def _value_dtype(value: Any) -> str | None:
+    """The dtype torch.tensor gives `value` (a number, a list of them, a numpy array); None for anything else."""
+    import numbers
+
+    first = value
+    while isinstance(first, (list, tuple)) and first:
+        first = first[0]
+    if hasattr(first, "dtype") and not isinstance(first, torch.Tensor):
+        return str(getattr(first.dtype, "name", first.dtype))  # numpy: an array or a scalar
+    if isinstance(first, bool):
+        return "bool"
+    if isinstance(first, numbers.Integral):
+        return "int64"
+    if isinstance(first, numbers.Real):
+        return dtype_name(torch.get_default_dtype())
+    return None
+
+
+def _kind(dtype: str) -> str:
+    return "bool" if dtype == "bool" else "float" if "float" in dtype or "bfloat" in dtype else "int"
+
+
+def _library_made(step: LineageStep) -> bool:
+    """A step where a library (a formatter, a collator, a processor) made the tensor of plain values."""
+    return step.stage in ("processor", "formatter", "collator") and step.detail.startswith("torch.") and " in " in step.detail
+
+
+def _key_line(filename: str, first_line: int, key: str) -> int | None:
+    """The last line of the function starting at `first_line` that sets `key`: `out["key"] = …`,
+    `{"key": …}`, `dict(key=…)`."""
+    import ast
+
+    try:
+        with open(filename, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    fn = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and min([n.lineno, *(d.lineno for d in n.decorator_list)]) == first_line), None)
+    if fn is None:
+        return None
+    lines = []
+    for node in ast.walk(fn):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant) and t.slice.value == key for t in targets):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Dict):
+            lines += [v.lineno for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant) and k.value == key]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict":
+            lines += [kw.value.lineno for kw in node.keywords if kw.arg == key]
+    return max(lines) if lines else None

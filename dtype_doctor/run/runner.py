@@ -12,7 +12,7 @@ from dtype_doctor.records import Report
 from dtype_doctor.machine.user_code import user_frame
 from dtype_doctor.records import LaunchConfig
 from dtype_doctor.run.command import ScriptCommand, parse_command
-from dtype_doctor.machine.control import DEFAULT_TIMEOUT, check_timeout, disarm, user_code
+from dtype_doctor.machine.control import DEFAULT_TIMEOUT, check_timeout, disarm, run_on_for, user_code
 from dtype_doctor.run.launch import ScriptOutcome, launch
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ class RunOptions:
     launch: LaunchConfig | None = None  # a launcher line (accelerate launch, torchrun): rank 0 of its world
     timeout: float | None = DEFAULT_TIMEOUT  # seconds the script may run until its traced steps are done
     keep_writes: str | None = None  # where a simulated run keeps the files the script wrote (else they are dropped)
+    horizon: float | None = None  # with keep_running: seconds the script may go on past its traced steps (None: to its end)
 
     def validate(self) -> None:
         from dtype_doctor.machine.placement import parse_device
@@ -56,6 +57,8 @@ class RunOptions:
         parse_codes(self.select)
         parse_codes(self.ignore)
         parse_device(self.device)
+        if self.horizon is not None and not self.horizon > 0:
+            raise UsageError(f"--horizon must be a number of seconds above 0, not {self.horizon}")
         if self.simulate and self.device == "cpu":
             raise UsageError("--simulate makes the script see a CUDA machine; --device cpu contradicts it (use --device cuda, or leave --simulate out)")
         if self.keep_writes is not None:
@@ -115,6 +118,8 @@ def run_script(
 
     def reported(report: Report) -> None:
         disarm()  # the time limit covers the traced steps; --keep-running goes on without one
+        if options.keep_running and options.horizon:
+            run_on_for(options.horizon)  # or as far as it was asked to
         if on_report is not None:
             on_report(report)
 

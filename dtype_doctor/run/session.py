@@ -427,7 +427,7 @@ class RunSession:
         while unique in taken:
             unique, i = f"{name}_{i}", i + 1
         rec.tag_input(unique, t)
-        self._lineage[unique] = step_input_lineage(self.book, t, consumer)
+        self._lineage[unique] = step_input_lineage(self.book, t, consumer, name)
         handled = self.book.handled.get(t)
         if handled is not None:
             from dtype_doctor.run.lineage import as_handled
@@ -472,6 +472,10 @@ class RunSession:
                 self.note = (f"the simulation ends at {error.where}: {error.limit_short}; "
                              f"{min(self.steps, self.max_steps)} of {self.max_steps} step(s) traced up to there, the script stopped")
         self._stopped = stopped_early(error, failure)
+        if self.placement.simulated:  # the script's own error about a simulated tensor names the device it stands for
+            from dtype_doctor.machine.wording import as_device
+
+            self._stopped = as_device(self._stopped, device_name(self.target))  # type: ignore[arg-type]
         report = self._report(failure)
         if failure is None and error is not None and not isinstance(error, (StopScript, SystemExit, KeyboardInterrupt)):
             # Raised outside the model's forward (the loss, GradScaler, the optimizer). When no

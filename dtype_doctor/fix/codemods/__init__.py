@@ -12,6 +12,7 @@ The modules are split by what they edit:
     model       a script's model load and conversions: SetLoadDtype, DropLoadDtype, RemoveModelConversion,
                 ReplaceModelConversion, KeepTrainableFloat32
     devices     where a tensor is made or last handled: AddDevice, MoveWhereHandled, CastWhereMade
+    placement   a model left on the CPU while its batch went to the GPU: MoveModelToBatchDevice
     precision   a training library's mixed precision: SetMixedPrecision
     tf32        the TF32 switches in one API: Tf32ToNewApi
     forward     a script's forward call site: WrapForwardInAutocast, MoveBatchToDevice,
@@ -34,6 +35,7 @@ from dtype_doctor.fix.codemods.forward import CastBatch, LabelsToLong, MoveBatch
 from dtype_doctor.fix.codemods.devices import AddDevice, CastWhereMade, MoveWhereHandled
 from dtype_doctor.fix.codemods.model import DropLoadDtype, KeepTrainableFloat32, RemoveModelConversion, ReplaceModelConversion, SetLoadDtype
 from dtype_doctor.fix.codemods.pipeline import SetUpPipeline
+from dtype_doctor.fix.codemods.placement import MoveModelToBatchDevice
 from dtype_doctor.fix.codemods.precision import SetMixedPrecision
 from dtype_doctor.fix.codemods.quant import SetConfigKeyword
 from dtype_doctor.fix.codemods.tf32 import Tf32ToNewApi
@@ -52,6 +54,7 @@ __all__ = [
     "KeepTrainableFloat32",
     "AddDevice",
     "MoveWhereHandled",
+    "MoveModelToBatchDevice",
     "CastWhereMade",
     "SetMixedPrecision",
     "Tf32ToNewApi",

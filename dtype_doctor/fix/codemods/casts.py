@@ -21,6 +21,9 @@ from dtype_doctor.source_analysis import cast_sites, dtype_of, key_of, label_val
 def _retarget(ctx: _Ctx, site: CastSite, to: str) -> cst.CSTNode | None:
     """The node that replaces site.node to cast to `to` in the same style; None when impossible."""
     node = site.node
+    if site.kind == "builtin":
+        family = dtype_family(to)
+        return cst.Name("float" if family == "floating" else "int") if family in ("floating", "integer") else None
     if site.kind == "method":
         return cst.Name(DTYPE_METHODS[to]) if to in DTYPE_METHODS else None
     if site.lib in ("str", "numpy") and to not in NUMPY_DTYPES.values():
@@ -37,6 +40,19 @@ def _retarget(ctx: _Ctx, site: CastSite, to: str) -> cst.CSTNode | None:
             if ctx.scope_has(node, name):
                 return cst.Attribute(value=cst.Name(name), attr=cst.Name(to))
     return None
+
+
+# Python's own casts, and the dtype torch.tensor makes of what they return.
+_BUILTINS = {"float": "float32", "int": "int64", "bool": "bool"}
+
+
+def _builtin_sites(ctx: _Ctx, scope: cst.CSTNode) -> list[CastSite]:
+    """`float(x)`, `int(x)`: the casts a function makes plain values with (a map function's labels)."""
+    from dtype_doctor.source_analysis import walk
+
+    return [CastSite(node.func, "builtin", "builtin", _BUILTINS[node.func.value], ctx.line(node))
+            for node in walk(scope) if isinstance(node, cst.Call) and isinstance(node.func, cst.Name)
+            and node.func.value in _BUILTINS and len(node.args) == 1]
 
 
 def _describe(ctx: _Ctx, site: CastSite) -> str:
@@ -110,6 +126,8 @@ class RetargetCast(_CSTCodemod):
             sites = sorted(found.values(), key=lambda s: (s.line, ctx.span(s.node).start.column))
         if self.lines is not None:
             sites = [s for s in sites if ctx.on_lines(s.node, self.lines)]
+            # No torch or numpy cast on the lineage's line: a Python one there (`float(label)`) made the values.
+            sites = sites or [s for s in _builtin_sites(ctx, fn) if ctx.on_lines(s.node, self.lines)]
         if self.from_dtype:
             sites = [s for s in sites if s.dtype == self.from_dtype]
         todo = [s for s in sites if s.dtype != self.to_dtype]

@@ -139,6 +139,7 @@ class Site:
     # fix --run: input (or loss target) name → the last user line that handled it (run.lineage.Handled)
     handled: Mapping[str, Any] = field(default_factory=dict)
     bf16: bool | None = None  # fix --run: whether the target GPU runs bfloat16 natively (None: no GPU)
+    model_class: str | None = None  # fix --run: the class of the model the step called ("Net"), to find where it is built
 
     @property
     def user_files(self) -> list[Path]:

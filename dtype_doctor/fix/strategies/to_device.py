@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from dtype_doctor.fix.patches import Attempt
 
 
+MODEL = "model"  # the remedy's target when the model, not the batch, is on the wrong device
+
+
 class ToDevice(
     Strategy, name="to-device", applicability=SAFE, rank=10, json_kind="move-input",
     summary="move stray inputs to the model's device",
@@ -24,6 +27,8 @@ class ToDevice(
 
     def suggestion(self, remedies: Sequence[Remedy]) -> str:
         to = remedies[0].to
+        if any(r.target == MODEL for r in remedies):
+            return f"move the model to {to}, the device the script put its batch on (never the batch off the GPU)"
         made = [said(r) for r in remedies if r.target.startswith("created:")]
         moved = [said(r) for r in remedies if not r.target.startswith("created:")]
         words = [f"move {listed(moved)} to {to}, the model's device"] if moved else []
@@ -31,6 +36,8 @@ class ToDevice(
         return "; ".join(words)
 
     def describe(self, c: Change) -> str:
+        if c.target == MODEL:
+            return f"move the model to {c.to}, where the script put its batch"
         if c.target.startswith("created:"):
             made = said(Remedy(self.name, c.target, c.to, c.stage, c.source))
             return f"create {made} on {c.to}, not {c.before}" if c.before else f"create {made} on {c.to}"
@@ -42,6 +49,8 @@ class ToDevice(
         from dtype_doctor.numerics import device_name
 
         remedies = self.remedies(report, ctx)
+        if any(r.target == MODEL for r in remedies):
+            raise Skip("the model is on the CPU and its batch on a GPU: the model moves (fix --run patches where the script builds it)")
         changes = [
             Change(self.name, r.target, r.to, device_name(pipeline.inputs[r.target].device), r.stage, r.source)
             for r in remedies
@@ -65,6 +74,10 @@ class ToDevice(
 
         if not site.run:
             return one_attempt(site.script, [cm.MoveBatchToDevice()])
+        if c.target == MODEL:
+            # The model left on the CPU goes to the batch's device, as the script wrote it where it moved the batch.
+            builders = (site.model_class, "from_pretrained") if site.model_class else ("from_pretrained",)
+            return one_attempt(site.call, [cm.MoveModelToBatchDevice(site.call_line or 0, c.source.line if c.source else None, builders)])
         if c.target.startswith("created:"):
             # Made in the model's code without device=: device= where it is made, from what is in scope there.
             file = resolve(c.source)
