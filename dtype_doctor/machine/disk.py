@@ -37,7 +37,9 @@ from dtype_doctor.records import HeldWrite, SourceLoc
 # The real functions, taken before any patch: the overlay's own work goes through these.
 _open = builtins.open
 _REAL = {name: getattr(os, name) for name in ("open", "stat", "lstat", "replace", "rename", "remove", "unlink", "rmdir",
-                                              "mkdir", "listdir", "chmod", "utime", "truncate")}
+                                              "mkdir", "listdir", "chmod", "utime", "truncate", "scandir", "statvfs",
+                                              "access", "readlink", "symlink", "link")}
+_mkdtemp, _mkstemp_inner = tempfile.mkdtemp, tempfile._mkstemp_inner  # type: ignore[attr-defined]
 _rmtree = shutil.rmtree
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
@@ -79,6 +81,10 @@ class Overlay:
         self._pause = 0
         self._made = False  # the scratch layer holds something: reads and listings look there
         self._exempt: tuple[str, ...] = ()
+        # What tempfile made in the system's temp directory (multiprocessing's socket folder, a library's
+        # NamedTemporaryFile): a fresh name no user file had, real, so C code (a socket's bind) finds it.
+        self._owned: set[str] = set()
+        self._owned_under: tuple[str, ...] = ()
         self._saved: list[tuple[Any, str, Any]] = []
         self._hooks: list[Any] = []
 
@@ -95,7 +101,7 @@ class Overlay:
     def _passes(self, key: str | None) -> bool:
         """Written as it is: not a path, the doctor writing, scratch itself, a cache or a device."""
         return key is None or self._pause > 0 or not self.root or key.startswith(self._exempt) \
-            or f"{os.sep}__pycache__{os.sep}" in key
+            or f"{os.sep}__pycache__{os.sep}" in key or key in self._owned or key.startswith(self._owned_under)
 
     def scratch(self, key: str) -> str:
         return os.path.join(self.root, os.path.splitdrive(key)[1].lstrip(os.sep))
@@ -143,8 +149,8 @@ class Overlay:
         if self._passes(key) or not self._touched():
             return path
         assert key is not None
-        if self._in_upper(key):
-            return self.scratch(key)
+        if self._in_upper(key) or (self._upper(key) is not None and self._lower(key) is None):
+            return self.scratch(key)  # a file the script wrote, or a directory it made
         if self._hidden(key):
             raise self._missing(path)
         return path
@@ -245,6 +251,42 @@ class Overlay:
             names |= set(_REAL["listdir"](self.scratch(key)))
         out = sorted(names)
         return [os.fsencode(n) for n in out] if isinstance(path, bytes) else out
+
+    def scandir(self, path: Any = ".") -> Any:
+        key = self._key(path)
+        if self._passes(key) or not self._touched():
+            return _REAL["scandir"](path)
+        from dtype_doctor.machine.disk_listing import merged
+
+        return merged(path, self.listdir(path), self.stat)
+
+    def resolved(self, name: str) -> Callable[..., Any]:
+        """os.statvfs / os.access / os.readlink: asked of the file the script would open (its scratch copy)."""
+        real = _REAL[name]
+
+        def ask(path: Any, *args: Any, **kwargs: Any) -> Any:
+            return real(path if kwargs.get("dir_fd") is not None else self.read_path(path), *args, **kwargs)
+
+        return ask
+
+    def temporary(self, make: Callable[..., Any], dir_at: int) -> Callable[..., Any]:
+        """tempfile.mkdtemp / its mkstemp: a fresh name in the system's temp directory is made for real
+        (no user file had it; C code that binds a socket there, multiprocessing's, finds it) and owned."""
+
+        def made(*args: Any, **kwargs: Any) -> Any:
+            where = kwargs.get("dir", args[dir_at] if len(args) > dir_at else None)
+            key = self._key(where) if where is not None else None
+            if key is not None and key != self._key(tempfile.gettempdir()) and not self._passes(key):
+                return make(*args, **kwargs)  # a temporary file among the user's: the overlay's
+            with self.paused():
+                out = make(*args, **kwargs)
+            owned = self._key(out if isinstance(out, (str, bytes)) else out[1])
+            if owned is not None:
+                self._owned.add(owned)
+                self._owned_under += (owned + os.sep,)
+            return out
+
+        return made
 
     def mkdir(self, path: Any, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
         key = self._key(path)
@@ -375,7 +417,10 @@ class Overlay:
             (os, "open"): self.os_open, (os, "stat"): self.stat, (os, "lstat"): self.lstat, (os, "listdir"): self.listdir,
             (os, "mkdir"): self.mkdir, (os, "replace"): self.replace, (os, "rename"): self.replace,
             (os, "remove"): self.remove, (os, "unlink"): self.remove, (os, "rmdir"): self.rmdir,
-            (shutil, "rmtree"): self.rmtree,
+            (shutil, "rmtree"): self.rmtree, (os, "scandir"): self.scandir,
+            (os, "statvfs"): self.resolved("statvfs"), (os, "access"): self.resolved("access"),
+            (os, "readlink"): self.resolved("readlink"),
+            (tempfile, "mkdtemp"): self.temporary(_mkdtemp, 2), (tempfile, "_mkstemp_inner"): self.temporary(_mkstemp_inner, 0),
             (os, "chmod"): self.metadata("chmod"), (os, "utime"): self.metadata("utime"), (os, "truncate"): self.metadata("truncate"),
         }
         for (owner, name), fn in patches.items():
