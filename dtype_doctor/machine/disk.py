@@ -406,12 +406,31 @@ class Overlay:
     # ------------------------------------------------------------ arming
 
     def __enter__(self) -> "Overlay":
-        global _ARMED
         self.root = tempfile.mkdtemp(prefix="dtype-doctor-writes-")
         import atexit
 
         atexit.register(self.cleanup)  # the scratch goes with the process, whatever ended the run
         self._exempt = tuple(os.path.join(os.path.abspath(p), "") for p in (self.root, *_library_caches()))
+        return self._arm()
+
+    def state(self) -> tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+        """What a child process needs to see this file system: (scratch, exempt, hidden, owned)."""
+        return self.root, self._exempt, tuple(self.hidden), tuple(self._owned)
+
+    @classmethod
+    def joined(cls, state: tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]) -> "Overlay":
+        """The parent's overlay, armed in a spawned child: its writes land in the parent's scratch (which
+        the parent lists and removes); the child never removes it."""
+        disk = cls()
+        disk.root, disk._exempt, hidden, owned = state
+        disk.hidden = set(hidden)
+        disk._owned = set(owned)
+        disk._owned_under = tuple(o + os.sep for o in owned)
+        disk._made = True
+        return disk._arm()
+
+    def _arm(self) -> "Overlay":
+        global _ARMED
         patches = {
             (builtins, "open"): self.open, (io, "open"): self.open,
             (os, "open"): self.os_open, (os, "stat"): self.stat, (os, "lstat"): self.lstat, (os, "listdir"): self.listdir,
@@ -484,13 +503,25 @@ class Overlay:
         from dtype_doctor.machine.user_code import display_path
 
         out = []
-        for key, w in self.written.items():
+        for key, w in {**self.written, **self._children_wrote()}.items():
             try:
                 size = _REAL["stat"](self.scratch(key)).st_size
             except OSError:
                 continue
             out.append((key, HeldWrite(display_path(key), size, w.source)))
         return out
+
+    def _children_wrote(self) -> dict[str, _Written]:
+        """Files in scratch this process did not write: a child process's (a DataLoader worker's), no line."""
+        found: dict[str, _Written] = {}
+        if not self.root:
+            return found
+        for dirpath, _dirs, files in os.walk(self.root):
+            for f in files:
+                key = os.sep + os.path.relpath(os.path.join(dirpath, f), self.root)
+                if key not in self.written:
+                    found[key] = _Written(key, None)
+        return found
 
     def keep(self, directory: str) -> list[str]:
         """Copy the held files into `directory`, each at its path as the report names it (relative
