@@ -187,6 +187,9 @@ class RunSession:
 
             # DataLoader workers and other child processes see the simulated machine (machine/workers.py).
             self._arms.enter_context(Children(self.disk, str(self.target), self.placement.gpu, self.placement.gpus))
+            from dtype_doctor.machine.fake_packages import CudaOnlyPackages
+
+            self._arms.enter_context(CudaOnlyPackages())  # flash-attn as the target has it (machine/fake_packages.py)
         elif self.hide_cuda:
             self._arms.enter_context(_hidden_cuda())
         original = torch.nn.Module.__call__
