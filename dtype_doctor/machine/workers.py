@@ -72,6 +72,8 @@ def _capture_stderr(folder: str) -> None:
     fd = os.open(os.path.join(folder, f"{os.getpid()}.err"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(fd, 2)
     os.close(fd)
+    # Python's stderr too, which need not be fd 2 (a test's capture, a notebook's stream): tracebacks print there.
+    sys.stderr = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
 
 
 def last_line(text: str) -> str:
