@@ -61,6 +61,28 @@ def test_listings_see_the_held_back_writes_as_the_plain_file_system_does(tmp_pat
     assert sorted(os.listdir(overlaid / "out")) == ["notes.txt", "old.pt"]  # the user's directory as it was
 
 
+def test_links_the_script_makes_are_held_back_and_read_as_links(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trainer pointing out/latest at its newest checkpoint (os.symlink), or keeping a hard link of it (os.link):
+    plainly the link reads the checkpoint; under the overlay too, and neither link is made among the user's files."""
+    def link_and_read() -> tuple[bytes, bytes]:
+        os.makedirs("out", exist_ok=True)
+        Path("out/ckpt-2.pt").write_bytes(b"step 2")
+        os.symlink("ckpt-2.pt", "out/latest.pt")
+        os.link("out/ckpt-2.pt", "out/kept.pt")
+        return Path("out/latest.pt").read_bytes(), Path("out/kept.pt").read_bytes()
+
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "overlaid").mkdir()
+    monkeypatch.chdir(tmp_path / "plain")
+    expected = link_and_read()
+    monkeypatch.chdir(tmp_path / "overlaid")
+    with Overlay() as disk:
+        assert link_and_read() == expected == (b"step 2", b"step 2")
+        assert {w.path for w in disk.held()} == {os.path.join("out", n) for n in ("ckpt-2.pt", "latest.pt", "kept.pt")}
+    disk.cleanup()
+    assert os.listdir(tmp_path / "overlaid") == []
+
+
 def test_temporary_files_and_sockets_of_libraries_are_real_and_owned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """multiprocessing binds its socket in a tempfile.mkdtemp folder (multiprocessing/util.py get_temp_dir, then
     connection.py SocketListener: self._socket.bind(address)): bind is C code that sees the real file system."""

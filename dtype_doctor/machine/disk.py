@@ -265,9 +265,29 @@ class Overlay:
         real = _REAL[name]
 
         def ask(path: Any, *args: Any, **kwargs: Any) -> Any:
-            return real(path if kwargs.get("dir_fd") is not None else self.read_path(path), *args, **kwargs)
+            out = real(path if kwargs.get("dir_fd") is not None else self.read_path(path), *args, **kwargs)
+            if name == "readlink" and isinstance(out, str) and self.root and out.startswith(self.root + os.sep):
+                return os.sep + os.path.relpath(out, self.root)  # a link the script made names the file it named
+            return out
 
         return ask
+
+    def link(self, src: Any, dst: Any, *, src_dir_fd: int | None = None, dst_dir_fd: int | None = None,
+             follow_symlinks: bool = True) -> None:
+        """os.link: the new name holds the same bytes, in scratch (a hard link to a user's file would let a
+        later write through it change the user's file)."""
+        if src_dir_fd is not None or dst_dir_fd is not None or self._passes(self._key(dst)):
+            return _REAL["link"](src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd, follow_symlinks=follow_symlinks)
+        _copy(self.read_path(src), self.write_path(dst, exclusive=True))
+
+    def symlink(self, src: Any, dst: Any, target_is_directory: bool = False, *, dir_fd: int | None = None) -> None:
+        """os.symlink: the link in scratch, to the file the script's view names (a relative target from the link's folder)."""
+        key = self._key(dst)
+        if dir_fd is not None or self._passes(key):
+            return _REAL["symlink"](src, dst, target_is_directory, dir_fd=dir_fd)
+        assert key is not None
+        target = os.fsdecode(src)
+        _REAL["symlink"](self.read_path(os.path.join(os.path.dirname(key), target)), self.write_path(dst, exclusive=True))
 
     def temporary(self, make: Callable[..., Any], dir_at: int) -> Callable[..., Any]:
         """tempfile.mkdtemp / its mkstemp: a fresh name in the system's temp directory is made for real
@@ -438,7 +458,7 @@ class Overlay:
             (os, "remove"): self.remove, (os, "unlink"): self.remove, (os, "rmdir"): self.rmdir,
             (shutil, "rmtree"): self.rmtree, (os, "scandir"): self.scandir,
             (os, "statvfs"): self.resolved("statvfs"), (os, "access"): self.resolved("access"),
-            (os, "readlink"): self.resolved("readlink"),
+            (os, "readlink"): self.resolved("readlink"), (os, "link"): self.link, (os, "symlink"): self.symlink,
             (tempfile, "mkdtemp"): self.temporary(_mkdtemp, 2), (tempfile, "_mkstemp_inner"): self.temporary(_mkstemp_inner, 0),
             (os, "chmod"): self.metadata("chmod"), (os, "utime"): self.metadata("utime"), (os, "truncate"): self.metadata("truncate"),
         }
@@ -508,7 +528,8 @@ class Overlay:
                 size = _REAL["stat"](self.scratch(key)).st_size
             except OSError:
                 continue
-            out.append((key, HeldWrite(display_path(key), size, w.source)))
+            shown = os.path.join(display_path(os.path.dirname(key)), os.path.basename(key))  # a link is named, not followed
+            out.append((key, HeldWrite(os.path.normpath(shown), size, w.source)))
         return out
 
     def _children_wrote(self) -> dict[str, _Written]:
