@@ -37,13 +37,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dtype_doctor.machine.fake_packages import FLASH_DTYPE_ERROR, FLASH_GPU_ERROR
 from dtype_doctor.records import HALF, OpCall, TensorMeta, Trace
 
 SDPA_OP = "torch.nn.functional.scaled_dot_product_attention"
 FLASH_IMPLEMENTATIONS = {"flash_attention_2": 2, "flash_attention_3": 3}
-# flash-attn's own words (csrc/flash_attn/flash_api.cpp, mha_fwd), raised at the first forward.
-FLASH_DTYPE_ERROR = "FlashAttention only support fp16 and bf16 data type"
-FLASH_GPU_ERROR = "FlashAttention only supports Ampere GPUs or newer."
+# flash-attn's own words (FLASH_DTYPE_ERROR, FLASH_GPU_ERROR) are machine.fake_packages': the simulated
+# flash-attn raises them at the first forward, as the package does.
 # The minimum compute capability of each flash-attn generation (FA2: Ampere; FA3: Hopper).
 FLASH_MIN_CAPABILITY = {2: (8, 0), 3: (9, 0)}
 
@@ -189,6 +189,12 @@ def flash_attn_refusal(version: int, dtype: str | None, cc: tuple[int, int] | No
         return (FLASH_DTYPE_ERROR, f"flash_attention_{version} computes in float16 or bfloat16 only; the weights are {dtype}, "
                                    "and transformers casts query, key and value to the weights' dtype before the kernel")
     return None
+
+
+def flash_attn_raised(trace: Trace, error: str) -> bool:
+    """Whether the traced step stopped on flash-attn's own refusal `error` (the simulated package raised it)."""
+    failure = trace.failure
+    return failure is not None and error in (failure.message or "")
 
 
 def implementation_of(trace: Trace) -> tuple[str | None, str | None, str | None]:

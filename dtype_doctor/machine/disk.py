@@ -37,7 +37,9 @@ from dtype_doctor.records import HeldWrite, SourceLoc
 # The real functions, taken before any patch: the overlay's own work goes through these.
 _open = builtins.open
 _REAL = {name: getattr(os, name) for name in ("open", "stat", "lstat", "replace", "rename", "remove", "unlink", "rmdir",
-                                              "mkdir", "listdir", "chmod", "utime", "truncate")}
+                                              "mkdir", "listdir", "chmod", "utime", "truncate", "scandir", "statvfs",
+                                              "access", "readlink", "symlink", "link")}
+_mkdtemp, _mkstemp_inner = tempfile.mkdtemp, tempfile._mkstemp_inner  # type: ignore[attr-defined]
 _rmtree = shutil.rmtree
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
@@ -79,6 +81,10 @@ class Overlay:
         self._pause = 0
         self._made = False  # the scratch layer holds something: reads and listings look there
         self._exempt: tuple[str, ...] = ()
+        # What tempfile made in the system's temp directory (multiprocessing's socket folder, a library's
+        # NamedTemporaryFile): a fresh name no user file had, real, so C code (a socket's bind) finds it.
+        self._owned: set[str] = set()
+        self._owned_under: tuple[str, ...] = ()
         self._saved: list[tuple[Any, str, Any]] = []
         self._hooks: list[Any] = []
 
@@ -95,7 +101,7 @@ class Overlay:
     def _passes(self, key: str | None) -> bool:
         """Written as it is: not a path, the doctor writing, scratch itself, a cache or a device."""
         return key is None or self._pause > 0 or not self.root or key.startswith(self._exempt) \
-            or f"{os.sep}__pycache__{os.sep}" in key
+            or f"{os.sep}__pycache__{os.sep}" in key or key in self._owned or key.startswith(self._owned_under)
 
     def scratch(self, key: str) -> str:
         return os.path.join(self.root, os.path.splitdrive(key)[1].lstrip(os.sep))
@@ -143,8 +149,8 @@ class Overlay:
         if self._passes(key) or not self._touched():
             return path
         assert key is not None
-        if self._in_upper(key):
-            return self.scratch(key)
+        if self._in_upper(key) or (self._upper(key) is not None and self._lower(key) is None):
+            return self.scratch(key)  # a file the script wrote, or a directory it made
         if self._hidden(key):
             raise self._missing(path)
         return path
@@ -245,6 +251,62 @@ class Overlay:
             names |= set(_REAL["listdir"](self.scratch(key)))
         out = sorted(names)
         return [os.fsencode(n) for n in out] if isinstance(path, bytes) else out
+
+    def scandir(self, path: Any = ".") -> Any:
+        key = self._key(path)
+        if self._passes(key) or not self._touched():
+            return _REAL["scandir"](path)
+        from dtype_doctor.machine.disk_listing import merged
+
+        return merged(path, self.listdir(path), self.stat)
+
+    def resolved(self, name: str) -> Callable[..., Any]:
+        """os.statvfs / os.access / os.readlink: asked of the file the script would open (its scratch copy)."""
+        real = _REAL[name]
+
+        def ask(path: Any, *args: Any, **kwargs: Any) -> Any:
+            out = real(path if kwargs.get("dir_fd") is not None else self.read_path(path), *args, **kwargs)
+            if name == "readlink" and isinstance(out, str) and self.root and out.startswith(self.root + os.sep):
+                return os.sep + os.path.relpath(out, self.root)  # a link the script made names the file it named
+            return out
+
+        return ask
+
+    def link(self, src: Any, dst: Any, *, src_dir_fd: int | None = None, dst_dir_fd: int | None = None,
+             follow_symlinks: bool = True) -> None:
+        """os.link: the new name holds the same bytes, in scratch (a hard link to a user's file would let a
+        later write through it change the user's file)."""
+        if src_dir_fd is not None or dst_dir_fd is not None or self._passes(self._key(dst)):
+            return _REAL["link"](src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd, follow_symlinks=follow_symlinks)
+        _copy(self.read_path(src), self.write_path(dst, exclusive=True))
+
+    def symlink(self, src: Any, dst: Any, target_is_directory: bool = False, *, dir_fd: int | None = None) -> None:
+        """os.symlink: the link in scratch, to the file the script's view names (a relative target from the link's folder)."""
+        key = self._key(dst)
+        if dir_fd is not None or self._passes(key):
+            return _REAL["symlink"](src, dst, target_is_directory, dir_fd=dir_fd)
+        assert key is not None
+        target = os.fsdecode(src)
+        _REAL["symlink"](self.read_path(os.path.join(os.path.dirname(key), target)), self.write_path(dst, exclusive=True))
+
+    def temporary(self, make: Callable[..., Any], dir_at: int) -> Callable[..., Any]:
+        """tempfile.mkdtemp / its mkstemp: a fresh name in the system's temp directory is made for real
+        (no user file had it; C code that binds a socket there, multiprocessing's, finds it) and owned."""
+
+        def made(*args: Any, **kwargs: Any) -> Any:
+            where = kwargs.get("dir", args[dir_at] if len(args) > dir_at else None)
+            key = self._key(where) if where is not None else None
+            if key is not None and key != self._key(tempfile.gettempdir()) and not self._passes(key):
+                return make(*args, **kwargs)  # a temporary file among the user's: the overlay's
+            with self.paused():
+                out = make(*args, **kwargs)
+            owned = self._key(out if isinstance(out, (str, bytes)) else out[1])
+            if owned is not None:
+                self._owned.add(owned)
+                self._owned_under += (owned + os.sep,)
+            return out
+
+        return made
 
     def mkdir(self, path: Any, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
         key = self._key(path)
@@ -364,18 +426,40 @@ class Overlay:
     # ------------------------------------------------------------ arming
 
     def __enter__(self) -> "Overlay":
-        global _ARMED
         self.root = tempfile.mkdtemp(prefix="dtype-doctor-writes-")
         import atexit
 
         atexit.register(self.cleanup)  # the scratch goes with the process, whatever ended the run
         self._exempt = tuple(os.path.join(os.path.abspath(p), "") for p in (self.root, *_library_caches()))
+        return self._arm()
+
+    def state(self) -> tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+        """What a child process needs to see this file system: (scratch, exempt, hidden, owned)."""
+        return self.root, self._exempt, tuple(self.hidden), tuple(self._owned)
+
+    @classmethod
+    def joined(cls, state: tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]) -> "Overlay":
+        """The parent's overlay, armed in a spawned child: its writes land in the parent's scratch (which
+        the parent lists and removes); the child never removes it."""
+        disk = cls()
+        disk.root, disk._exempt, hidden, owned = state
+        disk.hidden = set(hidden)
+        disk._owned = set(owned)
+        disk._owned_under = tuple(o + os.sep for o in owned)
+        disk._made = True
+        return disk._arm()
+
+    def _arm(self) -> "Overlay":
+        global _ARMED
         patches = {
             (builtins, "open"): self.open, (io, "open"): self.open,
             (os, "open"): self.os_open, (os, "stat"): self.stat, (os, "lstat"): self.lstat, (os, "listdir"): self.listdir,
             (os, "mkdir"): self.mkdir, (os, "replace"): self.replace, (os, "rename"): self.replace,
             (os, "remove"): self.remove, (os, "unlink"): self.remove, (os, "rmdir"): self.rmdir,
-            (shutil, "rmtree"): self.rmtree,
+            (shutil, "rmtree"): self.rmtree, (os, "scandir"): self.scandir,
+            (os, "statvfs"): self.resolved("statvfs"), (os, "access"): self.resolved("access"),
+            (os, "readlink"): self.resolved("readlink"), (os, "link"): self.link, (os, "symlink"): self.symlink,
+            (tempfile, "mkdtemp"): self.temporary(_mkdtemp, 2), (tempfile, "_mkstemp_inner"): self.temporary(_mkstemp_inner, 0),
             (os, "chmod"): self.metadata("chmod"), (os, "utime"): self.metadata("utime"), (os, "truncate"): self.metadata("truncate"),
         }
         for (owner, name), fn in patches.items():
@@ -439,13 +523,26 @@ class Overlay:
         from dtype_doctor.machine.user_code import display_path
 
         out = []
-        for key, w in self.written.items():
+        for key, w in {**self.written, **self._children_wrote()}.items():
             try:
                 size = _REAL["stat"](self.scratch(key)).st_size
             except OSError:
                 continue
-            out.append((key, HeldWrite(display_path(key), size, w.source)))
+            shown = os.path.join(display_path(os.path.dirname(key)), os.path.basename(key))  # a link is named, not followed
+            out.append((key, HeldWrite(os.path.normpath(shown), size, w.source)))
         return out
+
+    def _children_wrote(self) -> dict[str, _Written]:
+        """Files in scratch this process did not write: a child process's (a DataLoader worker's), no line."""
+        found: dict[str, _Written] = {}
+        if not self.root:
+            return found
+        for dirpath, _dirs, files in os.walk(self.root):
+            for f in files:
+                key = os.sep + os.path.relpath(os.path.join(dirpath, f), self.root)
+                if key not in self.written:
+                    found[key] = _Written(key, None)
+        return found
 
     def keep(self, directory: str) -> list[str]:
         """Copy the held files into `directory`, each at its path as the report names it (relative

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.attention import FLASH_DTYPE_ERROR, FLASH_IMPLEMENTATIONS, implementation_of, sdpa_calls
+from dtype_doctor.attention import FLASH_DTYPE_ERROR, FLASH_IMPLEMENTATIONS, flash_attn_raised, implementation_of, sdpa_calls
 from dtype_doctor.records import HALF, Finding, Remedy, Trace
 from dtype_doctor.rules.base import Rule
 
@@ -60,6 +60,8 @@ RULE = Rule(
     fix="Load with dtype=torch.bfloat16 (or float16), or run the forward under torch.autocast, or use 'sdpa'.",
     fix_safety="autocast is safe (weights stay float32); dtype= at load is half-model (unsafe: precision).",
     check=check,
+    # The simulated flash-attn raises its own refusal at the first forward: this rule explains that stop (not DD001).
+    explains=lambda trace: flash_attn_raised(trace, FLASH_DTYPE_ERROR),
     references=(
         "https://github.com/volcengine/verl/issues/1498",
         "transformers modeling_utils.py _flash_attn_can_dispatch; integrations/flash_attention.py get_target_dtype",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.attention import FLASH_IMPLEMENTATIONS, flash_attn_refusal, implementation_of
+from dtype_doctor.attention import (FLASH_GPU_ERROR, FLASH_IMPLEMENTATIONS, flash_attn_raised, flash_attn_refusal,
+                                    implementation_of)
 from dtype_doctor.records import Finding, Trace
 from dtype_doctor.rules.base import Rule
 from dtype_doctor.rules.dd701_flash_attention_float32 import where
@@ -51,6 +52,8 @@ RULE = Rule(
     fix="Use attn_implementation='sdpa' on these GPUs (torch picks memory-efficient or math attention there).",
     fix_safety="display-only: the attention implementation is your loading code's.",
     check=check,
+    # The simulated flash-attn raises its own refusal at the first forward: this rule explains that stop (not DD001).
+    explains=lambda trace: flash_attn_raised(trace, FLASH_GPU_ERROR),
     references=("flash-attention csrc/flash_attn/flash_api.cpp mha_fwd",
                 "transformers modeling_flash_attention_utils.py FLASH_ATTENTION_COMPATIBILITY_MATRIX"),
     device_note="Judged against the --gpu profile of a simulated CUDA target; without a profile only the device type is judged.",

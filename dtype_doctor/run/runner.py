@@ -166,8 +166,11 @@ def _without_a_model_report(command: ScriptCommand, outcome: ScriptOutcome, sess
             reported(refused_read)
             return RunResult(command, refused_read, outcome, 0)
         where = user_frame(error)
+        from dtype_doctor.machine.fake_packages import not_simulated
+
+        why = not_simulated(error) if options.simulate else ""  # a CUDA-only package the simulation has no fake of
         raise InputError(
-            f"{command.display} raised {type(error).__name__} before calling a model{where}: {first_line(error)}"
+            f"{command.display} raised {type(error).__name__} before calling a model{where}: {first_line(error)}{why}"
         ) from error
     raise _no_model_call(command, outcome)
 

@@ -191,6 +191,13 @@ class RunSession:
             self._simulation = CudaSimulation(self.target, gpu_profile(self.placement.gpu), on_amp=self._set_amp,
                                               in_forward=lambda: self._model_depth > 0, gpus=self.placement.gpus)
             self._arms.enter_context(self._simulation)
+            from dtype_doctor.machine.workers import Children
+
+            # DataLoader workers and other child processes see the simulated machine (machine/workers.py).
+            self._arms.enter_context(Children(self.disk, str(self.target), self.placement.gpu, self.placement.gpus))
+            from dtype_doctor.machine.fake_packages import CudaOnlyPackages
+
+            self._arms.enter_context(CudaOnlyPackages())  # flash-attn as the target has it (machine/fake_packages.py)
         elif self.hide_cuda:
             self._arms.enter_context(_hidden_cuda())
         original = torch.nn.Module.__call__

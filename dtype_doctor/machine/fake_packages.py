@@ -1,0 +1,232 @@
+"""CUDA-only packages under `--simulate`: the target machine has them, the runner does not.
+
+A script that asks transformers for `attn_implementation="flash_attention_2"` needs the
+flash-attn package, which installs only beside a CUDA toolkit; on the runner transformers stops
+at load ("the package for FlashAttention2 doesn't seem to be installed") and the GPU's verdict
+never comes. While a simulation runs, the packages below are visible as installed, the way
+transformers, diffusers and peft look for them: a module spec (`importlib.util.find_spec`), a
+distribution with its version (`importlib.metadata.version`, `packages_distributions()`), and the
+functions they import. Each fake runs what its package runs on the target, within the limits its
+source states, and refuses what it refuses with its own words:
+
+- flash-attn 2 (`flash_attn`, `flash_attn.bert_padding`), version 2.8.3: csrc/flash_attn/flash_api.cpp
+  `mha_fwd` / `mha_varlen_fwd` check the GPU ("FlashAttention only supports Ampere GPUs or
+  newer.", compute capability 8.0 and up), the dtype ("FlashAttention only support fp16 and bf16
+  data type"), q/k/v alike ("query and key must have the same dtype"), the device ("Input tensor
+  must be on CUDA device") and the head dim ("FlashAttention forward only supports head dimension
+  at most 256"). The attention itself is torch's own flash kernel (`aten._flash_attention_forward`,
+  the same algorithm and layout, with its backward), run on the simulated tensors.
+
+Packages that cannot be faked faithfully (their kernels have no torch equivalent to run on the
+simulated tensors) stay absent, as libraries' availability checks find them on the runner; a
+script that imports one stops with its ImportError and the reason named (NOT_FAKED,
+`not_simulated`). A package that is really installed is imported as it is: the finder comes after
+Python's own.
+
+The fakes exist only while the simulation is armed: nothing is written to site-packages, and
+transformers' cached answers (`is_flash_attn_2_available`, the distribution map, the loaded flash
+functions) are cleared on arming and disarming, so a real run afterwards sees the real machine.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.metadata
+import sys
+import types
+from typing import Any, Callable, Iterator
+
+# (distribution, version, top-level module) of each package faked here.
+FAKED = {"flash_attn": ("flash-attn", "2.8.3")}
+# CUDA-only packages transformers, diffusers, peft, accelerate and trl look for, not faked: (why).
+NOT_FAKED = {
+    "flash_attn_interface": "FlashAttention-3 (Hopper kernels)",
+    "xformers": "xFormers (CUDA attention and fused kernels)",
+    "liger_kernel": "Liger Kernel (Triton kernels for CUDA)",
+    "deepspeed": "DeepSpeed (CUDA ops, built at install)",
+    "apex": "NVIDIA Apex (fused CUDA kernels)",
+    "mamba_ssm": "mamba-ssm (selective-scan CUDA kernels)",
+    "causal_conv1d": "causal-conv1d (CUDA kernels)",
+    "flash_attn_3": "FlashAttention-3 (Hopper kernels)",
+}
+MIN_CAPABILITY = (8, 0)  # flash_api.cpp: "FlashAttention only supports Ampere GPUs or newer."
+# flash-attn's own words (csrc/flash_attn/flash_api.cpp, mha_fwd), raised at the first forward.
+FLASH_GPU_ERROR = "FlashAttention only supports Ampere GPUs or newer."
+FLASH_DTYPE_ERROR = "FlashAttention only support fp16 and bf16 data type"
+
+
+def _check(q: Any, k: Any, v: Any) -> None:
+    """flash_api.cpp mha_fwd's checks, in its order, with its words."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) < MIN_CAPABILITY:
+        raise RuntimeError(FLASH_GPU_ERROR)
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        raise RuntimeError(FLASH_DTYPE_ERROR)
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise RuntimeError("query and key must have the same dtype")
+    if "cpu" in (q.device.type, k.device.type, v.device.type):  # the simulated GPU's tensors live on the stand-in device
+        raise RuntimeError("Input tensor must be on CUDA device")
+    if q.shape[-1] > 256:
+        raise RuntimeError("FlashAttention forward only supports head dimension at most 256")
+
+
+def _attention(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int, dropout_p: float,
+               softmax_scale: float | None, causal: bool, return_attn_probs: bool) -> Any:
+    import torch
+
+    _check(q, k, v)
+    out = torch.ops.aten._flash_attention_forward(q, k, v, cu_q, cu_k, max_q, max_k, float(dropout_p), bool(causal),
+                                                  False, scale=softmax_scale)
+    return (out[0], out[1], None) if return_attn_probs else out[0]
+
+
+def flash_attn_func(q: Any, k: Any, v: Any, dropout_p: float = 0.0, softmax_scale: float | None = None, causal: bool = False,
+                    window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi_slopes: Any = None,
+                    deterministic: bool = False, return_attn_probs: bool = False) -> Any:
+    """flash_attn.flash_attn_interface.flash_attn_func: q (batch, seqlen, heads, head_dim)."""
+    return _attention(q, k, v, None, None, q.shape[1], k.shape[1], dropout_p, softmax_scale, causal, return_attn_probs)
+
+
+def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: int, max_seqlen_k: int,
+                           dropout_p: float = 0.0, softmax_scale: float | None = None, causal: bool = False,
+                           window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi_slopes: Any = None,
+                           deterministic: bool = False, return_attn_probs: bool = False, block_table: Any = None) -> Any:
+    """flash_attn.flash_attn_interface.flash_attn_varlen_func: q (total_q, heads, head_dim)."""
+    return _attention(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), dropout_p, softmax_scale,
+                      causal, return_attn_probs)
+
+
+def flash_attn_with_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Any = None, v: Any = None, rotary_cos: Any = None,
+                            rotary_sin: Any = None, cache_seqlens: Any = None, cache_batch_idx: Any = None,
+                            cache_leftpad: Any = None, block_table: Any = None, softmax_scale: float | None = None,
+                            causal: bool = False, window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                            rotary_interleaved: bool = True, alibi_slopes: Any = None, num_splits: int = 0,
+                            return_softmax_lse: bool = False) -> Any:
+    """flash_attn.flash_attn_interface.flash_attn_with_kvcache (decode against a cache): the attention over the cache."""
+    return _attention(q, k_cache, v_cache, None, None, q.shape[1], k_cache.shape[1], 0.0, softmax_scale, causal,
+                      return_softmax_lse)
+
+
+def unpad_input(hidden_states: Any, attention_mask: Any, unused_mask: Any = None) -> tuple[Any, Any, Any, int, Any]:
+    """flash_attn.bert_padding.unpad_input."""
+    import torch
+    import torch.nn.functional as F
+
+    all_masks = attention_mask + unused_mask if unused_mask is not None else attention_mask
+    seqlens = all_masks.sum(dim=-1, dtype=torch.int32)
+    used = attention_mask.sum(dim=-1, dtype=torch.int32)
+    indices = torch.nonzero(all_masks.flatten(), as_tuple=False).flatten()
+    max_seqlen = seqlens.max().item()
+    cu_seqlens = F.pad(torch.cumsum(seqlens, dim=0, dtype=torch.int32), (1, 0))
+    flat = hidden_states.reshape(-1, *hidden_states.shape[2:])
+    return flat[indices], indices, cu_seqlens, max_seqlen, used
+
+
+def pad_input(hidden_states: Any, indices: Any, batch: int, seqlen: int) -> Any:
+    """flash_attn.bert_padding.pad_input."""
+    import torch
+
+    out = torch.zeros(batch * seqlen, *hidden_states.shape[1:], device=hidden_states.device, dtype=hidden_states.dtype)
+    out[indices] = hidden_states
+    return out.view(batch, seqlen, *hidden_states.shape[1:])
+
+
+def _flash_attn_modules() -> dict[str, dict[str, Any]]:
+    kernels = {"flash_attn_func": flash_attn_func, "flash_attn_varlen_func": flash_attn_varlen_func,
+               "flash_attn_with_kvcache": flash_attn_with_kvcache}
+    return {
+        "flash_attn": {"__version__": FAKED["flash_attn"][1], **kernels},
+        "flash_attn.flash_attn_interface": dict(kernels),
+        "flash_attn.bert_padding": {"pad_input": pad_input, "unpad_input": unpad_input},
+    }
+
+
+class _Distribution(importlib.metadata.Distribution):
+    """The installed-package record importlib.metadata reads: METADATA and top_level.txt."""
+
+    def __init__(self, name: str, version: str, top_level: str) -> None:
+        self._files = {"METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+                       "top_level.txt": f"{top_level}\n"}
+
+    def read_text(self, filename: str) -> str | None:
+        return self._files.get(filename)
+
+    def locate_file(self, path: Any) -> Any:
+        return path
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, attrs: dict[str, Any], package: bool) -> None:
+        self.attrs, self.package = attrs, package
+
+    def create_module(self, spec: Any) -> types.ModuleType | None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.__dict__.update(self.attrs)
+        module.__dtype_doctor_fake__ = True  # type: ignore[attr-defined]
+        if self.package:
+            module.__path__ = []  # type: ignore[attr-defined]
+
+
+class CudaOnlyPackages(importlib.abc.MetaPathFinder):
+    """`with CudaOnlyPackages():` — the fakes importable and installed, the others named, until exit."""
+
+    def __init__(self) -> None:
+        self.modules = _flash_attn_modules()
+        self._imported: list[str] = []
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname in self.modules:
+            package = any(m.startswith(fullname + ".") for m in self.modules)
+            self._imported.append(fullname)
+            return importlib.machinery.ModuleSpec(fullname, _Loader(self.modules[fullname], package), is_package=package)
+        return None
+
+    def find_distributions(self, context: Any = importlib.metadata.DistributionFinder.Context()) -> Iterator[Any]:
+        for top, (name, version) in FAKED.items():
+            if context.name is None or _normal(context.name) == _normal(name):
+                yield _Distribution(name, version, top)
+
+    def __enter__(self) -> "CudaOnlyPackages":
+        sys.meta_path.append(self)  # after Python's own finders: a package really installed is the real one
+        _forget_answers()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        for name in [n for n, m in sys.modules.items() if getattr(m, "__dtype_doctor_fake__", False)]:
+            del sys.modules[name]
+        _forget_answers()
+
+
+def not_simulated(error: BaseException) -> str:
+    """What to add to the script's ImportError of a CUDA-only package the simulation does not fake ("" otherwise)."""
+    name = getattr(error, "name", None) if isinstance(error, ImportError) else None
+    top = name.split(".")[0] if isinstance(name, str) else None
+    if top not in NOT_FAKED:
+        return ""
+    return (f" ({NOT_FAKED[top]} is a CUDA-only package that --simulate does not simulate: the step past this import "
+            "needs a GPU machine with it installed)")
+
+
+def _normal(name: str) -> str:
+    return name.lower().replace("_", "-")
+
+
+def _forget_answers() -> None:
+    """transformers' cached package answers, and the flash functions it loaded: recomputed on the next ask."""
+    utils = sys.modules.get("transformers.utils.import_utils")
+    for fn in vars(utils).values() if utils is not None else ():
+        clear: Callable[[], None] | None = getattr(fn, "cache_clear", None)
+        if callable(clear) and getattr(fn, "__module__", "") == utils.__name__:  # type: ignore[union-attr]
+            clear()
+    flash = sys.modules.get("transformers.modeling_flash_attention_utils")
+    if flash is not None and getattr(flash, "_loaded_implementation", None) is not None:
+        for name in ("_loaded_implementation", "_flash_fn", "_flash_varlen_fn", "_flash_with_kvcache_fn", "_pad_fn",
+                     "_unpad_fn", "_process_flash_kwargs_fn", "_process_with_kvcache_kwargs_fn"):
+            setattr(flash, name, None)

@@ -1,0 +1,228 @@
+"""Child processes under `--simulate`: DataLoader workers run as they run on a GPU machine.
+
+A training script loads its data in worker processes (`DataLoader(num_workers=2,
+pin_memory=True)`), started by fork, spawn or forkserver. On a GPU machine the workers read and
+collate on the CPU, the batches come back as CPU tensors, and the main process moves them to the
+GPU. Under the simulation the same holds, with what a child needs to see the same machine:
+
+- fork: the child is a copy of the simulated process (its overlay, its simulated CUDA);
+  multiprocessing's socket folder is a real temporary directory (machine/disk.py), so the batches'
+  shared memory is handed over as on any machine.
+- spawn and forkserver: the child is a new interpreter that imports the script again (as
+  `__mp_main__`). Before it does, it arms the parent's overlay (its writes land in the parent's
+  scratch, listed in the report's `writes`) and a simulated CUDA of the same GPU, so the script's
+  top level reads the machine it reads in the parent and never writes the user's files. The
+  forkserver's server process, which would import the script with neither, does not preload it.
+- pinned memory: the pin thread DataLoader starts runs under the parent's function modes (a
+  thread starts with none), so a batch is pinned as the simulation pins it.
+
+What a child writes to stderr (a traceback, a warning) goes to a file the parent reads, never to
+the user's terminal: a child that failed stops the loader's wait at once with one line naming
+the worker and its error (the parent would otherwise wait on a worker that never delivers);
+what a child printed otherwise is said in one line each when the run ends.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+_TRACEBACK = "Traceback (most recent call last)"
+_CURRENT: "Children | None" = None
+
+
+@dataclass(frozen=True)
+class ChildArms:
+    """What a spawned child arms before it imports the script (pickled into spawn's preparation data)."""
+
+    disk: tuple[Any, ...] | None  # Overlay.state()
+    capture: str  # the folder its stderr goes to
+    device: str  # the simulated device the parent's script sees ("cuda:0")
+    gpu: str | None  # the GPU profile's name
+    gpus: int
+
+    def __reduce__(self) -> tuple[Callable[..., None], tuple[Any, ...]]:
+        return _Armed, (self.disk, self.capture, self.device, self.gpu, self.gpus)
+
+
+def _Armed(disk: Any, capture: str, device: str, gpu: str | None, gpus: int) -> None:  # noqa: N802 - pickle's callable
+    """Run in a spawned child as spawn's preparation data is unpickled, before the script is imported."""
+    _capture_stderr(capture)
+    if disk is not None:
+        from dtype_doctor.machine.disk import Overlay
+
+        Overlay.joined(disk)
+    try:
+        import torch
+
+        from dtype_doctor.machine.gpus import gpu_profile
+        from dtype_doctor.machine.simulate import CudaSimulation
+
+        CudaSimulation(torch.device(device), gpu_profile(gpu), gpus=gpus, stops=False).__enter__()
+    except Exception as e:  # noqa: BLE001 - the child goes on as the plain CPU process it is, and says so
+        print(f"{_TRACEBACK} (dtype-doctor)\nthe simulated CUDA could not be armed in this worker: {type(e).__name__}: {e}",
+              file=sys.stderr, flush=True)
+
+
+def _capture_stderr(folder: str) -> None:
+    """This process's stderr (fd 2, so C code's too) into `folder`/<pid>.err."""
+    sys.stderr.flush()
+    fd = os.open(os.path.join(folder, f"{os.getpid()}.err"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 2)
+    os.close(fd)
+    # Python's stderr too, which need not be fd 2 (a test's capture, a notebook's stream): tracebacks print there.
+    sys.stderr = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+
+
+def last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+class Children:
+    """`with Children(disk, device, gpu, gpus):` — child processes the script starts see the simulated
+    machine, and what they meet is the parent's to say (`said()` after the run: one line a child)."""
+
+    def __init__(self, disk: Any, device: str, gpu: str | None, gpus: int = 1) -> None:
+        self.disk = disk
+        self.device, self.gpu, self.gpus = device, gpu, gpus
+        self.capture = ""
+        self.reported: set[int] = set()
+        self._saved: list[tuple[Any, str, Any]] = []
+        self._hook: Any = None
+
+    def arms(self) -> ChildArms:
+        return ChildArms(self.disk.state() if self.disk is not None else None, self.capture, self.device, self.gpu, self.gpus)
+
+    def __enter__(self) -> "Children":
+        global _CURRENT
+        import multiprocessing.process
+        import multiprocessing.spawn
+        import tempfile
+
+        self.capture = tempfile.mkdtemp(prefix="dtype-doctor-children-")  # owned: a fresh name in the temp dir
+        children = self
+        bootstrap = multiprocessing.process.BaseProcess._bootstrap
+        prepared = multiprocessing.spawn.get_preparation_data
+
+        def _bootstrap(process: Any, *args: Any, **kwargs: Any) -> Any:
+            if _CURRENT is children:
+                _capture_stderr(children.capture)  # a forked child: already the simulated process
+            return bootstrap(process, *args, **kwargs)
+
+        def get_preparation_data(name: str) -> dict[str, Any]:
+            data = prepared(name)
+            data["dtype_doctor"] = children.arms()  # unpickled (and armed) before prepare() imports the script
+            return data
+
+        self._set(multiprocessing.process.BaseProcess, "_bootstrap", _bootstrap)
+        self._set(multiprocessing.spawn, "get_preparation_data", get_preparation_data)
+        self._quiet_forkserver()
+        self._patch_loader()
+        _CURRENT = self
+        return self
+
+    def _quiet_forkserver(self) -> None:
+        """The forkserver's server process would import the script before any arming: it preloads nothing."""
+        import multiprocessing.forkserver as forkserver
+
+        server = getattr(forkserver, "_forkserver", None)
+        if server is not None and hasattr(server, "_preload_modules"):
+            self._set(server, "_preload_modules", [m for m in server._preload_modules if m != "__main__"])
+
+    def _patch_loader(self) -> None:
+        from dtype_doctor.machine.libraries import after_import
+
+        def patch(dataloader: Any) -> None:
+            it = getattr(dataloader, "_MultiProcessingDataLoaderIter", None)
+            if it is not None:
+                self._set(it, "_try_get_data", self._bounded(it._try_get_data))
+
+        self._hook = after_import("torch.utils.data.dataloader", patch)
+        import torch.utils.data._utils.pin_memory as pin
+
+        self._set(pin, "_pin_memory_loop", _with_modes(pin._pin_memory_loop))
+
+    def _bounded(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        children = self
+
+        def _try_get_data(it: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                got = original(it, *args, **kwargs)
+            except RuntimeError:
+                children.raise_failed(it)  # a worker died: its own error, not only "exited unexpectedly"
+                raise
+            if not got[0]:
+                children.raise_failed(it)
+            return got
+
+        return _try_get_data
+
+    def raise_failed(self, it: Any) -> None:
+        """RuntimeError in one line when one of the loader `it`'s workers wrote a traceback."""
+        failed = []
+        for k, w in enumerate(getattr(it, "_workers", ())):
+            text = self._read(w.pid)
+            if w.pid is not None and _TRACEBACK in text and w.pid not in self.reported:
+                failed.append((k, w, text))
+        if failed:
+            k, w, text = failed[0]
+            self.reported.update(f[1].pid for f in failed)
+            more = f" (and {len(failed) - 1} more worker{'s' if len(failed) > 2 else ''})" if len(failed) > 1 else ""
+            raise RuntimeError(f"DataLoader worker process {k} (pid {w.pid}, {getattr(w, '_start_method', None) or 'fork'}) "
+                               f"failed under the simulation: {last_line(text)}{more}") from None
+
+    def _read(self, pid: int | None) -> str:
+        try:
+            with open(os.path.join(self.capture, f"{pid}.err"), encoding="utf-8", errors="replace") as fh:
+                return fh.read()
+        except (OSError, TypeError):
+            return ""
+
+    def said(self) -> list[str]:
+        """One line for each child that wrote to stderr and was not reported already."""
+        out = []
+        for name in sorted(os.listdir(self.capture)) if self.capture and os.path.isdir(self.capture) else ():
+            pid = int(name.split(".")[0]) if name.split(".")[0].isdigit() else None
+            text = self._read(pid)
+            if pid is None or pid in self.reported or not text.strip():
+                continue
+            kind = "failed" if _TRACEBACK in text else "wrote to stderr"
+            out.append(f"a child process (pid {pid}) {kind}: {last_line(text)}")
+        return out
+
+    def _set(self, owner: Any, name: str, value: Any) -> None:
+        self._saved.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, value)
+
+    def __exit__(self, *exc: Any) -> None:
+        global _CURRENT
+        _CURRENT = None
+        if self._hook is not None and self._hook in sys.meta_path:
+            sys.meta_path.remove(self._hook)
+        for owner, name, original in reversed(self._saved):
+            setattr(owner, name, original)
+        self._saved.clear()
+        for line in self.said():
+            print(f"dtype-doctor: {line}", file=sys.stderr)
+        import shutil
+
+        shutil.rmtree(self.capture, ignore_errors=True)
+
+
+def _with_modes(loop: Callable[..., Any]) -> Callable[..., Any]:
+    """DataLoader's pin-memory loop, run in its thread under the function modes of the thread that started it."""
+    from torch.overrides import _get_current_function_mode_stack
+
+    def _pin_memory_loop(*args: Any, **kwargs: Any) -> Any:
+        import contextlib
+
+        with contextlib.ExitStack() as stack:
+            for mode in modes:
+                stack.enter_context(mode)
+            return loop(*args, **kwargs)
+
+    modes = list(_get_current_function_mode_stack())
+    return _pin_memory_loop

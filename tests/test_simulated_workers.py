@@ -1,0 +1,66 @@
+"""DataLoader worker processes under `run --simulate` run as on a GPU machine (machine/workers.py).
+
+The script (tests/scripts/loader_workers.py) has mnist/main.py's loader shape: workers, pinned memory,
+batches moved to the device in the loop. Its plain run (a real `run`, the CPU machine) is traced first;
+then the simulated A100 with each start method: the workers' CPU batches reach the simulated GPU, the
+step is traced, nothing a worker did reaches the terminal or the user's files. A worker that fails is
+said by the parent in one line and the run ends (before, every worker died at multiprocessing's socket
+bind, their tracebacks spilled onto the terminal and the run waited until the script's time limit).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dtype_doctor.cli.main import run
+
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "loader_workers.py"
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    shutil.copy(SCRIPT, tmp_path / "loader_workers.py")
+    (tmp_path / "started.log").write_text("the user's log\n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        run(argv)
+    captured = capsys.readouterr()
+    return exit_info.value.code, captured.out, captured.err
+
+
+def test_the_plain_run_traces_the_step_with_its_workers(here: Path, capsys: pytest.CaptureFixture) -> None:
+    code, out, err = _run(["run", "--device", "cpu", "-f", "json", "--", "python", "loader_workers.py", "fork"], capsys)
+    assert code == 0 and "step on cpu" in err
+    assert json.loads(out)["coverage"]["phases"]["backward"]
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_simulated_workers_feed_the_simulated_gpu(method: str, here: Path, capsys: pytest.CaptureFixture) -> None:
+    persistent = ["persistent"] if method != "fork" else []
+    code, out, err = _run(["run", "--simulate", "--gpu", "a100", "-f", "json", "--", "python", "loader_workers.py",
+                           method, *persistent], capsys)
+    report = json.loads(out)
+    assert code == 0 and "batch from the workers: cpu torch.float32" in err and "step on cuda:0" in err
+    assert report["coverage"]["phases"]["backward"] and report["coverage"]["phases"]["optimizer"]
+    assert "Traceback" not in err and "FileNotFoundError" not in err
+    assert (here / "started.log").read_text() == "the user's log\n"  # every process's top level wrote to scratch
+    if method != "fork":  # a spawned worker imports the script again: its write is held back and listed too
+        assert any(w["path"] == "started.log" for w in report["writes"])
+
+
+def test_a_worker_that_fails_is_said_in_one_line(here: Path, capsys: pytest.CaptureFixture) -> None:
+    """Each sample holds a lock: the worker's queue feeder cannot pickle the batch, prints a traceback in the
+    worker and drops it; the parent would wait for it for ever (multiprocessing/queues.py _feed)."""
+    code, out, err = _run(["run", "--simulate", "--gpu", "a100", "--", "python", "loader_workers.py", "fork",
+                           "unpicklable"], capsys)
+    assert code == 2 and "Traceback" not in err
+    [line] = [ln for ln in err.splitlines() if "DataLoader worker process" in ln]
+    assert "failed under the simulation: TypeError: cannot pickle '_thread.lock' object" in line
