@@ -162,7 +162,25 @@ def _families() -> list[Family]:
                                                               max_bucket_distance=32), "audio"),
         Family("data2vec-audio", "audio", "audio-classification", dict(_WAV2VEC, feat_extract_norm="layer"), "audio"),
     ]
-    return text_cls + causal + seq2seq + vision + audio
+    # State-space and hybrid decoders (issue 39): their slow torch paths, no mamba_ssm kernels.
+    _mamba2 = dict(num_heads=8, head_dim=8, n_groups=1, chunk_size=8)
+    ssm = [
+        Family("mamba", "text", "causal-lm", dict(vocab_size=VOCAB, hidden_size=32, state_size=16, num_hidden_layers=2,
+                                                 expand=2, conv_kernel=4, pad_token_id=0)),
+        Family("falcon_mamba", "text", "causal-lm", dict(vocab_size=VOCAB, hidden_size=32, state_size=16, num_hidden_layers=2,
+                                                        expand=2, conv_kernel=4, pad_token_id=0, use_mambapy=False)),
+        Family("mamba2", "text", "causal-lm", dict(vocab_size=VOCAB, hidden_size=32, state_size=16, num_hidden_layers=2,
+                                                  expand=2, conv_kernel=4, pad_token_id=0, **_mamba2)),
+        Family("jamba", "text", "causal-lm", dict(_DECODER, num_experts=2, num_experts_per_tok=1, attn_layer_period=2,
+                                                 attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1,
+                                                 mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, mamba_dt_rank=4,
+                                                 use_mamba_kernels=False)),
+        Family("bamba", "text", "causal-lm", dict(_DECODER, mamba_n_heads=8, mamba_d_head=8, mamba_d_state=16,
+                                                 mamba_n_groups=1, mamba_chunk_size=8, attn_layer_indices=[1])),
+        Family("falcon_h1", "text", "causal-lm", dict(_DECODER, mamba_n_heads=8, mamba_d_head=8, mamba_d_state=16,
+                                                     mamba_n_groups=1, mamba_chunk_size=8, mamba_d_ssm=64, head_dim=16)),
+    ]
+    return text_cls + causal + seq2seq + vision + audio + ssm
 
 
 FAMILIES = {f.name: f for f in _families()}

@@ -62,7 +62,7 @@ def test_fp8_needs_capability_8_9(gpu: str) -> None:
     report = dtype_doctor.diagnose(model, {"x": torch.randn(16, 32)}, device="cuda", simulate=True, gpu=gpu)
     refused = [f for f in report.findings if f.code == "DD107" and "_scaled_mm" in f.message]
     assert bool(refused) == (gpu in {"t4", "v100", "a10", "a100"})
-    assert fp8_supported(CAPABILITIES[gpu]) == (gpu in {"l4", "rtx4090", "h100", "h200"})
+    assert fp8_supported(CAPABILITIES[gpu]) == (gpu in {"l4", "rtx4090", "h100", "h200", "b200", "rtx5090"})
 
 
 @pytest.mark.cuda

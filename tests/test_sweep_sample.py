@@ -5,7 +5,8 @@ Each step runs for real on this CPU first (plain PyTorch: forward, loss, backwar
 where it runs, the simulated step (diagnose(train=True, simulate=True) and the optimizer's step)
 has no error finding. The families cover each normalisation a backward reads saved statistics
 of: LayerNorm (bert), a Python RMSNorm (llama), BatchNorm after a conv (resnet), GroupNorm with a
-weight-normed conv (wav2vec2), and an encoder-decoder (t5).
+weight-normed conv (wav2vec2), an encoder-decoder (t5), and the state-space scans: Mamba-2's chunked
+scan (mamba2) and a hybrid of attention, Mamba and experts (jamba).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def test_a_naive_cpu_probe_of_layer_norm_backward_refuses_what_cudas_forward_sav
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
-@pytest.mark.parametrize("family", ["bert", "llama", "resnet", "wav2vec2", "t5"])
+@pytest.mark.parametrize("family", ["bert", "llama", "resnet", "wav2vec2", "t5", "mamba2", "jamba"])
 def test_a_clean_real_step_is_a_clean_simulated_step(sweep, family: str, precision: str) -> None:  # noqa: ANN001
     fam = sweep.FAMILIES[family]
     dtype, autocast = sweep.PRECISIONS[precision]

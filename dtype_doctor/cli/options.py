@@ -20,6 +20,7 @@ from typing import Annotated, Any, Callable, Iterable, Mapping, Optional, TypeVa
 import typer
 
 from dtype_doctor.machine.control import DEFAULT_TIMEOUT
+from dtype_doctor.machine.gpus import CAPABILITIES
 
 # Help panels, in the order `--help` shows them.
 DATA = "Dataset and batch"
@@ -57,7 +58,7 @@ BnbQuantType = Annotated[str, typer.Option("--bnb-quant-type", metavar="TYPE", r
 
 Device = Annotated[str, typer.Option("--device", metavar="DEVICE", rich_help_panel=MACHINE, help="auto|cpu|cuda|cuda:N — where the trace runs (auto: cuda when present).")]
 Simulate = Annotated[bool, typer.Option("--simulate", rich_help_panel=MACHINE, help="Trace with fake tensors: no GPU, no weight data read; targets CUDA on a CPU-only machine.")]
-Gpu = Annotated[Optional[str], typer.Option("--gpu", metavar="NAME|CC", rich_help_panel=MACHINE, help="GPU a --simulate CUDA trace targets: t4, v100, a10, l4, rtx4090, a100, h100, h200 or a compute capability (7.5); decides bfloat16 and fp8 support.")]
+Gpu = Annotated[Optional[str], typer.Option("--gpu", metavar="NAME|CC", rich_help_panel=MACHINE, help=f"GPU a --simulate CUDA trace targets: {', '.join(CAPABILITIES)} or a compute capability (7.5); decides bfloat16 and fp8 support.")]
 Gpus = Annotated[int, typer.Option("--gpus", metavar="N", rich_help_panel=MACHINE, help="Simulated GPUs (with --simulate): the model is spread over them by a device map, a launcher's world spans them.")]
 DeviceMap = Annotated[Optional[str], typer.Option("--device-map", metavar="MAP", rich_help_panel=MACHINE, help="auto|balanced|balanced_low_0|sequential|FILE.json — accelerate's placement over the --gpus GPUs (default auto when --gpus > 1).")]
 MaxMemory = Annotated[Optional[str], typer.Option("--max-memory", metavar="DEV=SIZE,...", rich_help_panel=MACHINE, help="Memory each device may hold, as accelerate's max_memory: 0=20GiB,1=20GiB,cpu=64GiB (default: the --gpu profile's).")]

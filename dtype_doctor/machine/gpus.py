@@ -1,4 +1,4 @@
-"""GPU profiles for simulation: `--gpu t4|v100|a10|l4|a100|h100` or a compute capability."""
+"""GPU profiles for simulation: `--gpu NAME` (a key of CAPABILITIES) or a compute capability."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from dtype_doctor.errors import UsageError
 
 # NVIDIA's published compute capabilities.
-CAPABILITIES = {"t4": (7, 5), "v100": (7, 0), "a10": (8, 6), "l4": (8, 9), "rtx4090": (8, 9), "a100": (8, 0), "h100": (9, 0), "h200": (9, 0)}
+CAPABILITIES = {"t4": (7, 5), "v100": (7, 0), "a10": (8, 6), "l4": (8, 9), "rtx4090": (8, 9), "a100": (8, 0), "h100": (9, 0), "h200": (9, 0),
+                "b200": (10, 0), "rtx5090": (12, 0)}
 # What torch.cuda reports for each: the device name, total memory in bytes (the common model;
 # the H100's as torch 2.11 reported it on one), streaming multiprocessors.
 PROPERTIES = {
@@ -19,6 +20,11 @@ PROPERTIES = {
     "a100": ("NVIDIA A100-SXM4-80GB", 85_097_971_712, 108),
     "h100": ("NVIDIA H100 80GB HBM3", 85_017_493_504, 132),
     "h200": ("NVIDIA H200", 150_754_820_096, 132),
+    # Blackwell. The B200 is 192 GB of HBM3e physically and "180 GB" as datacenters list it:
+    # nvidia-smi shows 183359MiB (NVIDIA/TensorRT-LLM#10278) and CUDA's device query 178.35 GiB
+    # with 148 SMs (pytorch/ao#4002); the RTX 5090 is 32 GB of GDDR7 as sold, 170 SMs.
+    "b200": ("NVIDIA B200", round(178.35 * 2**30), 148),
+    "rtx5090": ("NVIDIA GeForce RTX 5090", 32 * 2**30, 170),
 }
 DEFAULT_PROPERTIES = PROPERTIES["a100"]  # no --gpu, or a bare compute capability: an A100's size
 
