@@ -26,6 +26,7 @@ from dtype_doctor.trace.opfacts import ARG_ROLES, facts
 from dtype_doctor.trace.provenance import Provenance
 from dtype_doctor.trace.several_models import SeveralModels
 from dtype_doctor.trace.values import PLAIN_TYPES, ValueProbe
+from dtype_doctor.trace.unseen import hook_module, unhook
 from dtype_doctor.trace.verdicts import classify_error
 from dtype_doctor.trace.weakid import WeakIdMap
 
@@ -529,15 +530,13 @@ class Recorder(SeveralModels):
     def attach(self) -> None:
         for name, mod in self.model.named_modules():
             self._module_names[id(mod)] = name
-            self._handles.append(mod.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
-            self._handles.append(mod.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
+            self._handles += hook_module(mod, self._pre_hook, self._post_hook)
 
     def module_name(self, mod: torch.nn.Module) -> str | None:
         return self._module_names.get(id(mod))
 
     def detach(self) -> None:
-        for h in self._handles:
-            h.remove()
+        unhook(self._handles)
         self._handles.clear()
 
     def _pre_hook(self, mod: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
