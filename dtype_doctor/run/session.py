@@ -493,7 +493,7 @@ class RunSession:
         coverage = self.watch.coverage(trace, self.forwards, getattr(self, "_stopped", None))
         coverage = dataclasses.replace(coverage, compiled=self.compiles.regions(self._reported, {m.name for m in trace.modules}),
                                        skipped=tuple(self.models.repeats.items()), dropped_ops=self._session.recorder.dropped)
-        trace = dataclasses.replace(trace, coverage=coverage, scaler=self.watch.scaler_class(),
+        trace = dataclasses.replace(trace, coverage=coverage, scaler=self.watch.scaler_class(), optimizers=self.watch.optimizer_groups(),
                                     loaded=None if self.models.several else self.loads.facts_of(self.model))
         if self.launch is not None:
             trace = self._launched(trace)
