@@ -13,7 +13,8 @@ FP16_ZERO_BELOW = 2.0 ** -25
 
 
 def check(trace: Trace) -> Iterator[Finding]:
-    if not trace.train:
+    # Under float16 autocast, fp16 trainables are DD401's: GradScaler refuses their gradients before any step.
+    if not trace.train or trace.autocast == "float16":
         return
     half = [p for p in trace.model.parameters if p.requires_grad and p.dtype == "float16"]
     for group in trace.optimizers:
