@@ -81,7 +81,9 @@ def test_gradients_are_measured_at_backward_with_the_users_grad_scaler_known(wor
     (workdir / "train.py").write_text(UNDERFLOW)
     code, report = _run(["run", "-f", "json", "--", "python", "train.py"], capsys)
     (dd302,) = [f for f in report["findings"] if f["code"] == "DD302"]
-    assert "without loss scaling" in dd302["message"] and code == 0
+    assert "without loss scaling" in dd302["message"]
+    # fp16 autocast training with the scaler disabled is itself an error (issue 38): DD403, exit 1.
+    assert code == 1 and [f["severity"] for f in report["findings"] if f["code"] == "DD403"] == ["error"]
     # With the user's GradScaler, the gradients measured at backward are scaled: representable, no finding.
     code, report = _run(["run", "-f", "json", "--", "python", "train.py", "--scaler"], capsys)
     assert [f["code"] for f in report["findings"]] == [] and report["coverage"]["phases"]["scaler"] is True

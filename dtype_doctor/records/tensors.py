@@ -172,6 +172,18 @@ class GradStats:
 
 
 @dataclass(frozen=True, slots=True)
+class OptimizerGroup:
+    """One param group of an optimizer the script made: its class, the hyperparameters that decide
+    whether an update survives half precision, and the dtypes of the parameters it updates."""
+
+    optimizer: str  # "AdamW"
+    lr: float | None
+    eps: float | None  # None: the optimizer has none (SGD)
+    dtypes: tuple[str, ...]
+    params: int
+
+
+@dataclass(frozen=True, slots=True)
 class StateTensor:
     """A parameter or buffer of the model, as it was when the trace started."""
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from dtype_doctor.records.devices import DevicePlan, LaunchConfig, ShardGroup, World
 from dtype_doctor.records.model import LoadFacts, ModelInfo
-from dtype_doctor.records.tensors import GradStats, ModuleCall, OpCall, TensorMeta
+from dtype_doctor.records.tensors import GradStats, ModuleCall, OpCall, OptimizerGroup, TensorMeta
 
 if TYPE_CHECKING:  # pragma: no cover
     from dtype_doctor.records.precision import PrecisionState
@@ -213,6 +213,7 @@ class Trace:
     shards: tuple[ShardGroup, ...] = ()  # the FSDP units of a sharded model
     launch: LaunchConfig | None = None  # the launcher command line and config files a run was given
     scaler: str | None = None  # the class of the GradScaler whose scale() the run's step called ("module.QualName")
+    optimizers: tuple[OptimizerGroup, ...] = ()  # the param groups of the optimizers a run's script made
     # Values a simulated step read from tensors without data, and what it took instead.
     stand_ins: tuple[StandIn, ...] = ()
     # What the trace reached of the step (None: worked out from the ops, see coverage_of).

@@ -72,8 +72,12 @@ def check(trace: Trace) -> Iterator[Finding]:
         source = source_of(trace, stray)
         # One finding per decision: the batch the script moved on one line meets every layer of a
         # model left behind; each layer is that one placement, not another finding. The backward
-        # of an op that mixed devices mixes the same two: the forward's finding, not another.
-        key = (home, stray.device, source) if source is not None else (home, op.module, stray.origin or stray.name, stray.device)
+        # of an op that mixed devices mixes the same two: the forward's finding, not another. A
+        # model attribute (a RoPE table every layer reads) is one problem, however many modules meet it.
+        if (stray.origin or "").startswith("attribute:"):
+            key = ("", stray.origin, stray.device)
+        else:
+            key = (home, stray.device, source) if source is not None else (home, op.module, stray.origin or stray.name, stray.device)
         if key in seen or (op.phase not in ("forward", "loss") and (home, stray.device) in seen):
             continue
         seen.update((key, (home, stray.device)))

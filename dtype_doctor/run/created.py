@@ -19,7 +19,7 @@ from dtype_doctor.records import Finding, Remedy, SourceLoc
 def with_creation_source(finding: Finding, created: Mapping[str, Sequence[SourceLoc]], model: Any) -> Finding:
     origins = [t.origin for t in finding.tensors if t.origin and t.origin.startswith("created:")]
     if not origins:
-        return finding
+        return _with_attribute_source(finding, model)
     where: dict[str, SourceLoc] = {}
     for origin in dict.fromkeys(origins):
         factory, module = factory_of(origin)
@@ -82,3 +82,42 @@ def _site(sites: Sequence[SourceLoc], model: Any, module: str) -> SourceLoc | No
         if file and Path(site.file).name == Path(file).name and start <= site.line < start + len(lines):
             return site
     return sites[0]
+
+
+def _with_attribute_source(finding: Finding, model: Any) -> Finding:
+    """A finding on a tensor the model keeps as a plain attribute (a RoPE table `model.to()` left
+    behind) names the line of `__init__` that assigned it, where the fix registers it as a buffer."""
+    where = {t.origin: site for t in finding.tensors
+             if t.origin and t.origin.startswith("attribute:") and (site := attribute_site(model, t.origin.removeprefix("attribute:")))}
+    if not where:
+        return finding
+    remedies = tuple(dataclasses.replace(r, source=where.get(r.target, r.source)) for r in finding.remedies)
+    return _reworded(dataclasses.replace(finding, source=finding.source or next(iter(where.values()))), remedies)
+
+
+def attribute_site(model: Any, name: str) -> SourceLoc | None:
+    """The line of the user's class that assigns `self.ATTR` for the attribute `name` ("layers.0.freqs")."""
+    import ast
+    import textwrap
+
+    from dtype_doctor.machine.user_code import display_path
+
+    path, _, attr = name.rpartition(".")
+    try:
+        owner = model.get_submodule(path) if model is not None else None
+    except AttributeError:
+        return None
+    for cls in type(owner).__mro__ if owner is not None else ():
+        if cls.__module__.startswith("torch."):
+            break
+        try:
+            lines, start = inspect.getsourcelines(cls)
+            file = inspect.getsourcefile(cls)
+        except (TypeError, OSError):
+            continue
+        for node in ast.walk(ast.parse(textwrap.dedent("".join(lines)))):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            flat = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+            if file and any(isinstance(e, ast.Attribute) and e.attr == attr and isinstance(e.value, ast.Name) and e.value.id == "self" for e in flat):
+                return SourceLoc(display_path(file), start + node.lineno - 1)
+    return None

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from dtype_doctor.records import PHASES, Coverage, Trace, coverage_of
+from dtype_doctor.records import PHASES, Coverage, OptimizerGroup, Trace, coverage_of
 
 _SCALER_METHODS = ("scale", "unscale_", "step", "update")
 
@@ -32,6 +32,7 @@ class StepWatch:
         self.scaler_calls: list[str] = []  # GradScaler methods called while tracing, in order
         self.zero_grad = False
         self.scaler: Any = None  # the enabled GradScaler whose scale() the step called
+        self._optimizers: list[Any] = []  # weak references to the optimizers the script made
         self._saved: list[tuple[Any, str, Any]] = []
         self._handles: list[Any] = []
 
@@ -51,7 +52,7 @@ class StepWatch:
                 watch.in_optimizer(False)
 
         self._handles = [register_optimizer_step_pre_hook(stepping), register_optimizer_step_post_hook(stepped)]
-        self._wrap(torch.optim.Optimizer, "__init__", lambda o, *a, **k: setattr(watch, "optimizers", watch.optimizers + 1))
+        self._wrap(torch.optim.Optimizer, "__init__", lambda o, *a, **k: watch._optimizer_made(o))
         self._wrap(torch.optim.Optimizer, "zero_grad", lambda o, *a, **k: watch._zero_grad())
         self._wrap(GradScaler, "__init__", lambda s, *a, **k: watch._scaler_made(s))
         for name in _SCALER_METHODS:
@@ -91,6 +92,27 @@ class StepWatch:
             for name in _SCALER_METHODS:
                 if name in cls.__dict__ and not any(o is cls and n == name for o, n, _ in self._saved):
                     self._wrap(cls, name, lambda s, *a, _name=name, **k: self._scaler(s, _name))
+
+    def _optimizer_made(self, optimizer: Any) -> None:
+        import weakref
+
+        self.optimizers += 1
+        self._optimizers.append(weakref.ref(optimizer))
+
+    def optimizer_groups(self) -> tuple[OptimizerGroup, ...]:
+        """Each param group of the script's optimizers (alive), with its lr, eps and parameter dtypes."""
+        from dtype_doctor.numerics import dtype_name
+
+        groups = []
+        for ref in self._optimizers:
+            opt = ref()
+            for g in opt.param_groups if opt is not None else ():
+                params = [p for p in g.get("params", ()) if isinstance(p, torch.Tensor)]
+                eps, lr = g.get("eps"), g.get("lr")
+                groups.append(OptimizerGroup(type(opt).__name__, float(lr) if isinstance(lr, (int, float)) else None,
+                                             float(eps) if isinstance(eps, (int, float)) else None,
+                                             tuple(sorted({dtype_name(p.dtype) for p in params})), len(params)))
+        return tuple(groups)
 
     def _zero_grad(self) -> None:
         if self.is_tracing():

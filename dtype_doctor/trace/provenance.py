@@ -4,6 +4,7 @@ once it is one of several in a step (_RootNames: its modules, state and products
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from dtype_doctor.records import TensorMeta
 
@@ -52,3 +53,16 @@ class _RootNames:
             return p
         name = origin.partition(":")[2] if p.origin in self.state else p.name  # type: ignore[union-attr]
         return Provenance(p.kind, name, origin)
+
+
+def tensor_attributes(model: Any) -> list[tuple[str, Any]]:
+    """The tensors a model's modules hold as plain attributes (`self.freqs_cos = ...` in __init__),
+    neither parameters nor buffers: `model.to()` and `state_dict` never see them."""
+    import torch
+
+    found = []
+    for prefix, mod in model.named_modules():
+        for key, value in vars(mod).items():
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter) and not key.startswith("__"):
+                found.append((f"{prefix}.{key}" if prefix else key, value))
+    return found

@@ -23,9 +23,10 @@ from dtype_doctor.numerics import device_name, dtype_name, tensors_in
 from dtype_doctor.records import ModuleCall, OpCall, TensorMeta, in_modules
 from dtype_doctor.trace.dispatch import _NEVER_NUMBERS, _DispatchRecorder, _FunctionRecorder, _NoTorchFunction, _big_number
 from dtype_doctor.trace.opfacts import ARG_ROLES, facts
-from dtype_doctor.trace.provenance import Provenance
+from dtype_doctor.trace.provenance import Provenance, tensor_attributes
 from dtype_doctor.trace.several_models import SeveralModels
 from dtype_doctor.trace.values import PLAIN_TYPES, ValueProbe
+from dtype_doctor.trace.unseen import hook_module, unhook
 from dtype_doctor.trace.verdicts import classify_error
 from dtype_doctor.trace.weakid import WeakIdMap
 
@@ -131,6 +132,9 @@ class Recorder(SeveralModels):
         for name, b in buffers.items():
             if isinstance(b, torch.Tensor):
                 self.prov[b] = Provenance("buffer", name, f"buffer:{name}")
+        for name, t in tensor_attributes(model):  # a RoPE table kept as a plain attribute: model.to() leaves it
+            if self.prov.get(t) is None:
+                self.prov[t] = Provenance("attribute", name, f"attribute:{name}")
 
     # ---------------------------------------------------------------- metadata
 
@@ -529,15 +533,13 @@ class Recorder(SeveralModels):
     def attach(self) -> None:
         for name, mod in self.model.named_modules():
             self._module_names[id(mod)] = name
-            self._handles.append(mod.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
-            self._handles.append(mod.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
+            self._handles += hook_module(mod, self._pre_hook, self._post_hook)
 
     def module_name(self, mod: torch.nn.Module) -> str | None:
         return self._module_names.get(id(mod))
 
     def detach(self) -> None:
-        for h in self._handles:
-            h.remove()
+        unhook(self._handles)
         self._handles.clear()
 
     def _pre_hook(self, mod: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
@@ -552,31 +554,10 @@ class Recorder(SeveralModels):
                 with _NoTorchFunction():
                     self._tag_boundary(mod, args, kwargs)
         if isinstance(mod, torch.nn.RNNBase):
-            return self._rnn_input_checked(mod, name, args, kwargs)
+            from dtype_doctor.trace.recovery import rnn_checked
+
+            return rnn_checked(self, mod, name, args, kwargs)
         return None
-
-    def _rnn_input_checked(self, mod: torch.nn.Module, name: str, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        """nn.RNNBase refuses an input of another dtype than its weights in Python, before any
-        kernel: record that refusal as an op with both operands, then (repairing) hand the
-        forward its input cast to the weights' dtype, as the fix would, so the trace goes on."""
-        from dtype_doctor.trace.recovery import rnn_input_refusal, rnn_input_repaired
-        from dtype_doctor.trace.verdicts import RNN_INPUT_CHECK
-
-        self._suspended += 1  # the check's and the repair's own tensor calls are not the model's ops
-        try:
-            refusal = rnn_input_refusal(mod, args, kwargs)
-            if refusal is None:
-                return None
-            message, x, weight = refusal
-            repaired = rnn_input_repaired(args, kwargs, weight.dtype) if self.recover else None
-        finally:
-            self._suspended -= 1
-        operands = (self.meta(x, "input"), self.meta(weight, "weight"))
-        autocast = self.amp_state if self.amp is not None else self.autocast_stack[-1]
-        self.ops.append(
-            OpCall(len(self.ops), RNN_INPUT_CHECK, name, type(mod).__name__, operands, (), "forward", autocast, message, repaired is not None, "function")
-        )
-        return repaired
 
     def _post_hook(self, mod: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         with _NoTorchFunction():

@@ -182,3 +182,64 @@ def rnn_input_repaired(args: tuple, kwargs: dict, dtype: torch.dtype) -> tuple[t
     if args:
         return (cast(args[0]), *args[1:]), kwargs
     return args, {**kwargs, "input": cast(kwargs.get("input"))}
+
+
+def rnn_hidden_refusal(args: tuple, kwargs: dict) -> tuple[str, torch.Tensor, torch.Tensor] | None:
+    """ATen's device check of an RNN's hidden state against its input (aten/src/ATen/native/RNN.cpp,
+    check_attributes: "Input and hidden tensors are not at the same device"), run before the forward:
+    (its message, the input, the stray hidden state), or None when they agree. The composite kernel
+    raises it before any op reaches a dispatch mode, so no op would record it."""
+    from torch.nn.utils.rnn import PackedSequence
+
+    x = args[0] if args else kwargs.get("input")
+    data = x.data if isinstance(x, PackedSequence) else x
+    hx = args[1] if len(args) > 1 else kwargs.get("hx")
+    states = [hx] if isinstance(hx, torch.Tensor) else [h for h in hx or () if isinstance(h, torch.Tensor)] if isinstance(hx, tuple) else []
+    if not isinstance(data, torch.Tensor):
+        return None
+    for h in states:
+        if h.device != data.device:
+            return (f"Input and hidden tensors are not at the same device, found input tensor at {data.device} and hidden "
+                    f"tensor at {h.device}", data, h)
+    return None
+
+
+def rnn_hidden_repaired(args: tuple, kwargs: dict, device: torch.device) -> tuple[tuple, dict]:
+    """The RNN's arguments with its hidden state on `device`, as the fix (device= where it is made) does."""
+    def moved(hx: Any) -> Any:
+        if isinstance(hx, tuple):
+            return tuple(h.to(device) if isinstance(h, torch.Tensor) else h for h in hx)
+        return hx.to(device) if isinstance(hx, torch.Tensor) else hx
+
+    if len(args) > 1:
+        return (args[0], moved(args[1]), *args[2:]), kwargs
+    return args, {**kwargs, "hx": moved(kwargs.get("hx"))}
+
+
+def rnn_checked(rec: Any, mod: torch.nn.Module, name: str, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    """nn.RNNBase refuses an input of another dtype than its weights (in Python), then ATen a hidden
+    state on another device than the input, both before any op is seen: record each refusal as an
+    op with both operands, then (repairing) hand the forward what the fix would, so the trace goes on."""
+    from dtype_doctor.records import OpCall
+    from dtype_doctor.trace.verdicts import RNN_INPUT_CHECK
+
+    changed = None
+    for op, roles in ((RNN_INPUT_CHECK, ("input", "weight")), (f"aten.{str(getattr(mod, 'mode', 'rnn')).lower()}.input", ("input", "input"))):
+        rec._suspended += 1  # the check's and the repair's own tensor calls are not the model's ops
+        try:
+            refusal = rnn_input_refusal(mod, args, kwargs) if op == RNN_INPUT_CHECK else rnn_hidden_refusal(args, kwargs)
+            if refusal is None:
+                continue
+            message, x, other = refusal
+            fix = rnn_input_repaired if op == RNN_INPUT_CHECK else rnn_hidden_repaired
+            repaired = fix(args, kwargs, other.dtype if op == RNN_INPUT_CHECK else x.device) if rec.recover else None
+        finally:
+            rec._suspended -= 1
+        operands = (rec.meta(x, roles[0]), rec.meta(other, roles[1]))
+        autocast = rec.amp_state if rec.amp is not None else rec.autocast_stack[-1]
+        rec.ops.append(OpCall(len(rec.ops), op, name, type(mod).__name__, operands, (), "forward", autocast,
+                               rec.aliased(message), repaired is not None, "function"))
+        if repaired is None:
+            break
+        args, kwargs = changed = repaired
+    return changed

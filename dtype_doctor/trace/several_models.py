@@ -16,6 +16,7 @@ import torch
 from dtype_doctor.numerics import tensors_in
 from dtype_doctor.trace.dispatch import _NoTorchFunction
 from dtype_doctor.trace.provenance import Provenance, _RootNames
+from dtype_doctor.trace.unseen import hook_module
 
 
 class SeveralModels:
@@ -33,8 +34,7 @@ class SeveralModels:
             if id(child) in self._module_names:  # a model already traced inside it (vae.encoder, then vae)
                 continue
             self._module_names[id(child)] = f"{name}.{sub}" if sub else name
-            self._handles.append(child.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
-            self._handles.append(child.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
+            self._handles += hook_module(child, self._pre_hook, self._post_hook)
 
     def name_root(self, name: str) -> None:
         """The model becomes one of several in the step: its modules, state and what it made are named

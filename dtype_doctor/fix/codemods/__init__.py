@@ -33,7 +33,9 @@ from dtype_doctor.fix.codemods.fix_module import NewFixModule
 from dtype_doctor.fix.codemods.fp8 import ExcludeFromConversion
 from dtype_doctor.fix.codemods.forward import CastBatch, LabelsToLong, MoveBatchToDevice, WrapForwardInAutocast
 from dtype_doctor.fix.codemods.devices import AddDevice, CastWhereMade, MoveWhereHandled
-from dtype_doctor.fix.codemods.model import DropLoadDtype, KeepTrainableFloat32, RemoveModelConversion, ReplaceModelConversion, SetLoadDtype
+from dtype_doctor.fix.codemods.model import (
+    DropLoadDtype, KeepTrainableFloat32, RegisterBuffer, RemoveModelConversion, ReplaceModelConversion, SetLoadDtype,
+)
 from dtype_doctor.fix.codemods.pipeline import SetUpPipeline
 from dtype_doctor.fix.codemods.placement import MoveModelToBatchDevice
 from dtype_doctor.fix.codemods.precision import SetMixedPrecision
@@ -53,6 +55,7 @@ __all__ = [
     "DropLoadDtype",
     "KeepTrainableFloat32",
     "AddDevice",
+    "RegisterBuffer",
     "MoveWhereHandled",
     "MoveModelToBatchDevice",
     "CastWhereMade",

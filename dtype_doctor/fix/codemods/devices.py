@@ -94,7 +94,9 @@ def _factory_name(ctx: _Ctx, call: cst.Call) -> str | None:
 class AddDevice(_CSTCodemod):
     """Give a factory the model code calls without device= the device of what it meets:
     ``torch.arange(0, t, dtype=torch.long)`` → ``torch.arange(0, t, dtype=torch.long, device=device)``
-    on the line the run named (``device`` as :func:`device_in_scope` finds it there)."""
+    on the line the run named (``device`` as :func:`device_in_scope` finds it there), and on the calls
+    of the same factory in the statement that holds it: an LSTM's ``(torch.zeros(...), torch.zeros(...))``
+    state is one statement, and the run sees its tensors as one origin."""
 
     DESCRIPTION = "Create the tensor on the device of the tensors it meets: device= on the factory call the run named."
 
@@ -104,9 +106,12 @@ class AddDevice(_CSTCodemod):
         self.device_expr = device_expr
 
     def _edit(self, ctx: _Ctx) -> str:
+        named = [n for n in ctx.nodes if isinstance(n, cst.Call) and ctx.line(n) == self.line and _factory_name(ctx, n) == self.factory]
+        statements = [n for n in ctx.nodes if isinstance(n, cst.SimpleStatementLine) and any(ctx.covers(n, ctx.line(c)) for c in named)]
         calls = [
             n for n in ctx.nodes
-            if isinstance(n, cst.Call) and ctx.line(n) == self.line and _factory_name(ctx, n) == self.factory
+            if isinstance(n, cst.Call) and _factory_name(ctx, n) == self.factory
+            and (ctx.line(n) == self.line or any(ctx.covers(st, ctx.line(n)) for st in statements))
             and not any(_arg_name(a) == "device" or a.star == "**" for a in n.args)
         ]
         if not calls:

@@ -470,3 +470,37 @@ class KeepTrainableFloat32(_CSTCodemod):
         )
         ctx.insert_after(stmt, [loop])
         return f"{ctx.filename}:{line}: the trainable parameters of {model} kept float32 after `{ctx.snippet(small)}`"
+
+
+class RegisterBuffer(_CSTCodemod):
+    """A tensor a module keeps as a plain attribute (`self.freqs_cos = ...`), which `model.to()` leaves
+    where it was made, registered as a non-persistent buffer on the line that assigns it, so it moves
+    with the model and the state_dict stays as it was: ``self.freqs = t`` →
+    ``self.register_buffer("freqs", t, persistent=False)``; in a tuple assignment the attribute becomes
+    a local first (``freqs_cos, self.freqs_sin = ...`` then the register_buffer line)."""
+
+    DESCRIPTION = "Register a tensor attribute as a buffer where __init__ assigns it, so model.to() moves it."
+
+    def __init__(self, line: int, attr: str):
+        self.line = line
+        self.attr = attr
+
+    def _is_attr(self, node: cst.BaseExpression) -> bool:
+        return dotted(node) == f"self.{self.attr}"
+
+    def _edit(self, ctx: _Ctx) -> str:
+        found = [(stmt, n) for stmt in ctx.nodes if isinstance(stmt, cst.SimpleStatementLine) and ctx.line(stmt) == self.line
+                 for n in stmt.body if isinstance(n, cst.Assign) and len(n.targets) == 1]
+        register = f'self.register_buffer("{self.attr}", {{}}, persistent=False)'
+        for stmt, assign in found:
+            target = assign.targets[0].target
+            if self._is_attr(target):
+                call = ctx.parse_expr(register.format(ctx.module.code_for_node(assign.value)))
+                ctx.replace(assign, lambda _u, call=call: cst.Expr(call))
+                return f"{ctx.filename}:{self.line}: self.{self.attr} registered as a buffer"
+            if isinstance(target, cst.Tuple) and any(self._is_attr(e.value) for e in target.elements):
+                ctx.replace(assign, lambda updated: updated.with_changes(targets=[updated.targets[0].with_changes(target=updated.targets[0].target.with_changes(
+                    elements=[e.with_changes(value=cst.Name(self.attr)) if self._is_attr(e.value) else e for e in updated.targets[0].target.elements]))]))
+                ctx.insert_after(stmt, [ctx.parse_stmt(register.format(self.attr))])
+                return f"{ctx.filename}:{self.line}: self.{self.attr} registered as a buffer"
+        raise _Skip(f"{ctx.filename}:{self.line}: no assignment of self.{self.attr} on that line")

@@ -176,6 +176,9 @@ def said(r: Remedy) -> str:
         if r.source is not None:
             return f"torch.{factory} at {r.source.file}:{r.source.line}"
         return f"the tensor torch.{factory} makes in {module}" if module else f"the tensor torch.{factory} makes in the model's forward"
+    if target.startswith("attribute:"):
+        at = f" at {r.source.file}:{r.source.line}" if r.source is not None else ""
+        return f"the tensor attribute {target.removeprefix('attribute:')}{at}"
     for prefix, kind in (("param:", "weight"), ("buffer:", "buffer")):
         if target.startswith(prefix):
             return f"the {kind} {target.removeprefix(prefix)}"
@@ -204,7 +207,7 @@ def seen_as(finding: Finding, target: str, to: str) -> str | None:
 
 def made_in_model(r: Remedy) -> bool:
     """Whether the remedy's target is made by the model (its code or its weights), not the pipeline."""
-    return r.target.startswith(("created:", "param:", "buffer:")) or r.stage in ("model-code", "model-loading")
+    return r.target.startswith(("created:", "param:", "buffer:", "attribute:")) or r.stage in ("model-code", "model-loading")
 
 
 def resolve(loc: SourceLoc | None) -> Path | None:

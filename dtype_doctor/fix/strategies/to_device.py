@@ -30,14 +30,19 @@ class ToDevice(
         if any(r.target == MODEL for r in remedies):
             return f"move the model to {to}, the device the script put its batch on (never the batch off the GPU)"
         made = [said(r) for r in remedies if r.target.startswith("created:")]
-        moved = [said(r) for r in remedies if not r.target.startswith("created:")]
+        kept = [said(r) for r in remedies if r.target.startswith("attribute:")]
+        moved = [said(r) for r in remedies if not r.target.startswith(("created:", "attribute:"))]
         words = [f"move {listed(moved)} to {to}, the model's device"] if moved else []
+        words += [f"register {listed(kept)} as a buffer (register_buffer(name, tensor, persistent=False)): "
+                  "model.to() moves buffers, never plain attributes"] if kept else []
         words += [f"create {listed(made)} on the model's device ({to}): pass device= the device of the tensors it meets"] if made else []
         return "; ".join(words)
 
     def describe(self, c: Change) -> str:
         if c.target == MODEL:
             return f"move the model to {c.to}, where the script put its batch"
+        if c.target.startswith("attribute:"):
+            return f"register {said(Remedy(self.name, c.target, c.to, c.stage, c.source))} as a buffer, so it moves to {c.to}"
         if c.target.startswith("created:"):
             made = said(Remedy(self.name, c.target, c.to, c.stage, c.source))
             return f"create {made} on {c.to}, not {c.before}" if c.before else f"create {made} on {c.to}"
@@ -82,6 +87,9 @@ class ToDevice(
             # Made in the model's code without device=: device= where it is made, from what is in scope there.
             file = resolve(c.source)
             return [Attempt(file, cm.AddDevice(c.source.line, factory_of(c.target)[0]))] if file and c.source else []
+        if c.target.startswith("attribute:"):  # a plain tensor attribute model.to() left behind: a buffer where it is assigned
+            file = resolve(c.source)
+            return [Attempt(file, cm.RegisterBuffer(c.source.line, c.target.rpartition(".")[2].removeprefix("attribute:")))] if file and c.source else []
         attempts = []
         handled = site.handled.get(c.target)
         if handled is not None and (file := resolve(handled.source)) is not None:
