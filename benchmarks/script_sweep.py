@@ -144,6 +144,8 @@ def _message(f: dict) -> str:
 def clean_cases(s: Script, targets: tuple[str, ...]) -> list[tuple[Script, str, str]]:
     cases = [(s, "plain", s.modes[0][0])] if "cpu" in targets else []
     for target in targets:
+        if target in runs.GPUS and not s.gpu:
+            continue
         for mode, _ in s.modes:
             if target == "cpu" and mode in s.gpu_modes:
                 continue
@@ -159,7 +161,7 @@ def inject_case(ctx: runs.Context, s: Script, inj: Injection) -> InjectRow:
     mode = inj.mode or s.modes[0][0]
     ws = runs.workspace(ctx, s, inj)
     out = runs.doctor_run(ctx, ws, mode, inj.target)
-    errors = out.findings("error")
+    errors = out.findings("error") + (out.findings("warning") if inj.expect == "warning" else [])
     codes = tuple(_label(f) for f in errors)
     found = bool(errors)
     found_line = any(runs.names_edit(runs.source_refs(_without_lineage(f)), ws) for f in errors)

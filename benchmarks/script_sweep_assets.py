@@ -27,7 +27,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures" / "models"
-VERSION = "7"
+VERSION = "8"
 WORDS = ("the cat sat on a mat while the dog ran to the red ball and a bird sang in the tall tree "
          "by the river where the boy read an old book about ships").split()
 
@@ -82,6 +82,11 @@ def _text_data(data: Path) -> None:
         with open(data / f"summ-{split}.json", "w") as f:
             for r in part:
                 f.write(json.dumps({"text": r["text"], "summary": " ".join(r["text"].split()[:4])}) + "\n")
+    stories = data / "TinyStories_all_data"  # llama2.c's pretokenized shards (uint16 ids < 512)
+    stories.mkdir(exist_ok=True)
+    rng = np.random.default_rng(1)
+    for k in range(2):
+        rng.integers(1, 512, 4000).astype(np.uint16).tofile(stories / f"data{k:02d}.bin")
     lm = data / "lm-folder"  # a folder load_dataset(path) reads as train/test splits (peft's examples)
     lm.mkdir(exist_ok=True)
     for split, part in (("train", rows[:16]), ("test", rows[16:])):

@@ -24,6 +24,7 @@ class Injection:
     new: str
     mode: str = ""  # the precision mode it is run in ("" = the script's first)
     target: str = "cpu"  # cpu | t4 | a100 | h100: where the bug shows (a GPU-only bug is simulated)
+    expect: str = "error"  # the least severity a finding of it must have (bf16 on a T4 runs, slowly: warning)
     note: str = ""
 
     @property
@@ -45,6 +46,7 @@ class Script:
     gpu_args: tuple[str, ...] = ()
     cpu_args: tuple[str, ...] = ()
     pythonpath: tuple[str, ...] = ()  # folders of the repo copy put on PYTHONPATH (minGPT's package)
+    gpu: bool = True  # False: the script has no GPU path at all (no simulated targets)
     gpu_modes: tuple[str, ...] = ()  # modes only a GPU offers (fp16 AMP): not run on the CPU
     injections: tuple[Injection, ...] = ()
     place: tuple[tuple[str, str], ...] = ()  # (path in the copy, asset path) copied in before a run
