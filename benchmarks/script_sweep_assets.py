@@ -27,7 +27,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures" / "models"
-VERSION = "8"
+VERSION = "11"
 WORDS = ("the cat sat on a mat while the dog ran to the red ball and a bird sang in the tall tree "
          "by the river where the boy read an old book about ships").split()
 
@@ -43,6 +43,7 @@ def make_assets(root: Path) -> Path:
     _text_data(root / "data")
     _models(root / "models")
     _images(root / "data" / "images")
+    _hub(root)
     marker.write_text(VERSION)
     return root
 
@@ -136,6 +137,49 @@ def _models(models: Path) -> None:
         tok.save_pretrained(out)
 
 
+def _hub(root: Path) -> None:
+    """An offline hub cache for scripts that name hub ids (accelerate's examples): `bert-base-cased` is the tiny
+    BERT above; the `glue`/`mrpc` dataset is a prepared datasets cache (HF_DATASETS_CACHE layout), as
+    `load_dataset("glue", "mrpc")` finds it offline after one earlier download."""
+    import glob
+    import os
+
+    import pandas as pd
+
+    sha = "0" * 40
+    repo = root / "hub" / "models--bert-base-cased"
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(sha)
+    if (repo / "snapshots" / sha).exists():
+        shutil.rmtree(repo / "snapshots" / sha)
+    shutil.copytree(root / "models" / "bert-tiny", repo / "snapshots" / sha)
+    rows = _sentences(32, 11)
+    parquet = root / "hub-src" / "mrpc"
+    parquet.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for k, split in enumerate(("train", "validation", "test")):
+        part = rows[k * 8:(k + 1) * 8 + 8]
+        frame = pd.DataFrame({"sentence1": part, "sentence2": part[::-1], "label": [i % 2 for i in range(len(part))],
+                              "idx": list(range(len(part)))})
+        frame.to_parquet(parquet / f"{split}.parquet")
+        files[split] = str(parquet / f"{split}.parquet")
+    from datasets import load_dataset
+
+    load_dataset("parquet", data_files=files, cache_dir=str(root / "hub-src" / "prep"))
+    src = next(p for p in glob.glob(str(root / "hub-src" / "prep" / "parquet" / "*" / "*" / "*")) if os.path.isdir(p))
+    for name in ("glue", "nyu-mll___glue"):  # load_dataset("glue", ...) and ("nyu-mll/glue", ...)
+        dst = root / "datasets-cache" / name / "mrpc" / "0.0.0" / os.path.basename(src)
+        if dst.exists():
+            shutil.rmtree(dst)
+        dst.mkdir(parents=True)
+        for f in os.listdir(src):
+            if not f.endswith(".lock"):
+                shutil.copy(os.path.join(src, f), dst / f.replace("parquet-", "glue-"))
+        info = json.loads((dst / "dataset_info.json").read_text())
+        info.update(config_name="mrpc", builder_name="glue", dataset_name="glue")
+        (dst / "dataset_info.json").write_text(json.dumps(info))
+
+
 def _images(folder: Path) -> None:
     from PIL import Image
     import numpy as np
@@ -153,7 +197,9 @@ def _stubs(stubs: Path) -> None:
     here = Path(__file__).resolve().parent / "script_sweep_stubs"
     if stubs.exists():
         shutil.rmtree(stubs)
-    shutil.copytree(here, stubs, ignore=shutil.ignore_patterns("__pycache__"))
+    for package in here.iterdir():  # stubs/<name>/<name>/: one PYTHONPATH entry per stand-in
+        if package.is_dir() and package.name != "__pycache__":
+            shutil.copytree(package, stubs / package.name / package.name, ignore=shutil.ignore_patterns("__pycache__"))
 
 
 if __name__ == "__main__":

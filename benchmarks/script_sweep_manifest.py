@@ -45,6 +45,7 @@ class Script:
     modes: tuple[tuple[str, tuple[str, ...]], ...]  # (mode name, its extra arguments)
     gpu_args: tuple[str, ...] = ()
     cpu_args: tuple[str, ...] = ()
+    stubs: tuple[str, ...] = ()  # stand-in packages (script_sweep_stubs/) it needs: torchvision, evaluate, ...
     pythonpath: tuple[str, ...] = ()  # folders of the repo copy put on PYTHONPATH (minGPT's package)
     gpu: bool = True  # False: the script has no GPU path at all (no simulated targets)
     gpu_modes: tuple[str, ...] = ()  # modes only a GPU offers (fp16 AMP): not run on the CPU

@@ -65,11 +65,15 @@ def cli() -> list[str]:
 
 def env_for(ctx: Context, ws: Workspace) -> dict[str, str]:
     env = dict(os.environ)
-    paths = [str(ctx.assets / "stubs"), *(str(ws.root / p) for p in ws.script.pythonpath)]
+    # Each stand-in sits in its own folder, on the path only for the scripts that need it: a torchvision
+    # stand-in seen by transformers would change what transformers imports.
+    paths = [*(str(ctx.assets / "stubs" / name) for name in ws.script.stubs),
+             *(str(ws.root / p) for p in ws.script.pythonpath)]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env.update(PYTHONPATH=os.pathsep.join(paths), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               HF_DATASETS_OFFLINE="1", HF_HOME=str(ws.root / ".hf-home"), MPLBACKEND="Agg",
+               HF_DATASETS_OFFLINE="1", HF_HOME=str(ws.root / ".hf-home"), HF_HUB_CACHE=str(ctx.assets / "hub"),
+               HF_DATASETS_CACHE=str(ws.root / ".hf-home" / "datasets"), MPLBACKEND="Agg",
                WANDB_MODE="disabled", WANDB_DISABLED="true", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                TOKENIZERS_PARALLELISM="false", PYTHONDONTWRITEBYTECODE="1", DISABLE_MLFLOW_INTEGRATION="TRUE",
                HF_HUB_DISABLE_TELEMETRY="1", TORCH_LOGS="-all", PYTHONWARNINGS="ignore")
@@ -95,6 +99,7 @@ def workspace(ctx: Context, script: Script, injection: Injection | None = None) 
     for helper in script.setup:
         subprocess.run([PY, *helper.split()], cwd=root / script.cwd, env=env_for(ctx, Workspace(root, script)),
                        capture_output=True, timeout=300, check=True)
+    shutil.copytree(ctx.assets / "datasets-cache", root / ".hf-home" / "datasets")  # the run's own: map() writes there
     git = ["git", "-c", "user.name=sweep", "-c", "user.email=sweep@localhost"]
     (root / ".gitignore").write_text("__pycache__/\n.hf-home/\n*.patch\nreport*.json\n")
     subprocess.run([*git, "init", "-q"], cwd=root, check=True)
