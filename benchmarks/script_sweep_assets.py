@@ -9,7 +9,9 @@
                csv/json files for the transformers examples, an image folder
   stubs/       stand-ins for packages the shared venv lacks, put first on the scripts'
                PYTHONPATH: `torchvision` (MNIST/FakeData/ImageFolder of generated images, the
-               transforms the examples use, save_image) and `evaluate` (accuracy/glue metrics).
+               transforms the examples use, save_image), `evaluate` (accuracy/glue metrics),
+               `sentencepiece` (imported, never called, by llama2.c) and `trl_dist` (the dist-info
+               trl asks importlib.metadata for when it runs from its checkout).
                They keep the real packages' dtypes (ToTensor gives float32 in [0, 1], labels are
                Python ints the collate makes int64), so a dtype finding under them is the
                script's own.
@@ -27,7 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures" / "models"
-VERSION = "11"
+VERSION = "13"
 WORDS = ("the cat sat on a mat while the dog ran to the red ball and a bird sang in the tall tree "
          "by the river where the boy read an old book about ships").split()
 
@@ -94,6 +96,14 @@ def _text_data(data: Path) -> None:
         with open(lm / f"{split}.jsonl", "w") as f:
             for r in part:
                 f.write(json.dumps({"text": r["text"], "label": r["label"]}) + "\n")
+    for name, make in (("pref-folder", lambda r: {"prompt": r["text"][:20], "chosen": r["text"][20:], "rejected": r["text"][::-1][:20]}),
+                       ("kto-folder", lambda r: {"prompt": r["text"][:20], "completion": r["text"][20:], "label": bool(r["label"])}),
+                       ("prompt-folder", lambda r: {"prompt": r["text"]})):  # trl's preference / KTO / GRPO data
+        (data / name).mkdir(exist_ok=True)
+        for split, part in (("train", rows[:16]), ("test", rows[16:])):
+            with open(data / name / f"{split}.jsonl", "w") as f:
+                for r in part:
+                    f.write(json.dumps(make(r)) + "\n")
     with open(data / "alpaca.json", "w") as f:
         json.dump([{"instruction": s, "input": "", "output": " ".join(s.split()[:5])} for s in _sentences(12, 9)], f)
 
@@ -199,7 +209,9 @@ def _stubs(stubs: Path) -> None:
         shutil.rmtree(stubs)
     for package in here.iterdir():  # stubs/<name>/<name>/: one PYTHONPATH entry per stand-in
         if package.is_dir() and package.name != "__pycache__":
-            shutil.copytree(package, stubs / package.name / package.name, ignore=shutil.ignore_patterns("__pycache__"))
+            # a *_dist folder holds only a dist-info (the metadata of a package run from its checkout)
+            to = stubs / package.name if package.name.endswith("_dist") else stubs / package.name / package.name
+            shutil.copytree(package, to, ignore=shutil.ignore_patterns("__pycache__"))
 
 
 if __name__ == "__main__":

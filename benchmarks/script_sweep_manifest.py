@@ -60,12 +60,6 @@ class Script:
         return self.repo.replace("/", "+")
 
     @property
-    def cwd(self) -> str:
-        """Where the script runs, relative to its folder's copy: the script's own folder."""
-        rel = Path(self.path).relative_to(self.folder) if self.folder else Path(self.path)
-        return str(rel.parent)
-
-    @property
     def script(self) -> str:
         return Path(self.path).name
 

@@ -55,7 +55,7 @@ class Workspace:
 
     @property
     def cwd(self) -> Path:
-        return self.root / self.script.cwd
+        return self.root / Path(self.script.path).parent
 
 
 def cli() -> list[str]:
@@ -88,16 +88,18 @@ def workspace(ctx: Context, script: Script, injection: Injection | None = None) 
     if base:
         base.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=f"sweep-{script.id}-", dir=base))
-    shutil.copytree(src, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", ".git"))
+    # The copy keeps the repository's layout (root/<folder>/...), so a package beside the script imports as it does
+    # in a checkout (trl/scripts/sft.py imports trl from the repository root on PYTHONPATH).
+    shutil.copytree(src, root / script.folder, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", ".git"))
     for dest, asset in script.place:
-        src_asset, to = Path(asset.replace("{assets}", str(ctx.assets))), root / script.cwd / dest
+        src_asset, to = Path(asset.replace("{assets}", str(ctx.assets))), root / Path(script.path).parent / dest
         to.parent.mkdir(parents=True, exist_ok=True)
         if src_asset.is_dir():
             shutil.copytree(src_asset, to, dirs_exist_ok=True)
         else:
             shutil.copy(src_asset, to)
     for helper in script.setup:
-        subprocess.run([PY, *helper.split()], cwd=root / script.cwd, env=env_for(ctx, Workspace(root, script)),
+        subprocess.run([PY, *helper.split()], cwd=root / Path(script.path).parent, env=env_for(ctx, Workspace(root, script)),
                        capture_output=True, timeout=300, check=True)
     shutil.copytree(ctx.assets / "datasets-cache", root / ".hf-home" / "datasets")  # the run's own: map() writes there
     git = ["git", "-c", "user.name=sweep", "-c", "user.email=sweep@localhost"]
@@ -112,7 +114,7 @@ def workspace(ctx: Context, script: Script, injection: Injection | None = None) 
 
 
 def inject(ws: Workspace, inj: Injection) -> None:
-    path = ws.root / inj.file
+    path = ws.root / ws.script.folder / inj.file
     text = path.read_text()
     if text.count(inj.old) != 1:
         raise ValueError(f"{ws.script.id}: {inj.family}: {inj.old!r} is in {inj.file} {text.count(inj.old)} times, not once")
@@ -120,7 +122,7 @@ def inject(ws: Workspace, inj: Injection) -> None:
     first = text[:start].count("\n") + 1
     path.write_text(text.replace(inj.old, inj.new))
     lines = range(first, first + max(inj.new.count("\n"), 0) + 1)
-    ws.edits.extend((inj.file, n) for n in lines)
+    ws.edits.extend((str(Path(ws.script.folder) / inj.file), n) for n in lines)
 
 
 def fill(args: tuple[str, ...], ctx: Context, ws: Workspace) -> list[str]:
