@@ -10,7 +10,7 @@
   stubs/       stand-ins for packages the shared venv lacks, put first on the scripts'
                PYTHONPATH: `torchvision` (MNIST/FakeData/ImageFolder of generated images, the
                transforms the examples use, save_image), `evaluate` (accuracy/glue metrics),
-               `sentencepiece` (imported, never called, by llama2.c) and `trl_dist` (the dist-info
+               `sentencepiece` and `tiktoken` (imported, never called, by llama2.c and nanoGPT's sample.py) and `trl_dist` (the dist-info
                trl asks importlib.metadata for when it runs from its checkout).
                They keep the real packages' dtypes (ToTensor gives float32 in [0, 1], labels are
                Python ints the collate makes int64), so a dtype finding under them is the
@@ -29,7 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures" / "models"
-VERSION = "13"
+VERSION = "14"
 WORDS = ("the cat sat on a mat while the dog ran to the red ball and a bird sang in the tall tree "
          "by the river where the boy read an old book about ships").split()
 

@@ -99,7 +99,7 @@ def workspace(ctx: Context, script: Script, injection: Injection | None = None) 
         else:
             shutil.copy(src_asset, to)
     for helper in script.setup:
-        subprocess.run([PY, *helper.split()], cwd=root / Path(script.path).parent, env=env_for(ctx, Workspace(root, script)),
+        subprocess.run([PY, *helper.replace("{assets}", str(ctx.assets)).split()], cwd=root / Path(script.path).parent, env=env_for(ctx, Workspace(root, script)),
                        capture_output=True, timeout=300, check=True)
     shutil.copytree(ctx.assets / "datasets-cache", root / ".hf-home" / "datasets")  # the run's own: map() writes there
     git = ["git", "-c", "user.name=sweep", "-c", "user.email=sweep@localhost"]
