@@ -70,6 +70,7 @@ class InjectRow:
     codes: tuple[str, ...] = ()
     wall: float = 0.0
     detail: str = ""
+    oracle: str = ""  # CPU targets: what the plain mutated script did ("fails" | "runs": not a bug here, not counted)
 
 
 # ---------------------------------------------------------------- extract
@@ -160,6 +161,13 @@ def inject_case(ctx: runs.Context, s: Script, inj: Injection) -> InjectRow:
     t0 = time.monotonic()
     mode = inj.mode or s.modes[0][0]
     ws = runs.workspace(ctx, s, inj)
+    oracle = ""
+    if inj.target == "cpu" and inj.expect != "none":  # PyTorch is the oracle: the plain mutated script must fail
+        oracle = "fails" if runs.plain_run(ctx, ws, mode).rc != 0 else "runs"
+        if oracle == "runs":
+            return InjectRow(s.id, inj.family, inj.target, False, False, False, False, (), time.monotonic() - t0,
+                             "the mutated script runs plainly on the CPU: not a bug here", oracle)
+        ws = runs.workspace(ctx, s, inj)
     out = runs.doctor_run(ctx, ws, mode, inj.target)
     errors = out.findings("error") + (out.findings("warning") if inj.expect == "warning" else [])
     codes = tuple(_label(f) for f in errors)
@@ -187,7 +195,7 @@ def inject_case(ctx: runs.Context, s: Script, inj: Injection) -> InjectRow:
     if not found:
         detail = f"not found (run rc {out.rc}): " + out.tail[-400:] + " | " + detail
     return InjectRow(s.id, inj.family, inj.target, found, found_line, origin, clean_after, codes,
-                     time.monotonic() - t0, detail)
+                     time.monotonic() - t0, detail, oracle)
 
 
 def _without_lineage(f: dict) -> dict:
@@ -214,12 +222,18 @@ def clean_table(rows: list[CleanRow]) -> str:
 def inject_table(rows: list[InjectRow]) -> str:
     lines = ["| family | cases | found | found with the user's line | fixed at origin | whole script clean after patch |",
              "|---|---|---|---|---|---|"]
+    skipped = [r for r in rows if r.oracle == "runs"]
+    rows = [r for r in rows if r.oracle != "runs"]
     families = sorted({r.family for r in rows})
     for fam in [*families, "all"]:
         sel = [r for r in rows if fam in ("all", r.family)]
         n = len(sel)
         lines.append(f"| {fam} | {n} | {sum(r.found for r in sel)} | {sum(r.found_line for r in sel)} | "
                      f"{sum(r.fixed_origin for r in sel)} | {sum(r.clean_after for r in sel)} |")
+    if skipped:
+        lines.append("")
+        lines.append("Not counted (the mutated script runs plainly on the CPU, so it is no bug there): "
+                     + ", ".join(f"{r.script}/{r.family}" for r in skipped))
     return "\n".join(lines)
 
 
