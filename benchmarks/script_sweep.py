@@ -237,6 +237,16 @@ def inject_table(rows: list[InjectRow]) -> str:
     return "\n".join(lines)
 
 
+def scripts_table(scripts: list[Script]) -> str:
+    """The manifest as the README lists it: where each script comes from and what it exercises."""
+    lines = ["| id | repository @ commit | script | kind | loop | precision modes | injected |", "|---|---|---|---|---|---|---|"]
+    for s in scripts:
+        lines.append(f"| {s.id} | {s.repo} @ {s.commit[:10]} | `{s.path}` | {s.kind} | {s.style} | "
+                     f"{', '.join(m for m, _ in s.modes)} | {', '.join(i.family for i in s.injections) or '—'} |")
+    repos = sorted({s.repo for s in scripts})
+    return "\n".join(lines) + f"\n\n{len(scripts)} scripts from {len(repos)} repositories."
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -269,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true")
     args = ap.parse_args(argv)
     scripts = pick(manifest.load(), args.only, args.sample, args.seed)
+    if args.list and args.markdown:
+        args.markdown.write_text(scripts_table(scripts) + "\n")
+        return 0
     if args.list:
         for s in scripts:
             print(f"{s.id:24} {s.repo:24} {s.kind:22} {s.style:14} modes={','.join(m for m, _ in s.modes)} "
