@@ -277,7 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--markdown", type=Path)
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--rows", type=Path, help="append each row, as it is done, to this JSON-lines file")
+    ap.add_argument("--tables", type=Path, nargs="+", metavar="ROWS", help="only print the tables of these rows files")
     args = ap.parse_args(argv)
+    if args.tables:
+        return report(*read_rows(args.tables), args, 0.0)
     scripts = pick(manifest.load(), args.only, args.sample, args.seed)
     if args.list and args.markdown:
         args.markdown.write_text(scripts_table(scripts) + "\n")
@@ -290,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.extract:
         extract(args.extract, args.scripts, {s.id for s in scripts})
         return 0
+    global ROWS
+    ROWS = args.rows
     ctx = runs.Context(args.scripts.resolve(), make_assets(args.assets).resolve(), args.keep)
     t0 = time.monotonic()
     clean, injected = sweep(ctx, scripts, args)
@@ -308,11 +314,42 @@ def sweep(ctx: runs.Context, scripts: list[Script], args) -> tuple[list[CleanRow
     return clean, injected
 
 
+ROWS: Path | None = None
+
+
+def _keep(row: CleanRow | InjectRow) -> None:
+    if ROWS is not None:
+        with open(ROWS, "a") as f:  # one write per line: rows from two workers do not interleave
+            f.write(json.dumps({"kind": type(row).__name__, **asdict(row)}) + "\n")
+
+
+def read_rows(paths: list[Path]) -> tuple[list[CleanRow], list[InjectRow]]:
+    """Rows from JSON-lines files (several partial runs); a later row for the same case replaces an earlier one."""
+    clean: dict[tuple, CleanRow] = {}
+    injected: dict[tuple, InjectRow] = {}
+    for path in paths:
+        text = path.read_text()
+        if path.suffix == ".json":  # a --json file: {"clean": [...], "injected": [...]}
+            whole = json.loads(text)
+            text = "\n".join(json.dumps({"kind": kind, **row}) for key, kind in (("clean", "CleanRow"),
+                              ("injected", "InjectRow")) for row in whole.get(key, []))
+        for line in text.splitlines():
+            data = json.loads(line)
+            kind = data.pop("kind")
+            data = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+            if kind == "CleanRow":
+                clean[(data["script"], data["target"], data["mode"])] = CleanRow(**data)
+            else:
+                injected[(data["script"], data["family"], data["target"])] = InjectRow(**data)
+    return list(clean.values()), list(injected.values())
+
+
 def _guard_clean(ctx, s, target, mode) -> CleanRow:
     try:
         row = clean_case(ctx, s, target, mode)
     except Exception as e:  # noqa: BLE001 - a sweep row, not a crash of the sweep
         row = CleanRow(s.id, target, mode, "sweep-error", detail=f"{type(e).__name__}: {e}"[:400])
+    _keep(row)
     print(f"clean  {row.script:22} {row.target:5} {row.mode:5} {row.verdict:14} {row.wall:5.1f}s "
           f"{' '.join(row.errors + row.warnings)} {row.detail[:300]!r}", flush=True)
     return row
@@ -323,6 +360,7 @@ def _guard_inject(ctx, s, inj) -> InjectRow:
         row = inject_case(ctx, s, inj)
     except Exception as e:  # noqa: BLE001
         row = InjectRow(s.id, inj.family, inj.target, False, False, False, False, detail=f"{type(e).__name__}: {e}"[:400])
+    _keep(row)
     print(f"inject {row.script:22} {row.family:18} {row.target:5} found={row.found:d} line={row.found_line:d} "
           f"origin={row.fixed_origin:d} clean={row.clean_after:d} {row.wall:5.1f}s {' '.join(row.codes)} "
           f"{row.detail[:300]!r}", flush=True)
