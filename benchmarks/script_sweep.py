@@ -226,7 +226,7 @@ def inject_table(rows: list[InjectRow]) -> str:
     rows = [r for r in rows if r.oracle != "runs"]
     families = sorted({r.family for r in rows})
     for fam in [*families, "all"]:
-        sel = [r for r in rows if fam in ("all", r.family)]
+        sel = [r for r in rows if fam == r.family or (fam == "all" and "(control)" not in r.family)]
         n = len(sel)
         lines.append(f"| {fam} | {n} | {sum(r.found for r in sel)} | {sum(r.found_line for r in sel)} | "
                      f"{sum(r.fixed_origin for r in sel)} | {sum(r.clean_after for r in sel)} |")
