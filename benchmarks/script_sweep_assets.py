@@ -1,0 +1,218 @@
+"""The small assets the script sweep's public scripts read, made here: no download, nothing fetched.
+
+`make_assets(root)` writes, once per root (a marker file holds the version):
+
+  models/      tiny transformers models built from configs and saved with save_pretrained
+               (gpt2, llama, bert, t5), each with the llama-tiny / bert-tiny fixture tokenizer
+  data/        tiny datasets: a wikitext-2 folder (train/valid/test.txt), nanoGPT's
+               shakespeare_char (train.bin, val.bin, meta.pkl), an input.txt for minGPT, text
+               csv/json files for the transformers examples, an image folder
+  stubs/       stand-ins for packages the shared venv lacks, put first on the scripts'
+               PYTHONPATH: `torchvision` (MNIST/FakeData/ImageFolder of generated images, the
+               transforms the examples use, save_image), `evaluate` (accuracy/glue metrics),
+               `sentencepiece` and `tiktoken` (imported, never called, by llama2.c and nanoGPT's sample.py) and `trl_dist` (the dist-info
+               trl asks importlib.metadata for when it runs from its checkout).
+               They keep the real packages' dtypes (ToTensor gives float32 in [0, 1], labels are
+               Python ints the collate makes int64), so a dtype finding under them is the
+               script's own.
+
+Run `python benchmarks/script_sweep_assets.py DIR` to make them by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "fixtures" / "models"
+VERSION = "14"
+WORDS = ("the cat sat on a mat while the dog ran to the red ball and a bird sang in the tall tree "
+         "by the river where the boy read an old book about ships").split()
+
+
+def make_assets(root: Path) -> Path:
+    """Make every asset under `root` (skipped when the marker says this version is there)."""
+    root = Path(root)
+    marker = root / ".assets-version"
+    if marker.is_file() and marker.read_text() == VERSION:
+        return root
+    root.mkdir(parents=True, exist_ok=True)
+    _stubs(root / "stubs")
+    _text_data(root / "data")
+    _models(root / "models")
+    _images(root / "data" / "images")
+    _hub(root)
+    marker.write_text(VERSION)
+    return root
+
+
+def _sentences(n: int, seed: int) -> list[str]:
+    import random
+
+    rnd = random.Random(seed)
+    return [" ".join(rnd.choice(WORDS) for _ in range(rnd.randint(6, 14))) for _ in range(n)]
+
+
+def _text_data(data: Path) -> None:
+    import numpy as np
+
+    wiki = data / "wikitext-2"
+    wiki.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", 60), ("valid", 20), ("test", 20)):
+        (wiki / f"{split}.txt").write_text("\n".join(_sentences(n, hash(split) % 97)) + "\n")
+    text = "O God, O God!\n" + "\n".join(_sentences(200, 3)) + "\n"  # minGPT's chargpt samples from "O God, O God!"
+    (data / "input.txt").write_text(text)
+    shakes = data / "shakespeare_char"
+    shakes.mkdir(exist_ok=True)
+    chars = sorted(set(text))
+    stoi = {c: i for i, c in enumerate(chars)}
+    ids = np.array([stoi[c] for c in text], dtype=np.uint16)
+    ids[: len(ids) * 9 // 10].tofile(shakes / "train.bin")
+    ids[len(ids) * 9 // 10:].tofile(shakes / "val.bin")
+    with open(shakes / "meta.pkl", "wb") as f:
+        pickle.dump({"vocab_size": len(chars), "itos": dict(enumerate(chars)), "stoi": stoi}, f)
+    rows = [{"text": s, "sentence": s, "label": i % 2} for i, s in enumerate(_sentences(24, 5))]
+    for split, part in (("train", rows[:16]), ("validation", rows[16:])):
+        _write_csv(data / f"cls-{split}.csv", part, ("sentence", "label"))
+        (data / f"text-{split}.txt").write_text("\n".join(r["text"] for r in part) + "\n")
+        with open(data / f"text-{split}.json", "w") as f:
+            for r in part:
+                f.write(json.dumps({"text": r["text"]}) + "\n")
+        with open(data / f"summ-{split}.json", "w") as f:
+            for r in part:
+                f.write(json.dumps({"text": r["text"], "summary": " ".join(r["text"].split()[:4])}) + "\n")
+    stories = data / "TinyStories_all_data"  # llama2.c's pretokenized shards (uint16 ids < 512)
+    stories.mkdir(exist_ok=True)
+    rng = np.random.default_rng(1)
+    for k in range(2):
+        rng.integers(1, 512, 4000).astype(np.uint16).tofile(stories / f"data{k:02d}.bin")
+    lm = data / "lm-folder"  # a folder load_dataset(path) reads as train/test splits (peft's examples)
+    lm.mkdir(exist_ok=True)
+    for split, part in (("train", rows[:16]), ("test", rows[16:])):
+        with open(lm / f"{split}.jsonl", "w") as f:
+            for r in part:
+                f.write(json.dumps({"text": r["text"], "label": r["label"]}) + "\n")
+    for name, make in (("pref-folder", lambda r: {"prompt": r["text"][:20], "chosen": r["text"][20:], "rejected": r["text"][::-1][:20]}),
+                       ("kto-folder", lambda r: {"prompt": r["text"][:20], "completion": r["text"][20:], "label": bool(r["label"])}),
+                       ("prompt-folder", lambda r: {"prompt": r["text"]})):  # trl's preference / KTO / GRPO data
+        (data / name).mkdir(exist_ok=True)
+        for split, part in (("train", rows[:16]), ("test", rows[16:])):
+            with open(data / name / f"{split}.jsonl", "w") as f:
+                for r in part:
+                    f.write(json.dumps(make(r)) + "\n")
+    with open(data / "alpaca.json", "w") as f:
+        json.dump([{"instruction": s, "input": "", "output": " ".join(s.split()[:5])} for s in _sentences(12, 9)], f)
+
+
+def _write_csv(path: Path, rows: list[dict], cols: tuple[str, ...]) -> None:
+    import csv
+
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(cols), extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _models(models: Path) -> None:
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(0)
+    small = dict(num_hidden_layers=2, num_attention_heads=2, hidden_size=32, intermediate_size=64)
+    specs = {
+        "gpt2-tiny": (tf.GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=64, vocab_size=0), tf.GPT2LMHeadModel,
+                      "llama-tiny"),
+        "llama-tiny": (tf.LlamaConfig(**small, num_key_value_heads=1, max_position_embeddings=64, vocab_size=0),
+                       tf.LlamaForCausalLM, "llama-tiny"),
+        "bert-tiny": (tf.BertConfig(**small, max_position_embeddings=64, vocab_size=0), tf.BertForMaskedLM,
+                      "bert-tiny"),
+        "t5-tiny": (tf.T5Config(d_model=32, d_ff=64, num_layers=2, num_heads=2, d_kv=16, vocab_size=0,
+                                decoder_start_token_id=0, pad_token_id=0), tf.T5ForConditionalGeneration,
+                    "llama-tiny"),
+    }
+    for name, (config, cls, tok_from) in specs.items():
+        out = models / name
+        tok = tf.AutoTokenizer.from_pretrained(FIXTURES / tok_from)
+        config.vocab_size = len(tok)
+        for attr in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            if getattr(tok, attr, None) is not None and name != "t5-tiny":
+                setattr(config, attr, getattr(tok, attr))
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token or tok.unk_token
+        cls(config).save_pretrained(out)
+        tok.save_pretrained(out)
+
+
+def _hub(root: Path) -> None:
+    """An offline hub cache for scripts that name hub ids (accelerate's examples): `bert-base-cased` is the tiny
+    BERT above; the `glue`/`mrpc` dataset is a prepared datasets cache (HF_DATASETS_CACHE layout), as
+    `load_dataset("glue", "mrpc")` finds it offline after one earlier download."""
+    import glob
+    import os
+
+    import pandas as pd
+
+    sha = "0" * 40
+    repo = root / "hub" / "models--bert-base-cased"
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(sha)
+    if (repo / "snapshots" / sha).exists():
+        shutil.rmtree(repo / "snapshots" / sha)
+    shutil.copytree(root / "models" / "bert-tiny", repo / "snapshots" / sha)
+    rows = _sentences(32, 11)
+    parquet = root / "hub-src" / "mrpc"
+    parquet.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for k, split in enumerate(("train", "validation", "test")):
+        part = rows[k * 8:(k + 1) * 8 + 8]
+        frame = pd.DataFrame({"sentence1": part, "sentence2": part[::-1], "label": [i % 2 for i in range(len(part))],
+                              "idx": list(range(len(part)))})
+        frame.to_parquet(parquet / f"{split}.parquet")
+        files[split] = str(parquet / f"{split}.parquet")
+    from datasets import load_dataset
+
+    load_dataset("parquet", data_files=files, cache_dir=str(root / "hub-src" / "prep"))
+    src = next(p for p in glob.glob(str(root / "hub-src" / "prep" / "parquet" / "*" / "*" / "*")) if os.path.isdir(p))
+    for name in ("glue", "nyu-mll___glue"):  # load_dataset("glue", ...) and ("nyu-mll/glue", ...)
+        dst = root / "datasets-cache" / name / "mrpc" / "0.0.0" / os.path.basename(src)
+        if dst.exists():
+            shutil.rmtree(dst)
+        dst.mkdir(parents=True)
+        for f in os.listdir(src):
+            if not f.endswith(".lock"):
+                shutil.copy(os.path.join(src, f), dst / f.replace("parquet-", "glue-"))
+        info = json.loads((dst / "dataset_info.json").read_text())
+        info.update(config_name="mrpc", builder_name="glue", dataset_name="glue")
+        (dst / "dataset_info.json").write_text(json.dumps(info))
+
+
+def _images(folder: Path) -> None:
+    from PIL import Image
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for label in ("cat", "dog"):
+        (folder / "train" / label).mkdir(parents=True, exist_ok=True)
+        (folder / "validation" / label).mkdir(parents=True, exist_ok=True)
+        for i in range(6):
+            split = "train" if i < 4 else "validation"
+            Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(folder / split / label / f"{i}.png")
+
+
+def _stubs(stubs: Path) -> None:
+    here = Path(__file__).resolve().parent / "script_sweep_stubs"
+    if stubs.exists():
+        shutil.rmtree(stubs)
+    for package in here.iterdir():  # stubs/<name>/<name>/: one PYTHONPATH entry per stand-in
+        if package.is_dir() and package.name != "__pycache__":
+            # a *_dist folder holds only a dist-info (the metadata of a package run from its checkout)
+            to = stubs / package.name if package.name.endswith("_dist") else stubs / package.name / package.name
+            shutil.copytree(package, to, ignore=shutil.ignore_patterns("__pycache__"))
+
+
+if __name__ == "__main__":
+    print(make_assets(Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/script-sweep-assets")))
