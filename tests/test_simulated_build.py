@@ -108,3 +108,30 @@ def test_set_device_selects_the_gpu_current_device_names(workdir: Path, capsys: 
     assert "inside 0" in err and "outside 1" in err
     assert "refused" in err  # two GPUs: there is no cuda:5 (a real one raises "invalid device ordinal")
     assert code == 0
+
+
+# diffusers examples/discrete_diffusion/train_llada2.py's shape: a generator made on the batch's device.
+GENERATOR = """\
+import torch
+
+model = torch.nn.Linear(8, 4).cuda()
+x = torch.randn(2, 8).cuda()
+g = torch.Generator(device=x.device).manual_seed(0)
+noise = torch.randn(x.shape, generator=g, device=x.device)
+state = g.get_state()
+print("generator on", g.device, "noise on", noise.device, "seed", g.initial_seed(), "is a Generator", isinstance(g, torch.Generator))
+print("cpu generator", isinstance(torch.Generator(), torch.Generator), torch.Generator().device)
+model(x + noise).sum().backward()
+"""
+
+
+def test_a_cuda_generator_is_made_on_the_simulated_gpu(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    # Plainly, on this CPU-only build, a CUDA generator cannot be made ("Cannot get CUDA generator without ATen_cuda").
+    with pytest.raises(RuntimeError):
+        torch.Generator(device="cuda")
+    (workdir / "train.py").write_text(GENERATOR)
+    code, report, err = _run(["run", "--simulate", "--gpu", "t4", "-f", "json", "--", "python", "train.py"], capsys)
+    assert "generator on cuda:0 noise on cuda:0 seed 0 is a Generator True" in err
+    assert "cpu generator True cpu" in err
+    assert code == 0 and report["target"]["device"] == "cuda:0"
+    assert torch.Generator is torch._C.Generator  # torch's own after the simulation

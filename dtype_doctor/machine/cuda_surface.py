@@ -404,3 +404,39 @@ def nvtx_answers() -> dict[str, Any]:
     return {"range_push": lambda msg: 0, "range_pop": lambda: 0, "range_start": lambda msg: 0,
             "range_end": lambda range_id: None, "mark": lambda msg: None,
             "range": lambda msg, *args, **kwargs: contextlib.nullcontext()}
+
+
+class _AnyGenerator(type(torch._C.Generator)):  # type: ignore[misc]
+    """isinstance(g, torch.Generator) holds for every generator, the script's CPU ones made before too."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, torch._C.Generator)
+
+    def __subclasscheck__(cls, sub: Any) -> bool:
+        return issubclass(sub, torch._C.Generator)
+
+
+def generator_class(current: CurrentDevice) -> type:
+    """`torch.Generator` under the simulation: `torch.Generator(device=x.device)` for a CUDA tensor (diffusers'
+    examples, samplers) is, on the simulated GPU, a CPU generator that reads as cuda:k: seeded and its state
+    kept as a CUDA generator's, and accepted by the ops on simulated tensors (which draw no values). A
+    CPU-only build refuses a CUDA generator ("Cannot get CUDA generator without ATen_cuda library")."""
+    from dtype_doctor.machine.module_moves import is_cuda
+
+    class Generator(torch._C.Generator, metaclass=_AnyGenerator):
+        def __new__(cls, device: Any = "cpu") -> Any:
+            if device is None or not is_cuda(device):
+                return torch._C.Generator(device) if device is not None else torch._C.Generator()
+            g = super().__new__(cls, "cpu")
+            g.cuda_index = device_index(device, current.index)
+            return g
+
+        def __init__(self, device: Any = "cpu") -> None:
+            pass
+
+        @property
+        def device(self) -> torch.device:  # type: ignore[override]
+            return torch.device("cuda", self.cuda_index)
+
+    Generator.__module__, Generator.__qualname__ = "torch", "Generator"
+    return Generator

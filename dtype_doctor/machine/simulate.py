@@ -466,10 +466,11 @@ class CudaSimulation:
 
     def _patch_cuda(self) -> None:
         from dtype_doctor.machine.cuda_api import patches
-        from dtype_doctor.machine.cuda_surface import raw_stream, surface_answers
+        from dtype_doctor.machine.cuda_surface import generator_class, raw_stream, surface_answers
 
         for owner, attr, value in patches(surface_answers(self.gpu, self.current, self.memory), self._refusal):
             self._set(owner, attr, value)
+        self._set(torch, "Generator", generator_class(self.current))  # torch.Generator(device="cuda")
         # bitsandbytes hands the current stream's raw handle to its kernels.
         self._set(torch._C, "_cuda_getCurrentRawStream", raw_stream)
         # The optimizers pick their foreach and fused kernels for CUDA devices, as on a GPU.
