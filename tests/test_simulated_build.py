@@ -135,3 +135,31 @@ def test_a_cuda_generator_is_made_on_the_simulated_gpu(workdir: Path, capsys: py
     assert "cpu generator True cpu" in err
     assert code == 0 and report["target"]["device"] == "cuda:0"
     assert torch.Generator is torch._C.Generator  # torch's own after the simulation
+
+
+# train_llada2.py's checkpoint: save_pretrained of a model on the (simulated) GPU.
+SAVE = """\
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     num_key_value_heads=2, tie_word_embeddings=False)
+model = LlamaForCausalLM(config).cuda()
+ids = torch.randint(0, 64, (2, 8), device="cuda")
+model(ids, labels=ids).loss.backward()
+model.save_pretrained("ckpt")
+print("saved")
+"""
+
+
+def test_save_pretrained_of_a_simulated_model_does_not_see_every_weight_as_shared(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    from safetensors.torch import storage_ptr
+
+    # The cause: tensors without data have no address; two distinct ones read as one storage.
+    a, b = torch.empty(4, 4, device="meta"), torch.empty(4, 4, device="meta")
+    assert storage_ptr(a) == storage_ptr(b) == 0
+    (workdir / "train.py").write_text(SAVE)
+    code, report, err = _run(["run", "--simulate", "--gpu", "a100", "-f", "json", "--", "python", "train.py"], capsys)
+    assert "saved" in err and code == 0 and "DD001" not in [f["code"] for f in report["findings"]]
+    assert not (workdir / "ckpt").exists()  # a simulated run never writes the user's files
+    assert storage_ptr(a) == 0  # safetensors' own after the simulation

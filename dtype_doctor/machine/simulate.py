@@ -550,6 +550,27 @@ class CudaSimulation:
             return _simulated(x) or original(x)
 
         self._set(module, "is_fake_tensor", is_fake_tensor)
+        self._patch_storage_ptr()
+
+    def _patch_storage_ptr(self) -> None:
+        """save_pretrained and safetensors find tied weights by their storages' addresses; a simulated
+        tensor's storage has none (every one reads 0, so every same-sized weight looked shared and
+        save_pretrained refused): each storage is told apart by its own identity instead."""
+        import importlib
+
+        for name in ("safetensors.torch", "transformers.pytorch_utils"):
+            try:
+                module = importlib.import_module(name)
+            except ImportError:
+                continue
+            original = getattr(module, "storage_ptr", None)
+            if original is None:
+                continue
+
+            def storage_ptr(tensor: torch.Tensor, _original: Any = original) -> int:
+                return tensor.untyped_storage()._cdata if _simulated(tensor) else _original(tensor)
+
+            self._set(module, "storage_ptr", storage_ptr)
 
     def _patch_autocast(self) -> None:
         from torch.amp import autocast_mode
