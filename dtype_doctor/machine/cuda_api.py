@@ -1,6 +1,7 @@
 """The CUDA API a script can ask under `run --simulate`, as data: every public name of `torch.cuda`
 (and its `random`, `memory`, `amp`, `graphs`, `streams`, `nvtx` modules), `torch.accelerator`,
-`torch.backends.cuda` and `torch.backends.cudnn`, each with how the simulated GPU answers it.
+`torch.backends.cuda`, `torch.backends.cudnn` and the build's `torch.version.cuda`, each with how
+the simulated GPU answers it.
 
 tests/test_cuda_api.py walks the installed torch's surface and fails on a name in no row, so a
 torch release that adds a CUDA function fails a test, not a user's run. A name the simulation
@@ -90,8 +91,12 @@ SURFACE: dict[str, dict[str, str]] = {
         OWN: "flags set_flags CUDNN_TENSOR_DTYPES ContextProp CudnnModule PropModule enabled benchmark benchmark_limit "
              "deterministic allow_tf32 fp32_precision conv rnn depthwise_kernel",
     }),
+    # The build's versions: transformers' is_torch_tf32_available, accelerate and bitsandbytes read
+    # torch.version.cuda (None on a CPU-only build) before they ask the device.
+    "torch.version": _rows({PROFILE: "cuda", OWN: "__version__ debug git_version hip rocm xpu"}),
 }
 
+_ABSENT = object()
 ANSWERED = frozenset({PROFILE, MEMORY, RNG, STREAMS, NO_OP})
 
 
@@ -111,8 +116,8 @@ def patches(answers: Callable[[str, str], Any], refuse: Callable[[str], Callable
         owner = importlib.import_module(module)
         owner = getattr(owner, "m", owner) if module == "torch.backends.cudnn" else owner
         for name, kind in rows.items():
-            present = getattr(owner, name, None)
-            if present is None or kind == OWN:
+            present = getattr(owner, name, _ABSENT)
+            if present is _ABSENT or kind == OWN:
                 continue
             if kind in ANSWERED:
                 yield owner, name, answers(module, name)

@@ -40,9 +40,11 @@ class SimulatedMemory:
     when the simulation sees it made, and taken off when it is freed.
     """
 
-    def __init__(self, sees_cuda: Callable[[torch.Tensor], bool], index_of: Callable[[torch.Tensor], int]) -> None:
+    def __init__(self, sees_cuda: Callable[[torch.Tensor], bool], index_of: Callable[[torch.Tensor], int],
+                 current: "CurrentDevice | None" = None) -> None:
         import weakref
 
+        self.current = current or CurrentDevice(0, 1)
         self.sees_cuda = sees_cuda
         self.index_of = index_of
         self._counted: Any = weakref.WeakSet()
@@ -73,7 +75,7 @@ class SimulatedMemory:
 
     def allocated(self, device: Any = None) -> int:
         """Bytes of the live simulated tensors on GPU `device` (None: the current one)."""
-        k = device_index(device, self._current)
+        k = device_index(device, self.current.index)
         seen: set[int] = set()
         total = 0
         for obj in gc.get_objects():
@@ -87,13 +89,33 @@ class SimulatedMemory:
 
     def peak(self, device: Any = None) -> int:
         self.allocated(device)
-        return self._peak.get(device_index(device, self._current), 0)
+        return self._peak.get(device_index(device, self.current.index), 0)
 
     def reset_peak(self, device: Any = None) -> None:
-        k = device_index(device, self._current)
+        k = device_index(device, self.current.index)
         self._peak[k] = self._now[k] = self.allocated(device)
 
-    _current = 0
+
+
+class CurrentDevice:
+    """The GPU `torch.cuda.set_device(k)` selected: where "cuda" (no index) lands, what current_device() says."""
+
+    def __init__(self, index: int, count: int) -> None:
+        self.index = index
+        self.count = count
+
+    def set(self, device: Any) -> None:
+        """torch.cuda.set_device: a negative index selects nothing; one past the GPUs is refused, as CUDA does."""
+        k = device_index(device, self.index)
+        if k < 0:
+            return
+        if k >= self.count:
+            raise RuntimeError(f"CUDA error: invalid device ordinal (cuda:{k}; the simulated machine has {self.count} GPU(s))")
+        self.index = k
+
+    def selecting(self, device: Any = None) -> "_Selecting":
+        """`with torch.cuda.device(k):` — GPU k is current inside, the one before it after."""
+        return _Selecting(self, device)
 
 
 def device_index(device: Any, current: int = 0) -> int:
@@ -167,22 +189,23 @@ class Event:
         return 0.0
 
 
-def surface_answers(gpu: GpuProfile | None, index: int, gpus: int = 1, memory: SimulatedMemory | None = None) -> Callable[[str, str], Any]:
+def surface_answers(gpu: GpuProfile | None, current: CurrentDevice, memory: SimulatedMemory | None = None) -> Callable[[str, str], Any]:
     """`answers(module, name)` for machine/cuda_api.py's rows: the simulated GPU's answer to `module.name`."""
-    cuda = cuda_answers(gpu, index, gpus, memory)
-    tables = {"torch.accelerator": accelerator_answers(cuda, index), "torch.backends.cuda": backends_answers(gpu),
-              "torch.backends.cudnn": backends_answers(gpu), "torch.cuda.nvtx": nvtx_answers()}
+    cuda = cuda_answers(gpu, current, memory)
+    tables = {"torch.accelerator": accelerator_answers(cuda, current), "torch.backends.cuda": backends_answers(gpu),
+              "torch.backends.cudnn": backends_answers(gpu), "torch.cuda.nvtx": nvtx_answers(),
+              "torch.version": {"cuda": CUDA_VERSION}}
     return lambda module, name: tables.get(module, cuda)[name]
 
 
-def cuda_answers(gpu: GpuProfile | None, index: int, gpus: int = 1, memory: SimulatedMemory | None = None) -> dict[str, Callable[..., Any] | type]:
+def cuda_answers(gpu: GpuProfile | None, current: CurrentDevice, memory: SimulatedMemory | None = None) -> dict[str, Callable[..., Any] | type]:
     """`torch.cuda` attribute → what it is while the script sees the profile's GPU."""
     props = device_properties(gpu)
     capability = (props.major, props.minor)
-    memory = memory or SimulatedMemory(lambda t: True, lambda t: index)
-    memory._current = index
+    memory = memory or SimulatedMemory(lambda t: True, lambda t: current.index, current)
+    memory.current = current
     default = Stream()
-    count = max(index + 1, gpus)
+    count = current.count
     arch = f"sm_{capability[0]}{capability[1]}"
     return {
         **Generators(count).answers(),
@@ -191,8 +214,8 @@ def cuda_answers(gpu: GpuProfile | None, index: int, gpus: int = 1, memory: Simu
         "is_initialized": lambda: True,
         "init": lambda: None,
         "device_count": lambda: count,
-        "current_device": lambda: index,
-        "set_device": lambda device: None,
+        "current_device": lambda: current.index,
+        "set_device": current.set,
         "get_device_name": lambda device=None: props.name,
         "get_device_capability": lambda device=None: capability,
         "get_device_properties": lambda device=None: props,
@@ -218,8 +241,8 @@ def cuda_answers(gpu: GpuProfile | None, index: int, gpus: int = 1, memory: Simu
         "default_stream": lambda device=None: default,
         "set_stream": lambda stream: None,
         "stream": lambda stream=None: contextlib.nullcontext(stream),
-        # A simulated tensor reads as cuda:k (x.get_device() == k): torch.cuda.device(x.device) selects nothing.
-        "device": _SelectsNothing,
+        "device": current.selecting,
+        # device_of(t) selects t's GPU; the doctor reads t's stand-in, so it selects nothing.
         "device_of": _SelectsNothing,
     }
 
@@ -252,6 +275,24 @@ def memory_answers(props: Any, memory: SimulatedMemory) -> dict[str, Callable[..
         "reset_peak_host_memory_stats": lambda: None,
         "reset_accumulated_host_memory_stats": lambda: None,
     }
+
+
+class _Selecting:
+    """torch.cuda.device(k): GPU k is current within the block (None or a negative index: no change)."""
+
+    def __init__(self, current: CurrentDevice, device: Any) -> None:
+        self.current = current
+        self.idx = device_index(device, current.index) if device is not None else -1
+        self.prev_idx = current.index
+
+    def __enter__(self) -> "_Selecting":
+        self.prev_idx = self.current.index
+        if self.idx >= 0:
+            self.current.set(self.idx)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.current.index = self.prev_idx
 
 
 class _SelectsNothing(contextlib.nullcontext):
@@ -311,7 +352,7 @@ class Generators:
             self.set(state, k)
 
 
-def accelerator_answers(cuda: dict[str, Any], index: int) -> dict[str, Any]:
+def accelerator_answers(cuda: dict[str, Any], current: CurrentDevice) -> dict[str, Any]:
     """`torch.accelerator`'s names, answered by the same simulated GPU as torch.cuda's."""
     return {
         "is_available": lambda check_fork=False: True,
@@ -319,9 +360,9 @@ def accelerator_answers(cuda: dict[str, Any], index: int) -> dict[str, Any]:
         "device_count": cuda["device_count"],
         "current_device_index": cuda["current_device"],
         "current_device_idx": cuda["current_device"],
-        "set_device_index": lambda device: None,
-        "set_device_idx": lambda device: None,
-        "device_index": _SelectsNothing,
+        "set_device_index": current.set,
+        "set_device_idx": current.set,
+        "device_index": current.selecting,
         "synchronize": cuda["synchronize"],
         "empty_cache": lambda: None,
         "empty_host_cache": lambda: None,
@@ -354,6 +395,7 @@ def backends_answers(gpu: GpuProfile | None) -> dict[str, Any]:
     }
 
 
+CUDA_VERSION = "12.8"  # torch.version.cuda of torch's default CUDA 12 wheels
 CUDNN_VERSION = 91002  # the cuDNN (9.10.2) that torch's CUDA 12 wheels ship
 
 
@@ -362,3 +404,39 @@ def nvtx_answers() -> dict[str, Any]:
     return {"range_push": lambda msg: 0, "range_pop": lambda: 0, "range_start": lambda msg: 0,
             "range_end": lambda range_id: None, "mark": lambda msg: None,
             "range": lambda msg, *args, **kwargs: contextlib.nullcontext()}
+
+
+class _AnyGenerator(type(torch._C.Generator)):  # type: ignore[misc]
+    """isinstance(g, torch.Generator) holds for every generator, the script's CPU ones made before too."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, torch._C.Generator)
+
+    def __subclasscheck__(cls, sub: Any) -> bool:
+        return issubclass(sub, torch._C.Generator)
+
+
+def generator_class(current: CurrentDevice) -> type:
+    """`torch.Generator` under the simulation: `torch.Generator(device=x.device)` for a CUDA tensor (diffusers'
+    examples, samplers) is, on the simulated GPU, a CPU generator that reads as cuda:k: seeded and its state
+    kept as a CUDA generator's, and accepted by the ops on simulated tensors (which draw no values). A
+    CPU-only build refuses a CUDA generator ("Cannot get CUDA generator without ATen_cuda library")."""
+    from dtype_doctor.machine.module_moves import is_cuda
+
+    class Generator(torch._C.Generator, metaclass=_AnyGenerator):
+        def __new__(cls, device: Any = "cpu") -> Any:
+            if device is None or not is_cuda(device):
+                return torch._C.Generator(device) if device is not None else torch._C.Generator()
+            g = super().__new__(cls, "cpu")
+            g.cuda_index = device_index(device, current.index)
+            return g
+
+        def __init__(self, device: Any = "cpu") -> None:
+            pass
+
+        @property
+        def device(self) -> torch.device:  # type: ignore[override]
+            return torch.device("cuda", self.cuda_index)
+
+    Generator.__module__, Generator.__qualname__ = "torch", "Generator"
+    return Generator

@@ -145,8 +145,7 @@ class _CudaMode(TorchFunctionMode):
         # The script (or a library: transformers' empty init) asks for meta itself: those tensors are not CUDA's.
         meta_asked = _names_meta(kwargs.get("device")) or (func is torch.Tensor.to and len(args) > 1 and _names_meta(args[1]))
         if func is torch.Tensor.cuda:
-            target = args[1] if len(args) > 1 else kwargs.get("device")
-            return self.sim.place(args[0].to(self.sim.stand_in(target), non_blocking=bool(kwargs.get("non_blocking", False))))
+            return self.sim.cuda_copy(args[0], args[1] if len(args) > 1 else kwargs.get("device"), kwargs.get("non_blocking", False))
         if func is torch.Tensor.to and args:
             # .to("cuda"), .to(0), .to(torch.device("cuda"), torch.float16): the device is the first argument.
             if len(args) > 1 and _is_device_arg(args[1]) and is_cuda(args[1]):
@@ -315,9 +314,10 @@ class CudaSimulation:
         # Storages the script or a library put on meta itself (`with torch.device("meta")`, init_empty_weights):
         # every other stand-in tensor is a CUDA tensor to the script (sees_cuda).
         self.explicit: Any = weakref.WeakSet()
-        from dtype_doctor.machine.cuda_surface import SimulatedMemory
+        from dtype_doctor.machine.cuda_surface import CurrentDevice, SimulatedMemory
 
-        self.memory = SimulatedMemory(self.sees_cuda, self.cuda_index)
+        self.current = CurrentDevice(label.index or 0, self.gpus)  # torch.cuda.set_device's GPU
+        self.memory = SimulatedMemory(self.sees_cuda, self.cuda_index, self.current)
         self._import_hook: Any = None
         self._mode = _CudaMode(self)
         self._saved: list[tuple[Any, str, Any]] = []
@@ -336,7 +336,12 @@ class CudaSimulation:
 
     def stand_in(self, device: Any = None) -> torch.device:
         """The stand-in of a CUDA device argument ("cuda", "cuda:3", 3, torch.device; None: the current GPU)."""
-        return stand_in_for(device_index(device, self.label.index or 0), 2 if self.indexed else 1)
+        return stand_in_for(device_index(device, self.current.index), 2 if self.indexed else 1)
+
+    def cuda_copy(self, t: torch.Tensor, device: Any, non_blocking: bool = False) -> torch.Tensor:
+        """`t.cuda(device)`: on the stand-in of `device` (None: the current GPU, set_device's)."""
+        source = self.faked(t) if self.indexed else t  # several GPUs: only a fake tensor keeps meta:k
+        return self.place(source.to(self.stand_in(device), non_blocking=bool(non_blocking)))
 
     @property
     def amp_dtype(self) -> torch.dtype | None:
@@ -407,8 +412,7 @@ class CudaSimulation:
     # ---------------------------------------------------------------- arming
 
     def __enter__(self) -> "CudaSimulation":
-        index = self.label.index or 0
-        self._patch_cuda(index)
+        self._patch_cuda()
         self._patch_module_moves()
         from dtype_doctor.machine.libraries import patch_bitsandbytes
 
@@ -460,12 +464,13 @@ class CudaSimulation:
         self._saved.append((owner, name, owner.__dict__.get(name, getattr(owner, name, _ABSENT))))
         setattr(owner, name, value)
 
-    def _patch_cuda(self, index: int) -> None:
+    def _patch_cuda(self) -> None:
         from dtype_doctor.machine.cuda_api import patches
-        from dtype_doctor.machine.cuda_surface import raw_stream, surface_answers
+        from dtype_doctor.machine.cuda_surface import generator_class, raw_stream, surface_answers
 
-        for owner, attr, value in patches(surface_answers(self.gpu, index, self.gpus, self.memory), self._refusal):
+        for owner, attr, value in patches(surface_answers(self.gpu, self.current, self.memory), self._refusal):
             self._set(owner, attr, value)
+        self._set(torch, "Generator", generator_class(self.current))  # torch.Generator(device="cuda")
         # bitsandbytes hands the current stream's raw handle to its kernels.
         self._set(torch._C, "_cuda_getCurrentRawStream", raw_stream)
         # The optimizers pick their foreach and fused kernels for CUDA devices, as on a GPU.
@@ -545,6 +550,27 @@ class CudaSimulation:
             return _simulated(x) or original(x)
 
         self._set(module, "is_fake_tensor", is_fake_tensor)
+        self._patch_storage_ptr()
+
+    def _patch_storage_ptr(self) -> None:
+        """save_pretrained and safetensors find tied weights by their storages' addresses; a simulated
+        tensor's storage has none (every one reads 0, so every same-sized weight looked shared and
+        save_pretrained refused): each storage is told apart by its own identity instead."""
+        import importlib
+
+        for name in ("safetensors.torch", "transformers.pytorch_utils"):
+            try:
+                module = importlib.import_module(name)
+            except ImportError:
+                continue
+            original = getattr(module, "storage_ptr", None)
+            if original is None:
+                continue
+
+            def storage_ptr(tensor: torch.Tensor, _original: Any = original) -> int:
+                return tensor.untyped_storage()._cdata if _simulated(tensor) else _original(tensor)
+
+            self._set(module, "storage_ptr", storage_ptr)
 
     def _patch_autocast(self) -> None:
         from torch.amp import autocast_mode
