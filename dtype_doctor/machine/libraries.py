@@ -6,6 +6,11 @@ simulated CUDA device lives on `meta`, so a 4-bit layer moved to (simulated) CUD
 here as on a GPU: bitsandbytes' own `_quantize`, whose ops run their registered fake
 implementations. Only tensors the script placed on simulated CUDA count; an empty `meta`
 initialisation (transformers' `init_empty_weights`) stays as bitsandbytes leaves it.
+
+bitsandbytes picks its native library by `torch.version.cuda` as it imports, which the
+simulation answers as a CUDA build's: its `cextension` is imported under the build's own value, so
+it loads the library this machine has (its CPU kernels, which the simulated layers run) instead of
+failing to open libcudart and logging that on the user's terminal.
 """
 
 from __future__ import annotations
@@ -17,10 +22,13 @@ from typing import Any, Callable
 import torch
 
 _MODULE = "bitsandbytes.nn.modules"
+_NATIVE = "bitsandbytes.cextension"
 
 
-def patch_bitsandbytes(on_cuda: Callable[[torch.Tensor], bool], set_attr: Callable[[Any, str, Any], None]) -> Any:
-    """Patch bitsandbytes now if it is imported, else when it is: returns the import hook to remove (or None)."""
+def patch_bitsandbytes(on_cuda: Callable[[torch.Tensor], bool], set_attr: Callable[[Any, str, Any], None],
+                       build_cuda: str | None = None) -> tuple[Any, ...]:
+    """Patch bitsandbytes now if it is imported, else when it is: returns the import hooks to remove.
+    `build_cuda` is this build's own `torch.version.cuda`, under which bitsandbytes picks its library."""
 
     def patch(module: Any) -> None:
         cls = getattr(module, "Params4bit", None)
@@ -36,7 +44,22 @@ def patch_bitsandbytes(on_cuda: Callable[[torch.Tensor], bool], set_attr: Callab
 
         set_attr(cls, "to", to)
 
-    return after_import(_MODULE, patch)
+    return tuple(h for h in (around_import(_NATIVE, lambda: _build_version(build_cuda)), after_import(_MODULE, patch)) if h)
+
+
+def _build_version(cuda: str | None) -> Any:
+    import contextlib
+
+    @contextlib.contextmanager
+    def built() -> Any:
+        answered = torch.version.cuda
+        torch.version.cuda = cuda  # type: ignore[misc]
+        try:
+            yield
+        finally:
+            torch.version.cuda = answered  # type: ignore[misc]
+
+    return built()
 
 
 def after_import(name: str, then: Callable[[Any], None]) -> Any:
@@ -50,12 +73,23 @@ def after_import(name: str, then: Callable[[Any], None]) -> Any:
     return hook
 
 
+def around_import(name: str, context: Callable[[], Any]) -> Any:
+    """Run module `name`'s import inside `context()` when it is imported (nothing if it already is):
+    returns the import hook to remove from sys.meta_path (or None)."""
+    if name in sys.modules:
+        return None
+    hook = _AfterImport(name, lambda module: None, around=context)
+    sys.meta_path.insert(0, hook)
+    return hook
+
+
 class _AfterImport:
     """A meta-path finder that runs `then(module)` right after `name` is imported."""
 
-    def __init__(self, name: str, then: Callable[[Any], None]) -> None:
+    def __init__(self, name: str, then: Callable[[Any], None], around: Callable[[], Any] | None = None) -> None:
         self.name = name
         self.then = then
+        self.around = around
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if fullname != self.name:
@@ -63,11 +97,15 @@ class _AfterImport:
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        loader, then = spec.loader, self.then
+        loader, then, around = spec.loader, self.then, self.around
         original = loader.exec_module
 
         def exec_module(module: Any) -> None:
-            original(module)
+            if around is None:
+                original(module)
+            else:
+                with around():
+                    original(module)
             then(module)
 
         loader.exec_module = exec_module  # type: ignore[method-assign]

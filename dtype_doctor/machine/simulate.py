@@ -318,7 +318,7 @@ class CudaSimulation:
 
         self.current = CurrentDevice(label.index or 0, self.gpus)  # torch.cuda.set_device's GPU
         self.memory = SimulatedMemory(self.sees_cuda, self.cuda_index, self.current)
-        self._import_hook: Any = None
+        self._import_hooks: tuple[Any, ...] = ()
         self._mode = _CudaMode(self)
         self._saved: list[tuple[Any, str, Any]] = []
         self.not_simulated: list[str] = []  # the CUDA functions the script called that the simulation does not answer
@@ -412,11 +412,12 @@ class CudaSimulation:
     # ---------------------------------------------------------------- arming
 
     def __enter__(self) -> "CudaSimulation":
+        build_cuda = torch.version.cuda  # this build's own, before the simulation answers a CUDA build's
         self._patch_cuda()
         self._patch_module_moves()
         from dtype_doctor.machine.libraries import patch_bitsandbytes
 
-        self._import_hook = patch_bitsandbytes(self.on_cuda, self._set)
+        self._import_hooks = patch_bitsandbytes(self.on_cuda, self._set, build_cuda)
         self._patch_autocast()
         self._patch_transformers()
         self._patch_load()
@@ -439,8 +440,9 @@ class CudaSimulation:
         from dtype_doctor.machine.modes import remove_function_mode
 
         remove_function_mode(self._mode)
-        if self._import_hook is not None and self._import_hook in sys.meta_path:
-            sys.meta_path.remove(self._import_hook)
+        for hook in self._import_hooks:
+            if hook in sys.meta_path:
+                sys.meta_path.remove(hook)
         if self._accelerate is not None:
             self._accelerate.__exit__(None, None, None)
             self._accelerate = None

@@ -223,3 +223,28 @@ class StepModels:
         from dtype_doctor.diffusion import PipelineComponents
 
         return PipelineComponents(self.pipeline, {h.name: h.module for h in holders}, name=" + ".join(h.name for h in holders))
+
+
+def has_parameters(module: torch.nn.Module) -> bool:
+    """Whether `module` holds a parameter of its own or of a child: what a model the step calls has."""
+    return next(module.parameters(), None) is not None
+
+
+def is_model_call(module: torch.nn.Module, args: tuple, kwargs: dict) -> bool:
+    """A module with parameters called on data: not weight_norm's ParametrizationList, which
+    `.half()` or reading a parametrized weight calls at top level with no input."""
+    from torch.nn.utils.parametrize import ParametrizationList
+
+    if isinstance(module, ParametrizationList) or not has_parameters(module):
+        return False
+    return any(holds_tensor(v) for v in (*args, *kwargs.values()))
+
+
+def holds_tensor(obj: Any) -> bool:
+    if isinstance(obj, torch.Tensor):
+        return True
+    if isinstance(obj, dict) or hasattr(obj, "keys"):
+        return any(holds_tensor(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return any(holds_tensor(v) for v in obj)
+    return False

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from dtype_doctor.records import Report, SourceLoc, Subject, Trace, TraceFailure
+from dtype_doctor.run.models import has_parameters, is_model_call
 from dtype_doctor.run.conversions import ConversionLog
 from dtype_doctor.errors import StopScript
 from dtype_doctor.run.lineage import (
@@ -273,7 +274,7 @@ class RunSession:
         top_level = self._depth == 0 and threading.get_ident() == self._thread and os.getpid() == self._pid and not self.recompute.recomputing
         is_model = repeat = False
         if top_level and self.report is None:
-            if self.model is None and _is_model_call(module, args, kwargs):
+            if self.model is None and is_model_call(module, args, kwargs):
                 self._start(module, args, kwargs)
                 is_model = True
             elif module is self.model and not self.models.within_pipeline_call():
@@ -290,7 +291,7 @@ class RunSession:
                         if self.keep_running:
                             self.note = "--keep-running: a simulated script cannot go on after the traced steps (its CUDA tensors hold no data); stopped"
                         raise StopScript()
-            elif self.model is not None and _has_parameters(module):
+            elif self.model is not None and has_parameters(module):
                 joined = self._joined(module, args, kwargs)
                 if joined is None:
                     return self._unrecorded(original, module, args, kwargs)
@@ -324,7 +325,7 @@ class RunSession:
             # Part of the step: the script's own head on the model's hidden states, a GAN's discriminator.
             rec.adopt(module, _script_name(module))
             return False, self._repeat(module, rec.module_name(module) or "")
-        if module is not self.model and not _is_model_call(module, args, kwargs):
+        if module is not self.model and not is_model_call(module, args, kwargs):
             return None
         holder = models.holder(module, _user_frame())
         self._several_models()
@@ -656,27 +657,3 @@ def _user_frame() -> Any:
     from dtype_doctor.machine.user_code import first_user_frame, frames_above
 
     return first_user_frame(frames_above(2))
-
-
-def _has_parameters(module: torch.nn.Module) -> bool:
-    return next(module.parameters(), None) is not None
-
-
-def _is_model_call(module: torch.nn.Module, args: tuple, kwargs: dict) -> bool:
-    """A module with parameters called on data: not weight_norm's ParametrizationList, which
-    `.half()` or reading a parametrized weight calls at top level with no input."""
-    from torch.nn.utils.parametrize import ParametrizationList
-
-    if isinstance(module, ParametrizationList) or not _has_parameters(module):
-        return False
-    return any(_holds_tensor(v) for v in (*args, *kwargs.values()))
-
-
-def _holds_tensor(obj: Any) -> bool:
-    if isinstance(obj, torch.Tensor):
-        return True
-    if isinstance(obj, dict) or hasattr(obj, "keys"):
-        return any(_holds_tensor(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return any(_holds_tensor(v) for v in obj)
-    return False
