@@ -73,10 +73,56 @@ def device_in_scope(ctx: _Ctx, node: cst.CSTNode) -> str | None:
         if method and fn.name.value == "forward" and len(params) > 1:
             return f"{params[1]}.device"
         cls = _enclosing(ctx, fn, cst.ClassDef)
-        if method and isinstance(cls, cst.ClassDef):
+        if method and isinstance(cls, cst.ClassDef) and _is_module(cls):
             buffers = _buffers(cls)
             return f"self.{buffers[0]}.device" if buffers else "next(self.parameters()).device"
-    return "device" if ctx.scope_has(node, "device") else None
+    return script_device(ctx, node) or ("device" if ctx.scope_has(node, "device") else None)
+
+
+def _is_module(cls: cst.ClassDef) -> bool:
+    """Whether a class is an nn.Module (has parameters to ask): a base named *Module / *Model, or a forward."""
+    bases = [(dotted(b.value) or "").rpartition(".")[2] for b in cls.bases]
+    if any(b.endswith(("Module", "Model", "Sequential", "ModuleList", "ModuleDict")) for b in bases):
+        return True
+    return any(isinstance(s, cst.FunctionDef) and s.name.value == "forward" for s in cls.body.body)
+
+
+def script_device(ctx: _Ctx, node: cst.CSTNode) -> str | None:
+    """The device the script itself moves things to near `node` (`self.device` in a Trainer that
+    does `model.to(self.device)`, `args.device`, `device`): the first argument of its `.to(...)`
+    calls, the enclosing class's first, then the file's; never a dtype."""
+    cls = _enclosing(ctx, node, cst.ClassDef)
+    for scope in ([cls] if cls is not None else []) + [None]:
+        for n in ctx.nodes:
+            if not (isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "to" and n.args):
+                continue
+            if scope is not None and _enclosing(ctx, n, cst.ClassDef) is not scope:
+                continue
+            name = dotted(n.args[0].value)
+            if n.args[0].keyword is None and name and name.rpartition(".")[2] in ("device", "dev") and _names_in_scope(ctx, node, name):
+                return name
+    return None
+
+
+def _names_in_scope(ctx: _Ctx, node: cst.CSTNode, name: str) -> bool:
+    """`self.device` can be said in a method of the same class; `args.device`/`device` where `args`/`device` is in scope."""
+    return ctx.scope_has(node, name.partition(".")[0])
+
+
+def _elements_moved_after(ctx: _Ctx, value: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`batch = next(data_iter)` then `batch = [t for t in batch]` (minGPT's Trainer with its
+    `.to(self.device)` dropped): the comprehension's element, where the script moves each tensor of a
+    batch it holds as a list. None when no comprehension over the name follows in the same function."""
+    stmt = next((a for a in ctx.ancestors(value) if isinstance(a, cst.Assign)), None)
+    if stmt is None or len(stmt.targets) != 1 or not isinstance(stmt.targets[0].target, cst.Name):
+        return None
+    name, fn, line = stmt.targets[0].target.value, _enclosing(ctx, stmt, cst.FunctionDef), ctx.line(stmt)
+    comps = [
+        n for n in ctx.nodes
+        if isinstance(n, (cst.ListComp, cst.GeneratorExp)) and ctx.line(n) > line and _enclosing(ctx, n, cst.FunctionDef) is fn
+        and isinstance(n.for_in.iter, cst.Name) and n.for_in.iter.value == name and n.for_in.inner_for_in is None
+    ]
+    return min(comps, key=ctx.line).elt if comps else None
 
 
 def _factory_name(ctx: _Ctx, call: cst.Call) -> str | None:
@@ -191,6 +237,11 @@ class MoveWhereHandled(_CSTCodemod):
             shown = ", ".join(f"`{ctx.snippet(v, 30)}`" for v in candidates)
             raise _Skip(f"{ctx.filename}:{self.line}: {len(candidates)} values could be the tensor ({shown}); which one is not known")
         value = candidates[0]
+        if isinstance(value, cst.Call) and dotted(value.func) == "next":
+            # A batch the script holds as a list or tuple has no .to: move each element where the script walks it.
+            value = _elements_moved_after(ctx, value)
+            if value is None or _moves(ctx, value) is not None:
+                raise _Skip(f"{ctx.filename}:{self.line}: `next(...)` hands out a batch container, not a tensor; no element to move")
         if self.device_expr is not None:
             args: list[cst.Arg] = [cst.Arg(ctx.parse_expr(self.device_expr))]
         elif moved and isinstance(moved[0].func, cst.Attribute) and moved[0].func.attr.value == "to":
@@ -203,7 +254,7 @@ class MoveWhereHandled(_CSTCodemod):
         args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) if i == len(list(args)) - 1 else a for i, a in enumerate(args)]
         ctx.replace(value, _method_call(value, "to", args))
         move = cst.Module([]).code_for_node(cst.Call(func=cst.Name("to"), args=args))
-        return f"{ctx.filename}:{self.line}: `{ctx.snippet(value, 40)}` now ends in .{move}"
+        return f"{ctx.filename}:{ctx.line(value)}: `{ctx.snippet(value, 40)}` now ends in .{move}"
 
 
 class CastWhereMade(_CSTCodemod):
