@@ -6,19 +6,14 @@ script, under the simulation and (where the verdicts must agree) on the CPU as w
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from dtype_doctor.cli.main import run
+from helpers_cli import run_json
 
 
-def _run(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, dict | None, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        run(argv)
-    captured = capsys.readouterr()
-    return exit_info.value.code, (json.loads(captured.out) if captured.out.strip() else None), captured.err
+_run = run_json
 
 
 @pytest.fixture

@@ -5,20 +5,15 @@ bitsandbytes) get a GPU machine's answers, and the CPU-only build's answers come
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from dtype_doctor.cli.main import run
+from helpers_cli import run_json
 
 
-def _run(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, dict | None, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        run(argv)
-    captured = capsys.readouterr()
-    return exit_info.value.code, (json.loads(captured.out) if captured.out.strip() else None), captured.err
+_run = run_json
 
 
 @pytest.fixture
