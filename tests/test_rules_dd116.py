@@ -142,3 +142,44 @@ for step in range(2):
     assert [f.code for f in result.report.findings if f.severity != "info"] == []
     facts = result.report.trace.recompute
     assert facts.regions == facts.recomputed == 2 and facts.diffs == ()  # llama-tiny's two decoder layers
+
+
+def test_a_simulated_recompute_reenters_the_cuda_autocast_of_its_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """trl's SFT shape: autocast around the call, the loss chunk checkpointed inside it. checkpoint re-enters
+    the autocast of the device type of the function's tensors (torch/utils/checkpoint.py, _infer_device_type
+    and recompute_fn's torch.amp.autocast(device_type=...)): a simulated CUDA tensor's is cuda, so the
+    recompute runs in bfloat16 as on the GPU (it read `meta`, ran in float32: a false DD116 on trl)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("""\
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.head(checkpoint(self.body, x, use_reentrant=False))
+
+
+model = Net().to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(2):
+    with torch.autocast(device, dtype=torch.bfloat16):
+        loss = model(torch.randn(4, 8, device=device)).float().sum()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+""")
+    assert subprocess.run([sys.executable, "train.py"], capture_output=True, timeout=120).returncode == 0
+    for options in (None, RunOptions(simulate=True, gpu="a100", device="cuda")):
+        result = run_script(["python", "train.py"], options=options)
+        assert result.report.findings == ()
+        facts = result.report.trace.recompute
+        assert (facts.regions, facts.recomputed, facts.diffs) == (1, 1, ())

@@ -553,6 +553,23 @@ class CudaSimulation:
 
         self._set(module, "is_fake_tensor", is_fake_tensor)
         self._patch_storage_ptr()
+        self._patch_checkpoint()
+
+    def _patch_checkpoint(self) -> None:
+        """Activation checkpointing takes the autocast its recompute re-enters from the device type of the
+        checkpointed function's tensors: a simulated CUDA tensor's is CUDA, as on the GPU, so the recompute
+        runs under the same CUDA autocast as its forward (read as `meta`, it ran without, in float32)."""
+        import torch.utils.checkpoint as checkpoint
+
+        original = checkpoint._infer_device_type
+
+        def infer_device_type(*args: Any) -> str:
+            found = original(*args)
+            if found == STAND_IN.type and any(isinstance(t, torch.Tensor) and self.sees_cuda(t) for t in tensors_in(args, {})):
+                return "cuda"
+            return found
+
+        self._set(checkpoint, "_infer_device_type", infer_device_type)
 
     def _patch_storage_ptr(self) -> None:
         """save_pretrained and safetensors find tied weights by their storages' addresses; a simulated
