@@ -62,7 +62,7 @@ def test_help_usage_and_examples_paste_as_written(command: str) -> None:
     examples = out.split("Examples:", 1)[1]
     joined = re.sub(r"\\\n\s*", "", examples)  # shell line continuations
     commands = [line.strip() for line in joined.splitlines() if line.strip().startswith("dtype-doctor")]
-    assert len(commands) == {"scan": 4, "fix": 3}[command]  # scan: a diffusers pipeline folder too
+    assert len(commands) == {"scan": 5, "fix": 3}[command]  # scan: a diffusers pipeline folder, a checkpoint too
     for line in examples.splitlines():
         assert len(line) <= 80 and not re.search(r"-$", line.rstrip(" \\")), line
     for c in commands:  # every option an example uses is one the command has

@@ -231,7 +231,7 @@ def test_the_script_key_is_runs_command(tmp_path: Path) -> None:
 
     (tmp_path / "dd.toml").write_text('script = "train.py --epochs 1"\n[run]\nsteps = 2\n[fix]\nscript = "pipeline.py"\n')
     params = {"run": {"command": "argument", "steps": "option"}, "fix": {"script": "option"}, "scan": {"model": "argument"}}
-    got = default_map(["run", "--config", str(tmp_path / "dd.toml")], params)
+    got = default_map(["run", "--config", str(tmp_path / "dd.toml")], lambda: params)
     assert got == {"run": {"command": ["python", "train.py", "--epochs", "1"], "steps": 2}, "fix": {"script": "pipeline.py"}}
     (tmp_path / "dd.toml").write_text('script = "torchrun --nproc-per-node 2 train.py"\n')
-    assert default_map(["run", "--config", str(tmp_path / "dd.toml")], params)["run"]["command"][0] == "torchrun"
+    assert default_map(["run", "--config", str(tmp_path / "dd.toml")], lambda: params)["run"]["command"][0] == "torchrun"

@@ -50,7 +50,9 @@ PREPROCESS = {
             out["input_ids"] = torch.tensor([3, 4, 5, 6, 7, 8, 9, 10], dtype=torch.float32)
             return out
     """),
-    "no-cast": ("CastReturnedValue", """
+    # The values are made float by Python's float(): that call is where the dtype was decided, and
+    # fix --run's origin rule (issue 38) rewrites it there, float(...) -> int(...).
+    "no-cast": ("RetargetCast", """
         def preprocess(example):
             ids = [float(2 + i) for i in range(8)]
             return dict(input_ids=ids, attention_mask=[1] * 8)

@@ -7,8 +7,9 @@ Where the bug is one this CPU really has, PyTorch is the oracle: plain `python` 
 is checked under `--simulate` (a tensor left on the CPU meets a CUDA weight: CUDA's
 `Expected all tensors to be on the same device` check in TensorIterator / the LSTM's own `_check_input_device`).
 
-The xfail marks name defects the sweep found on current main (/work/sweep-findings.md S1, S3, S5, S6, S9); each is
-strict, so it turns into a failure the day the fix lands and the mark is removed.
+The xfail marks name defects the sweep found that are still open (benchmarks/SCRIPT_SWEEP.md's classes S6, S9); each
+is strict, so it turns into a failure the day the fix lands and the mark is removed (S1, S3, S5 and S6's RoPE case
+were, on 2026-11-28).
 """
 
 from __future__ import annotations
@@ -102,8 +103,6 @@ def test_int32_targets_made_in_getitem_are_found_there_and_fixed_there(tmp_path:
     assert _python(root, "list_batch.py").returncode == 0  # the whole script, to its end
 
 
-@pytest.mark.xfail(strict=True, reason="S1: torch.accelerator sees no accelerator under --simulate; the report "
-                                       "describes device cpu (simulated), not the T4 asked for")
 def test_a_script_that_picks_its_device_with_torch_accelerator_is_traced_on_the_simulated_gpu(
         tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     root = _workspace(tmp_path, "accel_loop.py")
@@ -113,7 +112,7 @@ def test_a_script_that_picks_its_device_with_torch_accelerator_is_traced_on_the_
     assert report["target"]["device"].startswith("cuda") and report["target"]["simulated"] is True, report["target"]
 
 
-@pytest.mark.xfail(strict=True, reason="S6: an LSTM hidden state made without device= is a DD100 with no source line")
+@pytest.mark.xfail(strict=True, reason="S6: an LSTM hidden state made without device= in init_hidden, called by the script outside forward: a DD201 with no source line")
 def test_an_lstm_hidden_state_made_on_the_cpu_is_named_at_init_hidden(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     old = ("        return (weight.new_zeros(self.nlayers, bsz, self.nhid),\n"
@@ -128,7 +127,6 @@ def test_an_lstm_hidden_state_made_on_the_cpu_is_named_at_init_hidden(tmp_path: 
         report["findings"]
 
 
-@pytest.mark.xfail(strict=True, reason="S6: RoPE tables kept as plain attributes: DD201 'a tensor from slice', no line")
 def test_rope_tables_kept_as_plain_attributes_are_named_where_they_are_made(
         tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     old = '        self.register_buffer("freqs_cos", freqs_cos, persistent=False)'
@@ -139,8 +137,6 @@ def test_rope_tables_kept_as_plain_attributes_are_named_where_they_are_made(
     assert code == 1 and any(_named_at(f, "rope_lm.py", line) for f in _errors(report)), report["findings"]
 
 
-@pytest.mark.xfail(strict=True, reason="S3: a list batch left on the CPU is patched at `next(data_iter)` with "
-                                       "`.to(next(self.parameters()).device)`, which breaks the script (exit 3)")
 def test_a_list_batch_left_on_the_cpu_is_moved_where_the_script_moves_it(
         tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     moved = "            batch = [t.to(self.device) for t in batch]"
@@ -156,8 +152,6 @@ def test_a_list_batch_left_on_the_cpu_is_moved_where_the_script_moves_it(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="S5: under --simulate a DataLoader worker cannot hand its batch over "
-                                       "(socket bind in a missing pymp- temp dir): the run hangs until --timeout")
 def test_a_dataloader_with_a_worker_runs_under_simulate(tmp_path: Path) -> None:
     root = _workspace(tmp_path, "worker_loader.py")
     assert _python(root, "worker_loader.py").returncode == 0

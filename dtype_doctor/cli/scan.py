@@ -31,7 +31,7 @@ Examples:
   dtype-doctor scan ./my-sd-pipeline --prompt "a cat" --dtype float16
 
 \b
-  dtype-doctor scan ./my-model ./data --dtype bfloat16 --checkpoint out/ckpt.pt
+  dtype-doctor scan ./my-model ./data --dtype bfloat16 --checkpoint ckpt.pt
 """
 
 

@@ -27,7 +27,9 @@ def used_the_gpu(trace: Trace) -> bool:
 
 
 def check(trace: Trace) -> Iterator[Finding]:
-    if not trace.simulated or trace.world is not None or used_the_gpu(trace) or not (trace.ops or trace.modules):
+    if not trace.simulated or trace.gpu is None or trace.world is not None:
+        return  # a GPU was asked for only where the simulation has a GPU profile (not `--simulate --device cpu`)
+    if used_the_gpu(trace) or not (trace.ops or trace.modules):
         return
     gpu = trace.gpu or "CUDA GPU"
     yield RULE.finding(
