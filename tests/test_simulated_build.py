@@ -6,6 +6,7 @@ bitsandbytes) get a GPU machine's answers, and the CPU-only build's answers come
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import torch
@@ -17,11 +18,17 @@ _run = run_json
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.chdir(tmp_path)
-    # transformers' tf32=True sets the process-wide fp32 precision: put it back after the test.
-    monkeypatch.setattr(torch.backends, "fp32_precision", torch.backends.fp32_precision)
-    return tmp_path
+    # A test of op_db in this process imports torch.testing._internal.common_utils, which freezes torch.backends'
+    # flags (disable_global_flags): the script here sets them as a script does, so they are thawed for it.
+    # transformers' tf32=True sets the process-wide fp32 precision: it is put back after the test.
+    with torch.backends.__allow_nonbracketed_mutation():  # noqa: SLF001 - the thaw torch's own flags() uses
+        saved = torch.backends.fp32_precision
+        try:
+            yield tmp_path
+        finally:
+            torch.backends.fp32_precision = saved
 
 
 def _forget_transformers_answers() -> None:
