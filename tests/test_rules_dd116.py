@@ -183,3 +183,25 @@ for step in range(2):
         assert result.report.findings == ()
         facts = result.report.trace.recompute
         assert (facts.regions, facts.recomputed, facts.diffs) == (1, 1, ())
+
+
+def test_the_whole_model_checkpointed_is_not_a_failed_forward(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """checkpoint(model, x) at the script's top level: the recompute calls the model itself and stops early
+    (checkpoint's _StopRecomputationError, caught by checkpoint): not a failure of the step (was a false DD001)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("""\
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(2):
+    loss = checkpoint(model, torch.randn(4, 8), use_reentrant=False).sum()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+""")
+    assert subprocess.run([sys.executable, "train.py"], capture_output=True, timeout=120).returncode == 0
+    result = run_script(["python", "train.py"])
+    assert result.report.findings == () and "optimizer" in result.report.trace.coverage.phases

@@ -306,7 +306,8 @@ class RunSession:
                 self._session.recorder.made_by(out, module)
             return out
         except Exception as exc:
-            if is_model and self._session is not None and self.report is None:
+            # checkpoint's recompute stops itself once it has what the backward needs: not a failure of the step
+            if is_model and self._session is not None and self.report is None and type(exc).__name__ != "_StopRecomputationError":
                 self._failure = self._session.failure(exc)
             raise
         finally:
