@@ -164,6 +164,7 @@ def prepare(
         placement=replace(options.placement, device=str(simulated_home(device, loaded=True))) if options.simulate else options.placement,
         allow_pickle=options.allow_pickle,
         quantize=options.quantize(),
+        target=options.placement,
     )
     say(f"reading {options.batch_size} row(s) of {dataset}")
     rows = load_rows(dataset, split=options.split, n=options.batch_size)

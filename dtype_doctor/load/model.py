@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from dtype_doctor.machine.placement import ON_CPU, Placement
 from dtype_doctor.load.fake_model import _simulate
 from dtype_doctor.load.quantize import Quantize, checkpoint_quantization
 from dtype_doctor.load.side_objects import _load_side, _module_file
+from dtype_doctor.load.lowbit import lowbit_of, target_capability
 from dtype_doctor.records import LoadFacts, Loading
 
 __all__ = ["LoadedModel", "load_model", "MODEL_DTYPES", "resolve_model_dir"]
@@ -310,12 +311,16 @@ def _model_class(model_dir: Path, raw: dict[str, Any], trust_remote_code: bool) 
 
 
 def _checked_weights(model_dir: Path, raw: dict[str, Any], *, simulate: bool, quantize: Quantize | None,
-                     allow_pickle: bool) -> _Weights:
+                     allow_pickle: bool, dequantized: bool = False) -> _Weights:
     """The weight files, refused before any is read: none (unless simulated), only pickles
-    (unless allowed), a quantized model simulated."""
-    quantized = quantize is not None or checkpoint_quantization(raw, model_dir) is not None
-    if quantized and simulate:
-        raise UsageError(f"{model_dir} is quantized (bitsandbytes); a quantized model is traced with real weights, without --simulate")
+    (unless allowed), a quantized model simulated — save one the target dequantizes on load
+    (`dequantized`: an MXFP4 checkpoint is a bf16 model there, which the simulation builds)."""
+    method = checkpoint_quantization(raw, model_dir)
+    quantized = quantize is not None or method is not None
+    if quantized and simulate and not dequantized:
+        kind = method if quantize is None and method else "bitsandbytes"
+        kept = " that keeps its kernels on this target" if method == "mxfp4" else ""
+        raise UsageError(f"{model_dir} is quantized ({kind}){kept}; a quantized model is traced with real weights, without --simulate")
     safes, pickles = _weight_files(model_dir)
     header_dtype = _check_safetensors(safes) if safes else None
     if not simulate:
@@ -406,13 +411,15 @@ def load_model(
     placement: Placement = ON_CPU,
     allow_pickle: bool = False,
     quantize: Quantize | None = None,
+    target: Placement | None = None,
 ) -> LoadedModel:
     """Load the model at `spec` (a directory or a cached hub id) and what sits beside it.
 
     Raises ``InputError`` (or ``RemoteCodeError`` / ``PickleRefusedError``) for input that
     cannot be loaded and ``UsageError`` for a bad ``dtype``; nothing from the model directory is
     imported before the checks pass. `placement` is the entry's decision: the model is loaded onto
-    its device, as fake tensors when simulated.
+    its device, as fake tensors when simulated; `target` the machine the step is for, when a
+    simulated model is built elsewhere (scan builds it on the CPU for a CUDA target).
     """
     simulate = placement.simulated
     if dtype not in MODEL_DTYPES:
@@ -421,7 +428,9 @@ def load_model(
     raw = _read_config(model_dir)
     arch: str = raw["architectures"][0]
     found = _model_class(model_dir, raw, trust_remote_code)
-    weights = _checked_weights(model_dir, raw, simulate=simulate, quantize=quantize, allow_pickle=allow_pickle)
+    lowbit = lowbit_of(raw, model_dir, target_capability(target or placement))
+    weights = _checked_weights(model_dir, raw, simulate=simulate, quantize=quantize, allow_pickle=allow_pickle,
+                               dequantized=lowbit is not None and lowbit.dequantized)
     side = _load_side(model_dir, trust_remote_code)  # remote code refused there too
     config = _config(model_dir, arch, trust_remote_code)
     dev = placement.device or "cpu"
@@ -451,7 +460,8 @@ def load_model(
         weight_files=built.weight_files,
         is_encoder_decoder=bool(getattr(config, "is_encoder_decoder", False)),
         loading=built.loading,
-        load_facts=load_facts(_main_dtype(model), dtype, raw, weights.header_dtype, attention.asked, attention.traced),
+        load_facts=replace(load_facts(_main_dtype(model), dtype, raw, weights.header_dtype, attention.asked, attention.traced),
+                           lowbit=lowbit),
     )
 
 

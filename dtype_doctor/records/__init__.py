@@ -32,6 +32,7 @@ from dtype_doctor.records.tensors import (
     merge_stats,
     numel,
 )
+from dtype_doctor.records.lowbit import BLOCK_SIZE, MX_CAPABILITY, CheckpointKeys, Fallback, LowBit, MxLinear, MxRecipe
 from dtype_doctor.records.model import (
     AdapterInfo,
     LoadFacts,
@@ -85,6 +86,7 @@ from dtype_doctor.records.report import (
 )
 
 __all__ = [
+    "BLOCK_SIZE", "MX_CAPABILITY", "CheckpointKeys", "Fallback", "LowBit", "MxLinear", "MxRecipe",
     "Tf32Mix",
     "Switch",
     "Setter",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dtype_doctor.records.lowbit import LowBit, MxRecipe
 from dtype_doctor.records.tensors import StateTensor, main_dtype_of, numel
 
 
@@ -97,6 +98,7 @@ class LoadFacts:
     attn_implementation: str | None = None  # asked for, in config.json or the call
     attn_origin: str | None = None  # "config" | "call"
     attn_traced_as: str | None = None  # what the trace ran in its place (flash-attn cannot run on this machine)
+    lowbit: "LowBit | None" = None  # a low-bit load's fallback and keys check (records/lowbit.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "origin": self.origin, "asked": self.asked, "config_dtype": self.config_dtype,
@@ -120,6 +122,7 @@ class ModelInfo:
     rotary: tuple["RotaryFacts", ...] = ()  # the rotary embeddings' frequencies at the model's longest position (DD109)
     # A pipeline traced as one (diffusers): (component name, class) of each component, the model's children.
     components: tuple[tuple[str, str], ...] = ()
+    mx_recipe: "MxRecipe | None" = None  # the Linears a microscaling training recipe converted (DD510-DD512)
 
     def component_of(self, name: str) -> str | None:
         """The pipeline component a dotted module or parameter name lies in, None outside any."""

@@ -9,6 +9,7 @@ from dtype_doctor.records.devices import DevicePlan, World
 from dtype_doctor.records.findings import SEVERITIES, SEVERITY_RANK, Finding, Suppressed
 from dtype_doctor.records.model import LoadFacts, Loading, QuantizationInfo
 from dtype_doctor.records.trace import Lineage, Trace, coverage_of
+from dtype_doctor.records.requested import requested_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from dtype_doctor.fix.outcome import FixOutcome
@@ -151,6 +152,8 @@ class Report:
             d["stand_ins"] = [s.to_dict() for s in self.trace.stand_ins]
         if self.trace is not None and self.trace.precision is not None:
             d["precision"] = self.trace.precision.to_dict()  # the process's precision switches (docs/precision.md)
+        if self.trace is not None and (requested := requested_of(self.trace)):
+            d["requested"] = [r.to_dict() for r in requested]  # asked against ran, with each fallback (docs/report.md)
         if self.trace is not None and self.trace.recompute is not None:
             d["recompute"] = self.trace.recompute.to_dict()  # activation checkpointing's recompute (docs/precision.md)
         if self.trace is not None and self.trace.resume is not None:

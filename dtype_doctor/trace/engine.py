@@ -27,6 +27,7 @@ from dtype_doctor.machine.home import simulated_home
 from dtype_doctor.machine.placement import CUDA0
 from dtype_doctor.quantization import quantization_of
 from dtype_doctor.trace.guard import preserved
+from dtype_doctor.trace.lowbit import mx_recipe_of
 from dtype_doctor.trace.session import TraceSession
 from dtype_doctor.trace.request import TraceRequest
 
@@ -82,6 +83,7 @@ def model_info(
         attn_implementation=attn if isinstance(attn, str) else None,
         rotary=rotary,
         components=components() if callable(components) else (),
+        mx_recipe=mx_recipe_of(model),
     )
 
 

@@ -42,6 +42,14 @@ from dtype_doctor.numerics import config_kept
 from dtype_doctor.trace.opfacts import facts
 
 
+def _with_storage(t: torch.Tensor) -> list[torch.Tensor]:
+    """`t`, or the inner tensors of a wrapper subclass (torchao's MX training weights), which has no storage of its own."""
+    if type(t) not in (torch.Tensor, torch.nn.Parameter) and hasattr(t, "__tensor_flatten__"):
+        names, _ = t.__tensor_flatten__()
+        return [inner for n in names for inner in _with_storage(getattr(t, n))]
+    return [t]
+
+
 class WriteGuard(TorchDispatchMode):
     """Copies a watched tensor's values the first time an op is about to write into its storage.
 
@@ -51,7 +59,7 @@ class WriteGuard(TorchDispatchMode):
 
     def __init__(self, watched: list[torch.Tensor]) -> None:
         super().__init__()
-        self._by_storage = {t.untyped_storage().data_ptr(): t for t in watched if t.numel()}
+        self._by_storage = {t.untyped_storage().data_ptr(): t for w in watched for t in _with_storage(w) if t.numel()}
         self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # storage → (tensor, its values)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
