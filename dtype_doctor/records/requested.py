@@ -73,15 +73,15 @@ def _autocast_rows(trace: Trace, model: str) -> list[Requested]:
     rows, ran = [], _forward_autocast(trace)
     forward = any(op.phase == "forward" for op in trace.ops)
     wanted = []
-    if trace.autocast:
-        wanted.append(("autocast", f"autocast({trace.autocast})", trace.autocast))
+    if trace.autocast not in (None, "off"):
+        wanted.append(("autocast", f"autocast({trace.autocast})", False))
     mp = trace.launch.mixed_precision if trace.launch is not None else None
     if mp in LAUNCH_DTYPES:
-        wanted.append(("mixed_precision", f"launcher mixed_precision={mp}", LAUNCH_DTYPES[mp]))
-    for setting, asked, dtype in wanted:
+        wanted.append(("mixed_precision", f"launcher mixed_precision={mp}", True))
+    for setting, asked, may_cast_model in wanted:
         fb = None
         # a launcher that casts the model instead (DeepSpeed's bf16) runs no autocast and is no fallback
-        if forward and ran is None and (setting == "autocast" or trace.model.main_dtype == "float32"):
+        if forward and ran is None and (not may_cast_model or trace.model.main_dtype == "float32"):
             fb = Fallback(setting, asked, "no autocast", f"no forward op of the step ran under autocast on {trace.device}",
                           "the traced ops' autocast state", changes_training=trace.train)
         rows.append(Requested(model, setting, asked, f"autocast({ran})" if ran else "no autocast", fb))

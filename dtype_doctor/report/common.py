@@ -176,6 +176,17 @@ def precision_line(report: Report) -> str | None:
     return "precision: " + " · ".join(parts) if parts else None
 
 
+def requested_line(report: Report) -> str | None:
+    """`requested: quantization mxfp4 → bfloat16 (dequantized): MXFP4 quantization requires Triton …`: the
+    settings that fell back, one each (docs/report.md, requested against actual); None when all ran as asked."""
+    from dtype_doctor.records.requested import requested_of
+
+    if report.trace is None:
+        return None
+    rows = [r for r in requested_of(report.trace) if r.fallback is not None]
+    return "\n".join(f"requested: {r.setting} {r.requested} → {r.actual}: {r.fallback.reason}" for r in rows) or None
+
+
 def partial_trace(report: Report) -> str | None:
     """When the trace did not reach the step's end: what it covered, for the no-findings line."""
     from dtype_doctor.records import coverage_of

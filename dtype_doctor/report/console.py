@@ -42,6 +42,7 @@ from dtype_doctor.report.common import (
     counts_line,
     coverage_line,
     precision_line,
+    requested_line,
     dtype_style,
     environment_line,
     failure_line,
@@ -148,7 +149,7 @@ def report_renderable(report: Report) -> RenderableType:
         sections.append(stand_ins_table(report))
     if report.trace is not None and report.trace.writes:
         sections.append(writes_table(report))
-    for line in (precision_line(report), coverage_line(report)):
+    for line in (requested_line(report), precision_line(report), coverage_line(report)):
         if line is not None:
             sections.append(Text(line, style="dim"))
     sections.append(summary(report))
