@@ -224,3 +224,9 @@ def test_a_plain_model_ran_as_asked() -> None:
     assert [r["setting"] for r in rows] == ["dtype", "autocast"]
     assert all(r["fallback"] is None for r in rows) and rows[1]["actual"] == "autocast(bfloat16)"
     assert "DD125" not in _codes(report) and report_errors(report.to_dict()) == []
+
+
+def test_a_broken_header_is_left_to_the_loader(tmp_path: Path) -> None:
+    (tmp_path / "model.safetensors").write_bytes(b"\xff" * 8 + b"garbage")
+    (tmp_path / "b.safetensors").write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00[1,2]")
+    assert header_keys(tmp_path)[1] == ()

@@ -25,6 +25,7 @@ MXFP4_SERIALIZED = {"gate_up_proj": ("gate_up_proj_blocks", "gate_up_proj_scales
                     "down_proj": ("down_proj_blocks", "down_proj_scales")}
 TRITON_CUDA, TRITON_CPU = (3, 4), (3, 5)  # is_triton_available("3.4.0") on CUDA, "3.5.0" on CPU/XPU
 MXFP4_CAPABILITY = (7, 5)
+HEADER_LIMIT = 100_000_000  # the safetensors format's own bound on a header
 
 
 def header_keys(model_dir: str | Path) -> tuple[str, tuple[str, ...]]:
@@ -34,8 +35,16 @@ def header_keys(model_dir: str | Path) -> tuple[str, tuple[str, ...]]:
     keys: list[str] = []
     for f in files:
         with open(f, "rb") as fh:
-            (size,) = struct.unpack("<Q", fh.read(8))
-            keys.extend(k for k in json.loads(fh.read(size)) if k != "__metadata__")
+            head = fh.read(8)
+            size = struct.unpack("<Q", head)[0] if len(head) == 8 else 0
+            if not 0 < size <= HEADER_LIMIT:
+                continue  # not a safetensors file: the loader's own check names it
+            try:
+                header = json.loads(fh.read(size))
+            except ValueError:
+                continue
+        if isinstance(header, dict):
+            keys.extend(k for k in header if k != "__metadata__")
     return ", ".join(f.name for f in files), tuple(keys)
 
 
