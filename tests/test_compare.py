@@ -20,6 +20,7 @@ from helpers_errors import names_dtypes
 from dtype_doctor.cli.main import run
 from dtype_doctor.compare.records import (
     COSINE_MIN,
+    DEFAULT_ROWS,
     VARIANT_NAMES,
     OutputError,
     Row,
@@ -176,7 +177,7 @@ def test_minilm_every_row():
 
     model, batch = load_minilm()
     table = dtype_doctor.compare(model, batch, repeat=1, warmup=0)
-    assert [r.variant.name for r in table.rows] == list(VARIANT_NAMES)
+    assert [r.variant.name for r in table.rows] == list(DEFAULT_ROWS)
     assert table.output == "last_hidden_state"
     ref = table.row("fp32")
     assert ref.output.max_abs == 0 and ref.weight_bytes > 80 * 2**20  # 22.7 M float32 parameters

@@ -230,3 +230,16 @@ def test_a_broken_header_is_left_to_the_loader(tmp_path: Path) -> None:
     (tmp_path / "model.safetensors").write_bytes(b"\xff" * 8 + b"garbage")
     (tmp_path / "b.safetensors").write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00[1,2]")
     assert header_keys(tmp_path)[1] == ()
+
+
+# --- compare: the MXFP8 row, emulated on this CPU ------------------------------------------------
+
+def test_compare_gains_an_mxfp8_row() -> None:
+    pytest.importorskip("torchao")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 40))  # the last Linear: 40 is no multiple of 32
+    table = dtype_doctor.compare(model, {"input": torch.randn(32, 64)}, variants=["mxfp8", "bfloat16"], repeat=1, warmup=0)
+    mx, bf16 = table.row("mxfp8"), table.row("bfloat16")
+    assert mx.failure is None and "1 Linear layers MXFP8" in mx.note and "1 left bfloat16" in mx.note
+    # MXFP8's rounding (3 mantissa bits in blocks of 32) is coarser than bfloat16's 7: a larger error, not none
+    assert mx.output.max_abs > bf16.output.max_abs > 0

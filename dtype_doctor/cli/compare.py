@@ -22,7 +22,7 @@ Examples:
   dtype-doctor compare ./my-model ./data --rows autocast-fp16,half --repeat 5
 """
 ROWS = "Rows measured"
-Rows = Annotated[Optional[str], typer.Option("--rows", "--variants", metavar="NAMES", rich_help_panel=ROWS, help="Comma-separated rows to measure, only these and fp32 (every row is measured against it): fp32, autocast-fp16, autocast-bf16, half, bfloat16, fp16-keep-fp32, and with bitsandbytes installed bnb-int8, bnb-nf4, bnb-fp4 (default: all).")]
+Rows = Annotated[Optional[str], typer.Option("--rows", "--variants", metavar="NAMES", rich_help_panel=ROWS, help="Comma-separated rows to measure, only these and fp32 (every row is measured against it): fp32, autocast-fp16, autocast-bf16, half, bfloat16, fp16-keep-fp32, and with bitsandbytes installed bnb-int8, bnb-nf4, bnb-fp4 (default: all these); with torchao, mxfp8 (asked for by name: its Linears in MXFP8, emulated below compute capability 10.0).")]
 Repeat = Annotated[int, typer.Option("--repeat", metavar="N", rich_help_panel=ROWS, help="Timed runs per row; the median is shown.")]
 Warmup = Annotated[int, typer.Option("--warmup", metavar="N", rich_help_panel=ROWS, help="Untimed runs per row before the memory and timed runs.")]
 Format = Annotated[Optional[str], typer.Option("--format", "-f", metavar="FORMAT", rich_help_panel=o.OUTPUT, help="rich|json (default: rich).")]

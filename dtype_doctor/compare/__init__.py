@@ -47,12 +47,12 @@ def compare(
     `train` times forward + backward instead of the forward. The model is left as it was.
     """
     from dtype_doctor.compare.engine import REAL_ONLY, run
-    from dtype_doctor.compare.records import VARIANT_NAMES, CompareRequest
+    from dtype_doctor.compare.records import DEFAULT_ROWS, CompareRequest
     from dtype_doctor.machine.placement import decide
 
     where = None if device in (None, "auto") else decide(device, real_only=REAL_ONLY).device  # None: where the model is
     request = CompareRequest(
-        variants=tuple(variants) if variants is not None else VARIANT_NAMES,
+        variants=tuple(variants) if variants is not None else DEFAULT_ROWS,
         device=where, repeat=repeat, warmup=warmup, train=train,
     )
     return run(model, inputs, request, progress)
@@ -72,14 +72,14 @@ def compare_pipeline(
     from dataclasses import replace
 
     from dtype_doctor.compare.engine import REAL_ONLY, run
-    from dtype_doctor.compare.records import VARIANT_NAMES, CompareRequest
+    from dtype_doctor.compare.records import DEFAULT_ROWS, CompareRequest
     from dtype_doctor.pipeline import ScanOptions, memory_named, prepare
     from dtype_doctor.machine.placement import decide
     from dtype_doctor.records import Subject
 
     options = options or ScanOptions()
     request = CompareRequest(
-        variants=tuple(variants) if variants is not None else VARIANT_NAMES, repeat=repeat, warmup=warmup, train=options.train
+        variants=tuple(variants) if variants is not None else DEFAULT_ROWS, repeat=repeat, warmup=warmup, train=options.train
     )
     request.validate()  # before the slow part
     options.validate()

@@ -147,6 +147,12 @@ def _row(v: Variant, ref: Reference, request: CompareRequest) -> Row:
 
 
 def _setup(v: Variant, ref: Reference) -> Setup:
+    if v.quantize == "mxfp8":
+        from dtype_doctor.compare.mx import mx_copy
+
+        model, note = mx_copy(ref.model, ref.device)
+        inputs = {k: (t.to(torch.bfloat16) if isinstance(t, torch.Tensor) and t.is_floating_point() else t) for k, t in ref.inputs.items()}
+        return Setup(model, inputs, None, owned=True, note=note)
     if v.quantize:
         from dtype_doctor.compare.quantized import quantize_copy
 

@@ -57,6 +57,8 @@ class LiveBytes(TorchDispatchMode):
 
     def _track(self, t: torch.Tensor, operands: set[tuple[str, int]]) -> None:
         key = _key(t)
+        if key is None:
+            return
         entry = self._storages.get(key)
         if entry is None:
             if key in operands:  # a view of, or a write into, a tensor from before (weights, inputs)
@@ -80,8 +82,12 @@ class LiveBytes(TorchDispatchMode):
             del self._storages[key]
 
 
-def _key(t: torch.Tensor) -> tuple[str, int]:
-    return (str(t.device), t.untyped_storage().data_ptr())
+def _key(t: torch.Tensor) -> tuple[str, int] | None:
+    """The storage `t` lives on; None for a wrapper subclass (torchao's MX weights), whose inner tensors are counted."""
+    try:
+        return (str(t.device), t.untyped_storage().data_ptr())
+    except RuntimeError:
+        return None
 
 
 def run_peak(run: Callable[[], Any], device: torch.device) -> int:

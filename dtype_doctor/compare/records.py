@@ -27,7 +27,8 @@ class Variant:
     weights: str = "float32"  # dtype the row's weights are converted to
     autocast: str | None = None
     keep_fp32: bool = False  # fp16 with the minimal set of modules kept in float32
-    quantize: str | None = None  # bitsandbytes: "int8", "nf4" or "fp4" Linear layers (compare/quantized.py)
+    quantize: str | None = None  # bitsandbytes: "int8", "nf4" or "fp4" Linear layers (compare/quantized.py); torchao: "mxfp8" (compare/mx.py)
+    default: bool = True  # in the table when no --rows names the rows (mxfp8: asked for by name, torchao's import is slow)
 
 
 VARIANTS = (
@@ -40,15 +41,24 @@ VARIANTS = (
     Variant("bnb-int8", "bnb 8-bit", quantize="int8"),
     Variant("bnb-nf4", "bnb 4-bit nf4", quantize="nf4"),
     Variant("bnb-fp4", "bnb 4-bit fp4", quantize="fp4"),
+    Variant("mxfp8", "torchao MXFP8", weights="bfloat16", quantize="mxfp8", default=False),
 )
+# The package each quantized row's layers come from
+QUANTIZERS = {"mxfp8": ("torchao", "pip install torchao")}
+
+
+def package_of(v: Variant) -> tuple[str, str]:
+    """(the package a quantized row needs, how to install it)."""
+    return QUANTIZERS.get(v.quantize or "", ("bitsandbytes", "pip install 'dtype-doctor[quant]'"))
 
 
 def available(v: Variant) -> bool:
-    """Quantized rows need bitsandbytes; without it they are left out of the default table."""
-    return v.quantize is None or importlib.util.find_spec("bitsandbytes") is not None
+    """Quantized rows need their package (bitsandbytes, torchao); without it they are left out of the default table."""
+    return v.quantize is None or importlib.util.find_spec(package_of(v)[0]) is not None
 
 
 VARIANT_NAMES = tuple(v.name for v in VARIANTS if available(v))
+DEFAULT_ROWS = tuple(v.name for v in VARIANTS if available(v) and v.default)
 REFERENCE = "fp32"
 
 
@@ -56,7 +66,8 @@ def variant(name: str) -> Variant:
     for v in VARIANTS:
         if v.name == name:
             if not available(v):
-                raise UsageError(f"variant {name!r} needs bitsandbytes, which is not installed; pip install 'dtype-doctor[quant]'")
+                package, install = package_of(v)
+                raise UsageError(f"variant {name!r} needs {package}, which is not installed; {install}")
             return v
     raise UsageError(f"unknown variant {name!r}; choose from: {', '.join(VARIANT_NAMES)}")
 
@@ -65,7 +76,7 @@ def variant(name: str) -> Variant:
 class CompareRequest:
     """How to compare: which rows, where, how many timed runs, forward or training step."""
 
-    variants: tuple[str, ...] = VARIANT_NAMES
+    variants: tuple[str, ...] = DEFAULT_ROWS
     device: str | None = None  # None: where the model is
     repeat: int = 3  # timed runs per row (the median is reported)
     warmup: int = 1  # untimed runs before the memory run and the timed ones
