@@ -221,7 +221,7 @@ def test_cli_json_on_every_fixture(capsys: pytest.CaptureFixture[str], model: st
     # The fp32-set search runs forwards of its own: all six rows where it has something to show.
     every = model in ("bert-tiny", "t5-overflow")
     # the six dtype rows (bitsandbytes' rows have their own test: tests/test_compare_quantized.py)
-    classic = tuple(n for n in VARIANT_NAMES if not n.startswith("bnb-"))
+    classic = tuple(n for n in DEFAULT_ROWS if not n.startswith("bnb-"))
     variants = ",".join(classic if every else classic[:-1])
     code, out, err = cli(
         capsys, "compare", MODELS / model, DATA / data, "--format", "json", "--repeat", "1", "--warmup", "0", "--variants", variants
