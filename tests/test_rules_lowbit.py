@@ -243,3 +243,29 @@ def test_compare_gains_an_mxfp8_row() -> None:
     assert mx.failure is None and "1 Linear layers MXFP8" in mx.note and "1 left bfloat16" in mx.note
     # MXFP8's rounding (3 mantissa bits in blocks of 32) is coarser than bfloat16's 7: a larger error, not none
     assert mx.output.max_abs > bf16.output.max_abs > 0
+
+
+# --- run: the script's own from_pretrained, on a simulated GPU ------------------------------------
+
+SCRIPT = """import sys, torch
+from transformers import AutoModelForCausalLM
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1])
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+ids = torch.randint(0, 620, (2, 16)).to("cuda")
+model.to("cuda")(input_ids=ids, labels=ids).loss.backward()
+opt.step()
+"""
+
+
+def test_run_reads_what_the_scripts_load_made_of_mxfp4(checkpoints: dict[str, Path], tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    from helpers_cli import run_json
+
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    code, report, err = run_json(["run", "--simulate", "--gpu", "v100", "--format", "json", "--",
+                                  "python", str(script), str(checkpoints["mxfp4"])], capsys)
+    assert report is not None, err
+    [f] = [f for f in report["findings"] if f["code"] == "DD507"]
+    assert "compute capability >= 7.5" in f["message"] and f["message"].endswith("quantizer_mxfp4.py:95)")
+    assert any(f["code"] == "DD125" for f in report["findings"]) and report_errors(report) == []

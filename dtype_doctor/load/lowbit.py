@@ -142,3 +142,30 @@ def target_capability(placement: Any) -> tuple[int, int] | None:
     import torch
 
     return tuple(torch.cuda.get_device_capability(device))  # type: ignore[return-value]
+
+
+def lowbit_after_load(model: Any, raw_config: dict[str, Any], model_dir: str | Path | None,
+                      kwargs: dict[str, Any]) -> LowBit | None:
+    """What a script's own from_pretrained made of an MXFP4 checkpoint (`run`): transformers drops
+    the quantizer when it dequantizes, so the model says whether it did; the reason is the
+    quantizer's check for this process's GPU (simulated or real) and packages."""
+    asked = kwargs.get("quantization_config")
+    fields = asked if isinstance(asked, dict) else vars(asked) if asked is not None else {}
+    method = getattr(fields.get("quant_method"), "value", fields.get("quant_method"))  # QuantizationMethod is an enum
+    config = raw_config if method is None else {
+        **raw_config, "quantization_config": {"quant_method": str(method), "dequantize": bool(fields.get("dequantize"))}}
+    found = lowbit_of(config, model_dir, _process_capability(), use_kernels=bool(kwargs.get("use_kernels")))
+    if found is None or found.method != "mxfp4":
+        return found
+    kept = getattr(model, "hf_quantizer", None) is not None
+    if kept:
+        return LowBit("mxfp4", keys=found.keys)
+    if found.fallback is None:  # dequantized, and no check of ours says why: asked for (dequantize=True)
+        return LowBit("mxfp4", dequantized=True, keys=found.keys)
+    return found
+
+
+def _process_capability() -> tuple[int, int] | None:
+    import torch
+
+    return tuple(torch.cuda.get_device_capability()) if torch.cuda.is_available() else None  # type: ignore[return-value]

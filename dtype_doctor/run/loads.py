@@ -122,6 +122,11 @@ def load_facts_of(model: Any, path: Any, kwargs: dict[str, Any], library: str) -
                       f"{library} {importlib.metadata.version(library)}", v4 if library == "transformers" else None)
     if isinstance(attn, str):
         facts = dataclasses.replace(facts, attn_implementation=attn, attn_origin="call")
+    if library == "transformers":
+        from dtype_doctor.load.lowbit import lowbit_after_load
+
+        local = path if isinstance(path, (str, os.PathLike)) and os.path.isdir(path) else None
+        facts = dataclasses.replace(facts, lowbit=lowbit_after_load(model, raw, local, kwargs))
     return facts
 
 
