@@ -269,3 +269,24 @@ def test_run_reads_what_the_scripts_load_made_of_mxfp4(checkpoints: dict[str, Pa
     [f] = [f for f in report["findings"] if f["code"] == "DD507"]
     assert "compute capability >= 7.5" in f["message"] and f["message"].endswith("quantizer_mxfp4.py:95)")
     assert any(f["code"] == "DD125" for f in report["findings"]) and report_errors(report) == []
+
+
+def test_nvfp4_blocks_are_16() -> None:
+    pytest.importorskip("torchao")
+    from torchao.prototype.mx_formats.nvfp4_tensor import nvfp4_quantize
+
+    from dtype_doctor.records import ModuleCall, TensorMeta
+    from dtype_doctor.rules.dd510_mx_block_size_divisibility import check
+
+    with pytest.raises(AssertionError):  # torchao: "K dim must be divisible by block_size"
+        nvfp4_quantize(torch.randn(32, 40, dtype=torch.bfloat16), block_size=16)
+    nvfp4_quantize(torch.randn(32, 48, dtype=torch.bfloat16), block_size=16)  # 48: a multiple of 16, not of 32
+
+    def trace(k: int) -> Trace:
+        x = TensorMeta("bfloat16", "cpu", (32, k), "input", "input")
+        recipe = MxRecipe("torchao", "nvfp4", linears=(MxLinear("proj", "Linear", k, 64, "nvfp4", "bfloat16"),))
+        call = ModuleCall("proj", "Linear", (x,), ())
+        return Trace((), (call,), ModelInfo("M", (), mx_recipe=recipe), (x,), train=True)
+
+    assert "block of 16" in next(iter(check(trace(40)))).message
+    assert list(check(trace(48))) == []
