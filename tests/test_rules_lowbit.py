@@ -290,3 +290,16 @@ def test_nvfp4_blocks_are_16() -> None:
 
     assert "block of 16" in next(iter(check(trace(40)))).message
     assert list(check(trace(48))) == []
+
+
+def test_a_simulated_hopper_is_told_the_recipe_needs_blackwell() -> None:
+    pytest.importorskip("torchao")
+    from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig
+    from torchao.quantization import quantize_
+
+    model = nn.Sequential(nn.Linear(64, 64, bias=False)).to(torch.bfloat16)
+    quantize_(model, MXFP8TrainingOpConfig(), filter_fn=lambda m, fqn: isinstance(m, nn.Linear))  # KernelPreference.AUTO
+    x = {"input": torch.randn(32, 64, dtype=torch.bfloat16)}
+    hopper = dtype_doctor.diagnose(model, x, train=True, device="cuda", simulate=True, gpu="h100")
+    blackwell = dtype_doctor.diagnose(model, x, train=True, device="cuda", simulate=True, gpu="b200")
+    assert _codes(hopper).get("DD512") == "error" and "DD512" not in _codes(blackwell)
