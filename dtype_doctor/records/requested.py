@@ -57,15 +57,20 @@ def _quantization_row(trace: Trace, model: str) -> Requested | None:
 
 
 def _attention_row(trace: Trace, model: str) -> Requested | None:
+    """The implementation asked for and the one the model's config holds. Where the doctor traced
+    another in its place (flash-attn cannot run on this machine) that is the trace's stand-in, not a
+    fallback of the user's run: said in `actual`, no fallback."""
     loaded = trace.loaded
     asked = loaded.attn_implementation if loaded is not None else None
     if asked is None:
         return None
-    ran = loaded.attn_traced_as or trace.model.attn_implementation or asked
+    if loaded.attn_traced_as and loaded.attn_traced_as != asked:
+        return Requested(model, "attention", asked, f"{asked} (traced as {loaded.attn_traced_as}: it cannot run on this machine)")
+    ran = trace.model.attn_implementation or asked
     fb = None
     if ran != asked:
-        fb = Fallback("attention", asked, ran, f"{asked} cannot run on this machine: the trace ran {ran} in its place "
-                      "(the target GPU runs what was asked)", "dtype_doctor load/model.py _attention_in_place_of")
+        fb = Fallback("attention", asked, ran, f"transformers set the model's attention to {ran}",
+                      "the model's config._attn_implementation after loading")
     return Requested(model, "attention", asked, ran, fb)
 
 
