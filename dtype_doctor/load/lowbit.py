@@ -86,7 +86,7 @@ def installed() -> tuple[tuple[int, ...] | None, bool]:
 
 
 def mxfp4_fallback(capability: tuple[int, int] | None, *, triton: tuple[int, ...] | None, kernels: bool,
-                   use_kernels: bool = False, train: bool = False) -> Fallback | None:
+                   use_kernels: bool = False) -> Fallback | None:
     """Why a pre-quantized MXFP4 checkpoint is dequantized to bfloat16 on this target, in
     transformers' words, or None when it runs in MXFP4. `capability` None is the CPU."""
     cuda = capability is not None
@@ -107,11 +107,11 @@ def mxfp4_fallback(capability: tuple[int, int] | None, *, triton: tuple[int, ...
     else:
         return None
     return Fallback("quantization", "mxfp4", "bfloat16 (dequantized)", reason + "; transformers dequantizes the model to bf16",
-                    f"{QUANTIZER}:{line}", changes_training=train)
+                    f"{QUANTIZER}:{line}")
 
 
 def lowbit_of(raw_config: dict[str, Any], model_dir: str | Path | None, capability: tuple[int, int] | None, *,
-              train: bool = False, use_kernels: bool = False) -> LowBit | None:
+              use_kernels: bool = False) -> LowBit | None:
     """What an MXFP4 (or MXFP4-saved) checkpoint asks and what ran: None for any other model."""
     qc = raw_config.get("quantization_config") or {}
     method = qc.get("quant_method") if isinstance(qc, dict) else None
@@ -124,7 +124,7 @@ def lowbit_of(raw_config: dict[str, Any], model_dir: str | Path | None, capabili
     if qc.get("dequantize"):
         return LowBit(method, dequantized=True, keys=keys)  # asked for: no fallback
     triton, kernels = installed()
-    fallback = mxfp4_fallback(capability, triton=triton, kernels=kernels, use_kernels=use_kernels, train=train)
+    fallback = mxfp4_fallback(capability, triton=triton, kernels=kernels, use_kernels=use_kernels)
     return LowBit(method, dequantized=fallback is not None, fallback=fallback, keys=keys)
 
 
@@ -150,7 +150,7 @@ def lowbit_after_load(model: Any, raw_config: dict[str, Any], model_dir: str | P
     the quantizer when it dequantizes, so the model says whether it did; the reason is the
     quantizer's check for this process's GPU (simulated or real) and packages."""
     asked = kwargs.get("quantization_config")
-    fields = asked if isinstance(asked, dict) else vars(asked) if asked is not None else {}
+    fields = asked if isinstance(asked, dict) else getattr(asked, "__dict__", {})
     method = getattr(fields.get("quant_method"), "value", fields.get("quant_method"))  # QuantizationMethod is an enum
     config = raw_config if method is None else {
         **raw_config, "quantization_config": {"quant_method": str(method), "dequantize": bool(fields.get("dequantize"))}}
@@ -160,9 +160,13 @@ def lowbit_after_load(model: Any, raw_config: dict[str, Any], model_dir: str | P
     kept = getattr(model, "hf_quantizer", None) is not None
     if kept:
         return LowBit("mxfp4", keys=found.keys)
-    if found.fallback is None:  # dequantized, and no check of ours says why: asked for (dequantize=True)
-        return LowBit("mxfp4", dequantized=True, keys=found.keys)
-    return found
+    if found.fallback is not None or found.dequantized:  # a reason of ours, or dequantize=True asked for
+        return found
+    # dequantized for a reason none of our checks mirrors (a device other than cuda/xpu/cpu: line 64)
+    why = Fallback("quantization", "mxfp4", "bfloat16 (dequantized)",
+                   "transformers dequantized the model to bf16 (its quantizer's warning on the terminal says why)",
+                   f"{QUANTIZER}:64")
+    return LowBit("mxfp4", dequantized=True, fallback=why, keys=found.keys)
 
 
 def _process_capability() -> tuple[int, int] | None:
