@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any, Callable, Iterator
 
-from dtype_doctor.errors import UsageError
+from dtype_doctor.records.errors import UsageError
 from dtype_doctor.machine.placement import CUDA0, Placement, decide, parse_device
 from dtype_doctor.load.batch.state import DATASET_FORMATS, PREPROCESS_MODES
 from dtype_doctor.records import Report, Subject
@@ -263,7 +263,7 @@ def long_lived_heap() -> Iterator[None]:
 @contextmanager
 def memory_named(options: ScanOptions) -> Iterator[None]:
     """Running out of memory is bad input naming the batch size (exit 2), not a finding or a crash."""
-    from dtype_doctor.errors import InputError, is_out_of_memory, memory_words
+    from dtype_doctor.records.errors import InputError, is_out_of_memory, memory_words
 
     try:
         yield
@@ -405,7 +405,7 @@ def fix_files(strategy: str, write_patch: str | None, script: str | None, *, for
     (or --force), --script exists. (patch path or None, resolved script path or None)."""
     from pathlib import Path
 
-    from dtype_doctor.errors import InputError
+    from dtype_doctor.records.errors import InputError
     from dtype_doctor.fix.strategies import NAMES
 
     if strategy not in NAMES:

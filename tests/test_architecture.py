@@ -210,16 +210,16 @@ LAYERS = ("records", "machine", "trace", "load", "rules", "fix", "report", "run"
 # The first part of a module's name (dtype_doctor.X...) → its layer; the package root itself
 # (`dtype_doctor`, which only names its lazy API and version) is at the bottom.
 LAYER_OF = {
-    "": "records", "records": "records", "errors": "records", "numerics": "records", "ops": "records",
-    "operands": "records", "files": "records", "data": "records", "rope": "records", "words": "records",
+    "": "records", "records": "records", "numerics": "records", "ops": "records", "source": "records",
+    "data": "records",
     "machine": "machine", "placement": "machine",
-    "trace": "trace", "quantization": "trace", "source_analysis": "trace", "attention": "trace", "components": "trace",
+    "trace": "trace", "quantization": "trace",
     "load": "load",
     "rules": "rules",
     "fix": "fix", "diagnosis": "fix", "diffusion": "fix",
     "report": "report",
     "run": "run",
-    "pipeline": "pipeline", "compare": "pipeline", "pipeline_folder": "pipeline",
+    "pipeline": "pipeline", "compare": "pipeline",
     "cli": "cli", "__main__": "cli", "integrations": "cli",
 }
 # Upward imports: none. The rules state their fixes as data (Remedy records and hints) and the

@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 from typing import Iterable
 
-from dtype_doctor.errors import InputError, UsageError
+from dtype_doctor.records.errors import InputError, UsageError
 
 # The dtype names users type, as PyTorch's own short names and the common shorthand.
 DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}

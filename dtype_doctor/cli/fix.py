@@ -57,7 +57,7 @@ class FixOptions:
 
     def check(self) -> None:
         from dtype_doctor.cli import checks
-        from dtype_doctor.errors import UsageError
+        from dtype_doctor.records.errors import UsageError
 
         checks.choice("--strategy", self.strategy, strategies.NAMES)
         if self.max_rounds < 1:
@@ -96,7 +96,7 @@ def fix_command(model: FixModel = None, dataset: FixDataset = None, command: Com
     writes = (("--write-patch", fix.write_patch),)
     if fix.run:
         if prompt is not None:
-            from dtype_doctor.errors import UsageError
+            from dtype_doctor.records.errors import UsageError
 
             raise UsageError("--prompt is for a diffusers pipeline folder; with --run the script calls its pipeline itself")
         script, options = _check_script(words, fix, batch, loading, step, machine, findings, general)
@@ -117,7 +117,7 @@ def fix_command(model: FixModel = None, dataset: FixDataset = None, command: Com
         reporting = Reporting.prepare(outputs, findings, writes=writes, model=model, dataset=dataset, script=fix.script,
                                       config=general.config)
         from dtype_doctor.cli.reporting import quiet_diffusers
-        from dtype_doctor.pipeline_folder import fix_pipeline
+        from dtype_doctor.integrations.diffusers_folder import fix_pipeline
 
         with libraries(outputs) as say:
             quiet_diffusers(outputs)
@@ -140,7 +140,7 @@ def fix_command(model: FixModel = None, dataset: FixDataset = None, command: Com
 
 
 def _model_and_dataset(model: str | None, dataset: str | None, command: list[str] | None) -> tuple[str, str]:
-    from dtype_doctor.errors import UsageError
+    from dtype_doctor.records.errors import UsageError
 
     if model is None or dataset is None:
         raise UsageError(f"Missing argument '{'MODEL' if model is None else 'DATASET'}' (or --run -- python SCRIPT.py to fix your own script)")
@@ -174,7 +174,7 @@ def _check_script(words: list[str], fix: FixOptions, batch: o.Batch, loading: o.
 
     from dtype_doctor.cli.reporting import check_values
     from dtype_doctor.cli.run import check_command
-    from dtype_doctor.errors import UsageError
+    from dtype_doctor.records.errors import UsageError
     from dtype_doctor.run.command import parse_command
 
     defaults = (("--script", fix.script, None), ("--preprocess", batch.preprocess, None), ("--split", batch.split, None),

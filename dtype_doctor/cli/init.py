@@ -24,8 +24,8 @@ from typing import Annotated, Optional
 import typer
 
 from dtype_doctor import __version__
-from dtype_doctor.errors import UsageError
-from dtype_doctor.files import write_atomic
+from dtype_doctor.records.errors import UsageError
+from dtype_doctor.records.files import write_atomic
 
 PRE_COMMIT = Path(".pre-commit-config.yaml")
 WORKFLOW = Path(".github/workflows/dtype-doctor.yml")

@@ -75,7 +75,7 @@ def quiet_diffusers(outputs: o.Outputs) -> None:
 
 def pipeline_folder(model: str | None, dataset: str | None, prompt: str | None) -> bool:
     """Whether MODEL is a diffusers pipeline folder; for any other MODEL, DATASET is needed and --prompt refused."""
-    from dtype_doctor.errors import UsageError
+    from dtype_doctor.records.errors import UsageError
     from dtype_doctor.load.pipeline_dir import is_pipeline_dir
 
     if model is not None and is_pipeline_dir(model):

@@ -83,7 +83,7 @@ def run_command(*, command: Command = None, steps: Steps = 1, keep_running: Keep
               file=sys.stderr)
     error = result.outcome.error
     if error is not None:
-        from dtype_doctor.errors import first_line
+        from dtype_doctor.records.errors import first_line
 
         print(f"dtype-doctor: {script.display} raised {type(error).__name__}{user_frame(error)}: {first_line(error)}",
               file=sys.stderr)
@@ -121,6 +121,6 @@ def check_command(command: list[str] | None, name: str) -> None:
     """An unknown option before `--` lands in COMMAND (options there are the script's): name it as one."""
     first = (command or [""])[0]
     if first.startswith("-") and first not in ("-m", "--"):
-        from dtype_doctor.errors import UsageError
+        from dtype_doctor.records.errors import UsageError
 
         raise UsageError(f"no such option: {first} (see 'dtype-doctor {name} --help'); the script and its arguments go after --")

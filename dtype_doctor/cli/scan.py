@@ -62,7 +62,7 @@ def scan_command(model: o.Model, dataset: o.MaybeDataset = None, *, prompt: o.Pr
     with libraries(outputs) as say:
         if folder:
             from dtype_doctor.cli.reporting import quiet_diffusers
-            from dtype_doctor.pipeline_folder import scan_pipeline
+            from dtype_doctor.integrations.diffusers_folder import scan_pipeline
 
             quiet_diffusers(outputs)
             report = scan_pipeline(model, dataset, options, prompt=prompt, progress=say)

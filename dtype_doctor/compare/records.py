@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from dtype_doctor.errors import UsageError
+from dtype_doctor.records.errors import UsageError
 from dtype_doctor.records import COSINE_MIN, Subject, Target
 
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, TypeVar
 
 import torch
 
-from dtype_doctor.errors import UsageError, is_out_of_memory
+from dtype_doctor.records.errors import UsageError, is_out_of_memory
 from dtype_doctor.fix.outcome import Alternative, Cost, FixOutcome, Parity, PatchOutcome, Peak, Step, Tradeoff
 from dtype_doctor.fix.strategies import AUTO_ORDER, NAMES, STRATEGIES, UNSAFE, Context, Pipeline, convert_keeping_fp32
 from dtype_doctor.records import FP16_MAX, Report

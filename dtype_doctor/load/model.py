@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dtype_doctor.errors import InputError, PickleRefusedError, RemoteCodeError, UsageError, first_line as _first_line
+from dtype_doctor.records.errors import InputError, PickleRefusedError, RemoteCodeError, UsageError, first_line as _first_line
 from dtype_doctor.machine.placement import ON_CPU, Placement
 from dtype_doctor.load.fake_model import _simulate
 from dtype_doctor.load.quantize import Quantize, checkpoint_quantization

@@ -11,7 +11,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
-from dtype_doctor.errors import InputError, UsageError
+from dtype_doctor.records.errors import InputError, UsageError
 
 COMPUTE_DTYPES = ("float32", "float16", "bfloat16")
 QUANT_TYPES = ("nf4", "fp4")

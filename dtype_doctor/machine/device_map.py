@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import torch
 
-from dtype_doctor.errors import InputError
+from dtype_doctor.records.errors import InputError
 from dtype_doctor.machine.home import simulated_home
 from dtype_doctor.machine.placement import DEVICE_MAPS, Placement
 from dtype_doctor.records import DeviceLoad, DevicePlan
@@ -32,7 +32,7 @@ def require_accelerate(what: str) -> None:
     import importlib.util
 
     if importlib.util.find_spec("accelerate") is None:
-        from dtype_doctor.errors import UsageError
+        from dtype_doctor.records.errors import UsageError
 
         raise UsageError(f"{what} uses accelerate, which is not installed: pip install 'dtype-doctor[cluster]' (or accelerate)")
 
@@ -58,7 +58,7 @@ def _device_key(value: Any) -> int | str:
 
 
 def _read_map(path: str, gpus: int) -> dict[str, int | str]:
-    from dtype_doctor.files import read_json_object
+    from dtype_doctor.records.files import read_json_object
 
     return _checked(read_json_object(Path(path), path, "a device map (module name → device)"), gpus, path)
 
@@ -88,7 +88,7 @@ def max_memory_of(gpus: int, gpu: Any, given: tuple[tuple[str, str], ...] | Mapp
         try:
             memory[key] = int(size) if not isinstance(size, str) or size.strip().isdigit() else convert_file_size_to_int(size.strip())
         except ValueError as exc:
-            from dtype_doctor.errors import UsageError
+            from dtype_doctor.records.errors import UsageError
 
             raise UsageError(f"--max-memory: {exc}") from None
     return memory

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dtype_doctor.errors import UsageError
+from dtype_doctor.records.errors import UsageError
 
 # NVIDIA's published compute capabilities.
 CAPABILITIES = {"t4": (7, 5), "v100": (7, 0), "a10": (8, 6), "l4": (8, 9), "rtx4090": (8, 9), "a100": (8, 0), "h100": (9, 0), "h200": (9, 0),

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from dtype_doctor.errors import UsageError
+from dtype_doctor.records.errors import UsageError
 
 DEVICES_HELP = "auto, cpu, cuda or cuda:N"
 CUDA0 = "cuda:0"  # the device a bare "cuda", and a simulated target with no device named, is

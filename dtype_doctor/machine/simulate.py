@@ -28,7 +28,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from dtype_doctor.records import SourceLoc
-from dtype_doctor.errors import StopScript
+from dtype_doctor.records.errors import StopScript
 from dtype_doctor.machine.home import simulated_home
 from dtype_doctor.machine.stand_ins import AGREE_READS, COPY_READS, SCALAR_READS, SIZE_OPS, STAND_IN, StandIns, sized
 from dtype_doctor.machine.user_code import display_path, first_outside_tool, first_user_frame, frames_above, is_tool_file

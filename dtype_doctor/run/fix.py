@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from dtype_doctor.errors import DoctorError, InputError, UsageError
+from dtype_doctor.records.errors import DoctorError, InputError, UsageError
 from dtype_doctor.fix.outcome import Change, CodemodOutcome, FixOutcome, Leftover, PatchOutcome, RejectedEdit, Step
 from dtype_doctor.fix.patches import Attempt, FileEdits
 from dtype_doctor.records import Finding, Report
@@ -265,7 +265,7 @@ class _Loop:
         self.last = final
         error = result.outcome.error
         if error is not None:
-            from dtype_doctor.errors import first_line
+            from dtype_doctor.records.errors import first_line
             from dtype_doctor.run.runner import user_frame
 
             self.script_failed = f"{_as_written(user_frame(error), final) or ' in it'} with {type(error).__name__}: {first_line(error)}"
@@ -357,7 +357,7 @@ class _Loop:
             cause = exc.__cause__
             if cause is None:
                 raise self._broke(written, str(exc)) from exc
-            from dtype_doctor.errors import first_line
+            from dtype_doctor.records.errors import first_line
             from dtype_doctor.run.runner import user_frame
 
             raise self._broke(written, f"{type(cause).__name__}: {first_line(cause)}{user_frame(cause)}") from exc

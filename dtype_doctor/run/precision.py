@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dtype_doctor.errors import first_line
+from dtype_doctor.records.errors import first_line
 from dtype_doctor.records import ModelInfo, Report, Target, Trace, TraceFailure
 
 if TYPE_CHECKING:

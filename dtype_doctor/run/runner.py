@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
-from dtype_doctor.errors import InputError, UsageError, first_line, is_gpu_out_of_memory, is_out_of_memory, memory_words
+from dtype_doctor.records.errors import InputError, UsageError, first_line, is_gpu_out_of_memory, is_out_of_memory, memory_words
 from dtype_doctor.machine.placement import Placement, decide
 from dtype_doctor.records import Report
 from dtype_doctor.machine.user_code import user_frame

@@ -28,7 +28,7 @@ import torch
 from dtype_doctor.records import Report, SourceLoc, Subject, Trace, TraceFailure
 from dtype_doctor.run.models import has_parameters, is_model_call
 from dtype_doctor.run.conversions import ConversionLog
-from dtype_doctor.errors import StopScript
+from dtype_doctor.records.errors import StopScript
 from dtype_doctor.run.lineage import (
     Chain,
     Handled,
@@ -490,7 +490,7 @@ class RunSession:
             # Raised outside the model's forward (the loss, GradScaler, the optimizer). When no
             # error-level finding explains it, the step is not clean: the trace stopped early.
             if not report.at_or_above("error"):
-                from dtype_doctor.errors import first_line
+                from dtype_doctor.records.errors import first_line
 
                 failure = TraceFailure("other", f"{type(error).__name__}: {first_line(error)}", "", type(self.model).__name__, None, "training step")
                 report = self._report(failure)
@@ -593,7 +593,7 @@ class RunSession:
         else the line that first called it."""
         if finding.source is not None or not self.models.several or not finding.module:
             return finding
-        from dtype_doctor.components import component_dtypes
+        from dtype_doctor.rules.components import component_dtypes
 
         head = finding.module.split(".", 1)[0]
         dtype = component_dtypes(self._info).get(head)

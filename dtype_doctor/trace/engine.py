@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
-from dtype_doctor.errors import is_out_of_memory
+from dtype_doctor.records.errors import is_out_of_memory
 from dtype_doctor.records import (
     ModelInfo,
     StateTensor,
@@ -67,7 +67,7 @@ def model_info(
     half_buffers = {s.name for s in entries if s.kind == "buffer" and s.dtype in ("bfloat16", "float16")}
     rotary = ()
     if any(n.endswith("inv_freq") for n in half_buffers):
-        from dtype_doctor.rope import rotary_facts
+        from dtype_doctor.trace.rope import rotary_facts
 
         rotary = rotary_facts(model, dict(model.named_buffers()))
     components = getattr(model, "pipeline_components", None)
@@ -162,7 +162,7 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
     inputs = dict(inputs.items())
     autocast = request.autocast
     if autocast is not None and autocast not in AUTOCAST_DTYPES:
-        from dtype_doctor.errors import UsageError
+        from dtype_doctor.records.errors import UsageError
 
         raise UsageError(f"--autocast must be off, float16 or bfloat16, not {autocast!r}")
     where = place(model, inputs, request)

@@ -28,7 +28,7 @@ from torch.overrides import TorchFunctionMode
 
 from dtype_doctor.numerics import device_name
 from dtype_doctor.records import GradStats, Lineage, ModelInfo, SourceLoc, StandIn, Trace, TraceFailure
-from dtype_doctor.errors import first_line
+from dtype_doctor.records.errors import first_line
 from dtype_doctor.trace.recorder import Recorder
 from dtype_doctor.trace.verdicts import classify_error
 

@@ -21,7 +21,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
-from dtype_doctor.errors import UsageError
+from dtype_doctor.records.errors import UsageError
 from dtype_doctor.records import Report, Subject
 from dtype_doctor.trace.request import TraceRequest
 
@@ -75,7 +75,7 @@ def load(spec: str, dataset: str | None, options: Any, prompt: str | None,
 
 def prompt_from(dataset: str, split: str | None) -> str:
     """The first row's prompt: its prompt/text/caption column, else its first text."""
-    from dtype_doctor.errors import InputError
+    from dtype_doctor.records.errors import InputError
     from dtype_doctor.load import load_rows
 
     row = load_rows(dataset, split=split, n=1).dataset[0]
@@ -99,7 +99,7 @@ def simulated_step(it: Loaded, spec: str, placement: Any) -> Report:
     """The pipeline's one call on a simulated CUDA machine, traced as `run --simulate` traces a
     script's: moved to the GPU and called inside a RunSession, each component traced as itself."""
     from dtype_doctor.diffusion import call_arguments
-    from dtype_doctor.errors import InputError, StopScript, first_line
+    from dtype_doctor.records.errors import InputError, StopScript, first_line
     from dtype_doctor.run.session import RunSession
 
     pipe = it.loaded.pipeline
