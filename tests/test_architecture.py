@@ -201,14 +201,16 @@ def test_no_private_import_across_packages_beyond_the_listed_debts() -> None:
 
 # ------------------------------------------------------------------ the layers, bottom to top
 #
-# The package is the pipeline: records and errors at the bottom, the machine a step runs on,
-# the trace, loading, the rules, fixes, reports, `run`, the pipeline commands (scan/fix/compare)
+# The package is the stages of a step: records and errors at the bottom, the machine a step runs on,
+# the trace, loading, the rules, fixes, reports, `run`, the commands (scan/fix/compare)
 # and the CLI on top. No import goes up a layer, at module level or inside a function;
 # `if TYPE_CHECKING:` imports never run and are left out.
 
-LAYERS = ("records", "machine", "trace", "load", "rules", "fix", "report", "run", "pipeline", "cli")
+LAYERS = ("records", "machine", "trace", "load", "rules", "fix", "report", "run", "commands", "cli")
 # The first part of a module's name (dtype_doctor.X...) → its layer; the package root itself
-# (`dtype_doctor`, which only names its lazy API and version) is at the bottom.
+# (`dtype_doctor`, which only names its lazy API and version) is at the bottom. "pipeline" is
+# the public module of the scan/fix commands (dtype_doctor.pipeline.scan); everywhere else a
+# pipeline is a diffusers pipeline.
 LAYER_OF = {
     "": "records", "records": "records", "numerics": "records", "ops": "records", "source": "records",
     "data": "records",
@@ -219,8 +221,16 @@ LAYER_OF = {
     "fix": "fix", "diagnosis": "fix", "diffusion": "fix",
     "report": "report",
     "run": "run",
-    "pipeline": "pipeline", "compare": "pipeline",
+    "pipeline": "commands", "compare": "commands",
     "cli": "cli", "__main__": "cli", "integrations": "cli",
+}
+# The modules at the package's top level: the entry points and the modules whose import path is
+# public API (docs/api.md); everything else lives in its layer's package or one named for its
+# subject (ops/, source/, integrations/). A new loose module fails.
+TOP_LEVEL = {
+    "__init__", "__main__",
+    "numerics", "quantization", "diagnosis", "diffusion", "pipeline",  # public by name (docs/api.md)
+    "placement",  # the old home of machine.placement's public names, a re-export
 }
 # Upward imports: none. The rules state their fixes as data (Remedy records and hints) and the
 # strategies word them (fix.strategies.worded, called where findings become a report:
@@ -262,6 +272,26 @@ def upward_imports() -> set[tuple[str, str]]:
 def test_every_module_has_a_layer() -> None:
     for module in MODULES:
         _layer(module)  # a KeyError names a new top-level module without a layer
+
+
+def test_no_module_at_the_top_level_beyond_the_public_ones() -> None:
+    loose = {path.stem for path in ROOT.glob("*.py")}
+    assert loose - TOP_LEVEL == set(), "a loose module at the top level: move it into its layer's package"
+    assert TOP_LEVEL - loose == set(), "a listed top-level module is gone: strike it from TOP_LEVEL"
+
+
+def test_the_moved_modules_keep_their_layer() -> None:
+    """The homes of issue 41's moves are read with the layer of their package, and the public
+    paths that stayed still import."""
+    import importlib
+
+    assert LAYERS[_layer("dtype_doctor.records.errors")] == "records"
+    assert LAYERS[_layer("dtype_doctor.ops.operands")] == "records"
+    assert LAYERS[_layer("dtype_doctor.source.analysis")] == "records"
+    assert LAYERS[_layer("dtype_doctor.rules.attention")] == "rules"
+    assert LAYERS[_layer("dtype_doctor.integrations.diffusers_folder")] == "cli"
+    for public in ("dtype_doctor.placement", "dtype_doctor.pipeline", "dtype_doctor.quantization"):
+        assert importlib.util.find_spec(public) is not None
 
 
 def test_no_import_goes_up_a_layer() -> None:

@@ -88,7 +88,7 @@ def fix_command(model: FixModel = None, dataset: FixDataset = None, command: Com
     every verified edit), 3 when an edit of the doctor's made your script raise.
     """
     from dtype_doctor.cli.reporting import (
-        Reporting, check_pipeline, check_pipeline_folder, import_libraries, libraries, pipeline_folder,
+        Reporting, check_model_and_dataset, check_pipeline_folder, import_libraries, libraries, pipeline_folder,
     )
 
     fix.check()
@@ -126,13 +126,13 @@ def fix_command(model: FixModel = None, dataset: FixDataset = None, command: Com
                                   script=str(fix.script) if fix.script else None, progress=say)
     else:
         model, dataset = _model_and_dataset(model, dataset, command)
-        options = check_pipeline(model, dataset, batch, loading, machine, step, findings, general)
+        options = check_model_and_dataset(model, dataset, batch, loading, machine, step, findings, general)
         reporting = Reporting.prepare(outputs, findings, writes=writes, model=model, dataset=dataset,
                                       preprocess=batch.preprocess, script=fix.script, config=general.config)
-        from dtype_doctor.pipeline import fix as fix_pipeline
+        from dtype_doctor.pipeline import fix as fix_model
 
         with libraries(outputs) as say:
-            report = fix_pipeline(model, dataset, options, **fix.engine(findings.fail_on),
+            report = fix_model(model, dataset, options, **fix.engine(findings.fail_on),
                                   write_patch=str(fix.write_patch) if fix.write_patch else None,
                                   script=str(fix.script) if fix.script else None, progress=say)
     report = reporting.finish(report)

@@ -1,7 +1,7 @@
 """What scan, fix and run do around their engine: check the command line before torch, plan the
 outputs, hold back the libraries' noise while the engine runs, then suppress, write and exit.
 
-    options = check_pipeline(model, dataset, batch, loading, machine, step, findings, general)
+    options = check_model_and_dataset(model, dataset, batch, loading, machine, step, findings, general)
     reporting = Reporting.prepare(outputs, findings, model=model, dataset=dataset)
     with libraries(outputs) as say:
         report = scan(model, dataset, options, progress=say)
@@ -22,7 +22,7 @@ from dtype_doctor.cli import options as o
 from dtype_doctor.cli.output import OutputPlan, check_outputs, emit, exit_code, plan_outputs, quiet_libraries, stages
 
 
-def check_pipeline(model: str, dataset: str, batch: o.Batch, loading: o.Loading, machine: o.Machine, step: o.Step,
+def check_model_and_dataset(model: str, dataset: str, batch: o.Batch, loading: o.Loading, machine: o.Machine, step: o.Step,
                    findings: o.Findings, general: o.General) -> Any:
     """MODEL DATASET and their options checked (no torch yet), as the ScanOptions they spell."""
     checks.model_path(model)  # the paths first: a stat each, where the values' checks import the catalogue
