@@ -77,9 +77,9 @@ class ScanOptions:
         if self.gpus != 1 or self.device_map or self.max_memory:
             self.placement  # noqa: B018 - --gpus/--device-map/--max-memory: refused here, before anything loads
         if self.gpu is not None:
-            from dtype_doctor.machine.gpus import gpu_profile
+            from dtype_doctor.machine.gpus import check_gpu
 
-            gpu_profile(self.gpu)  # a bad name is a usage error before anything loads
+            check_gpu(self.gpu)  # a bad name is a usage error before anything loads
             if not self.simulate:
                 raise UsageError("--gpu sets the GPU a --simulate trace targets; add --simulate (a real trace runs on the GPU it has)")
         from dtype_doctor.rules import parse_codes
@@ -161,7 +161,7 @@ def prepare(
         dtype=options.dtype,
         trust_remote_code=options.trust_remote_code,
         # where a simulated model's fake weights are built (the trace runs copies at their home)
-        placement=replace(options.placement, device=str(simulated_home(device, loaded=True))) if options.simulate else options.placement,
+        placement=replace(options.placement, device=str(simulated_home(device, loaded=True))) if options.placement.simulated else options.placement,
         allow_pickle=options.allow_pickle,
         quantize=options.quantize(),
     )
@@ -207,18 +207,16 @@ def refused_load(model: str, dataset: str, options: ScanOptions) -> Report | Non
     simulated device map offloads without llm_int8_enable_fp32_cpu_offload (DD505); else None."""
     options.validate()
     quantize = options.quantize()
-    if quantize is None and not options.simulate:
+    if quantize is None and not options.placement.simulated:
         return None
     from dtype_doctor.diagnosis import environment, judged
     from dtype_doctor.load.offload import refused_trace, scan_refusal
     from dtype_doctor.records import Target
-    from dtype_doctor.machine.gpus import gpu_profile
-
     placement = options.placement
     refusal = scan_refusal(model, quantize, placement)
     if refusal is None:
         return None
-    gpu = gpu_profile(options.gpu)
+    gpu = placement.profile
     trace = refused_trace(refusal, device=placement.device or CUDA0, simulated=True, gpu=gpu)
     findings = judged(trace, select=options.select, ignore=options.ignore)
     target = Target(model, dataset, options.split, trace.device, True, None, None, options.train, gpu=trace.gpu,

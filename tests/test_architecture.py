@@ -479,3 +479,28 @@ def test_no_module_longer_than_the_ratchet() -> None:
     sizes = {module: len(path.read_text(encoding="utf-8").splitlines()) for module, path in MODULES.items()}
     longer = {module: n for module, n in sizes.items() if n > MAX_MODULE_LINES}
     assert longer == {}, f"longer than {MAX_MODULE_LINES} lines: split by theme"
+
+
+# ------------------------------------------------------------------ the machine's facts
+#
+# A GPU's facts (GpuProfile: capability, memory) are worked out once, where the Placement is
+# decided (machine/placement.py `decide`), and read off `Placement.profile` by every stage.
+# 14 calls of gpu_profile() at the start of issue 41, 10 outside machine/.
+
+
+def gpu_profile_calls() -> set[str]:
+    """`module:line` for each call of gpu_profile() outside machine/."""
+    found = set()
+    for module in MODULES:
+        if module.startswith("dtype_doctor.machine"):
+            continue
+        for node in ast.walk(_tree(module)):
+            if isinstance(node, ast.Call):
+                name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+                if name == "gpu_profile":
+                    found.add(f"{module}:{node.lineno}")
+    return found
+
+
+def test_no_gpu_profile_call_outside_the_machine() -> None:
+    assert gpu_profile_calls() == set(), "read Placement.profile: the GPU's facts are decided once"

@@ -74,10 +74,10 @@ def gpu(value: str | None) -> None:
     """A --gpu that is neither a known profile nor a compute capability, with the nearest name."""
     if value is None:
         return
-    from dtype_doctor.machine.gpus import CAPABILITIES, gpu_profile
+    from dtype_doctor.machine.gpus import CAPABILITIES, check_gpu
 
     try:
-        gpu_profile(value)
+        check_gpu(value)
     except UsageError:
         hint = did_you_mean(value.strip(), CAPABILITIES)
         raise UsageError(f"unknown --gpu {value!r}{hint} (choose one of: {', '.join(CAPABILITIES)}, "

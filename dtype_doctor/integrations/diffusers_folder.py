@@ -63,13 +63,13 @@ def load(spec: str, dataset: str | None, options: Any, prompt: str | None,
         say(f"reading a prompt from {dataset}")
         prompt = prompt_from(dataset, options.split)
     say(f"loading pipeline {spec}")
-    device = "cpu" if options.simulate else options.placement.device or "cpu"  # simulated: moved where traced
+    device = "cpu" if options.placement.simulated else options.placement.device or "cpu"  # simulated: moved where traced
     loaded = load_pipeline(spec, dtype=options.dtype, device=device,
                            trust_remote_code=options.trust_remote_code, allow_pickle=options.allow_pickle,
                            components=options.component_dtypes)
     request = TraceRequest(placement=dataclasses.replace(options.placement, device=None), select=options.select,
                            ignore=options.ignore, subject=Subject(spec, dataset, options.split if dataset else None))
-    say("tracing one denoising step" + (" on a simulated GPU" if options.simulate else ""))
+    say("tracing one denoising step" + (" on a simulated GPU" if options.placement.simulated else ""))
     return Loaded(loaded, prompt or DEFAULT_PROMPT, request)
 
 
@@ -90,7 +90,7 @@ def scan_pipeline(spec: str, dataset: str | None, options: Any, *, prompt: str |
                   progress: Callable[[str], None] | None = None) -> Report:
     """Load the pipeline folder, trace one denoising step, judge it."""
     it = load(spec, dataset, options, prompt, progress)
-    if options.simulate:
+    if options.placement.simulated:
         return it.finished(simulated_step(it, spec, options.placement))
     return it.trace(it.loaded.pipeline)
 

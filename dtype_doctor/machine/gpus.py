@@ -60,6 +60,13 @@ def gpu_memory(gpu: GpuProfile | None) -> int:
     return gpu.memory if gpu is not None else DEFAULT_PROPERTIES[1]
 
 
+def check_gpu(spec: str | None) -> None:
+    """Refuse a --gpu that is neither a profile's name nor a compute capability (a UsageError),
+    for the entries that check their options before deciding the Placement (which gives the
+    profile: Placement.profile)."""
+    gpu_profile(spec)
+
+
 def gpu_profile(spec: str | None) -> GpuProfile | None:
     """'a100' → GpuProfile('a100', (8, 0)); '7.5' → GpuProfile('sm_7.5', (7, 5)); None → None."""
     if spec is None:

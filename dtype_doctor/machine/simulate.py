@@ -44,11 +44,6 @@ def stand_in_for(index: int, gpus: int = 1) -> torch.device:
     return simulated_home(index, indexed=gpus > 1)
 
 
-def gpu_aliases(gpus: int) -> dict[str, str]:
-    """Indexed stand-in device names → the CUDA devices users read: {"meta:0": "cuda:0", ...}."""
-    return {f"meta:{k}": f"cuda:{k}" for k in range(gpus)}
-
-
 # What PyTorch says when an op needs values a meta tensor does not hold.
 NO_DATA = (
     "cannot be called on meta tensors",

@@ -70,15 +70,6 @@ class StepCapture:
     handled: dict[str, Handled] = field(default_factory=dict, compare=False, repr=False)
 
 
-def _device_aliases(placement: Placement, target: torch.device | None) -> dict[str, str]:
-    """The simulation's stand-in devices → the devices the report names (meta:k → cuda:k for several GPUs)."""
-    if placement.simulated and placement.gpus > 1:
-        from dtype_doctor.machine.device_map import aliases
-
-        return aliases(placement.gpus)
-    return {device_name(STAND_IN): device_name(target)} if target is not None else {}
-
-
 class RunSession:
     """`with RunSession(...) as s: s.close(launch(command))`; `s.report` is the traced step(s), or None."""
 
@@ -113,7 +104,7 @@ class RunSession:
         from dtype_doctor.run.trainer_args import TrainerArgsWatch
 
         self.trainer_args = TrainerArgsWatch(launch, placement.simulated)  # the script's TrainingArguments, read as its launch configuration
-        self.alias = _device_aliases(placement, self.target)
+        self.alias = placement.aliases  # the simulation's stand-in devices → the devices the report names
         self._session: TraceSession | None = None
         self._failure: TraceFailure | None = None
         self._depth = 0  # top-level module calls in progress (the model's, a loss module's)
@@ -186,10 +177,8 @@ class RunSession:
         self.resume = self._arms.enter_context(ResumeWatch(self._parameter_ids, self.alias, lambda: self.model is not None and self.report is None,
                                                                 lambda: self._session.recorder.ops if self._session is not None else ()))
         if self.placement.simulated:
-            from dtype_doctor.machine.gpus import gpu_profile
-
             assert self.target is not None
-            self._simulation = CudaSimulation(self.target, gpu_profile(self.placement.gpu), on_amp=self._set_amp,
+            self._simulation = CudaSimulation(self.target, self.placement.profile, on_amp=self._set_amp,
                                               in_forward=lambda: self._model_depth > 0, gpus=self.placement.gpus)
             self._arms.enter_context(self._simulation)
             from dtype_doctor.machine.workers import Children
@@ -393,7 +382,7 @@ class RunSession:
         self.models.begin(model, _user_frame())
         self._info = model_info(model, None, self.alias)
         # A real trace measures values (DD301-DD303 speak about the user's own step); fake tensors hold none.
-        session = self._session = TraceSession(model, recover=True, simulated=self.placement.simulated, probe_gpu=self.placement.gpu,
+        session = self._session = TraceSession(model, recover=True, placement=self.placement,
                                                alias=self.alias, extra_modes=[StepInputs(self)], stats=not self.placement.simulated,
                                                refusal=refusal)
         if not self.placement.simulated:
@@ -553,14 +542,12 @@ class RunSession:
     def _simulated(self, trace: Trace) -> Trace:
         """The trace as a CUDA machine's: the stand-in named as the target; values asked of fake tensors dropped."""
         from dtype_doctor.machine.simulate import NO_DATA
-        from dtype_doctor.machine.gpus import gpu_profile
-
         from dtype_doctor.machine.wording import as_device
 
         label = device_name(self.target)  # type: ignore[arg-type]
         no_data = [*NO_DATA, *(as_device(s, label) for s in NO_DATA)]
         ops = tuple(op for op in trace.ops if not (op.error and any(s in op.error for s in no_data)))
-        gpu = gpu_profile(self.placement.gpu)
+        gpu = self.placement.profile
         device = self.alias.get(trace.device) or (device_name(self.target) if trace.device == device_name(STAND_IN) else trace.device)  # type: ignore[arg-type]
         plan = None
         if self.placement.gpus > 1 and self.model is not None:

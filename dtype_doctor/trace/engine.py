@@ -202,7 +202,7 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
     model, inputs, where, state, alias = staged.model, staged.inputs, staged.where, staged.state, staged.alias
     session = TraceSession(
         model, stats=request.stats and not sharded, simulated=where.simulate, state=state, alias=alias,
-        probe_cuda=where.label is not None and where.label.type == "cuda", probe_gpu=request.placement.gpu, refusal=refusal,
+        probe_cuda=where.label is not None and where.label.type == "cuda", placement=request.placement, refusal=refusal,
     )
     rec = session.recorder
     for name, v in inputs.items():
