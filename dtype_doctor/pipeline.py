@@ -14,16 +14,15 @@ from dtype_doctor.records.errors import UsageError
 from dtype_doctor.machine.placement import CUDA0, Placement, decide, parse_device
 from dtype_doctor.load.batch.state import DATASET_FORMATS, PREPROCESS_MODES
 from dtype_doctor.records import Report, Subject
+from dtype_doctor.records.choices import AUTOCAST_DTYPES, MODEL_DTYPES, CheckedOnce
 from dtype_doctor.load.memory import MAX_BATCH_SIZE
 from dtype_doctor.machine.control import DEFAULT_TIMEOUT, check_timeout
 from dtype_doctor.trace.request import TraceRequest
 
-MODEL_DTYPES = ("auto", "float32", "float16", "bfloat16")
-AUTOCAST = ("off", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
-class ScanOptions:
+class ScanOptions(CheckedOnce):
     """Everything `scan` and `fix` share; names follow the CLI options."""
 
     split: str | None = None
@@ -64,8 +63,8 @@ class ScanOptions:
                              "a dtype trace needs a batch, not an epoch")
         if self.dtype not in MODEL_DTYPES:
             raise UsageError(f"unknown --dtype {self.dtype!r}; choose one of: {', '.join(MODEL_DTYPES)}")
-        if self.autocast not in AUTOCAST:
-            raise UsageError(f"unknown --autocast {self.autocast!r}; choose one of: {', '.join(AUTOCAST)}")
+        if self.autocast not in AUTOCAST_DTYPES:
+            raise UsageError(f"unknown --autocast {self.autocast!r}; choose one of: {', '.join(AUTOCAST_DTYPES)}")
         if self.preprocess_mode not in PREPROCESS_MODES:
             raise UsageError(f"unknown --preprocess-mode {self.preprocess_mode!r}; choose {_either(PREPROCESS_MODES)}")
         if self.dataset_format not in DATASET_FORMATS:
@@ -98,6 +97,8 @@ class ScanOptions:
         refusing simulation): no stage decides it again."""
         options = replace(self)
         options.__dict__["placement"] = placement  # cached_property's own slot
+        if self.__dict__.get("_checked"):
+            object.__setattr__(options, "_checked", True)  # the same values, checked already
         return options
 
     @cached_property
@@ -147,8 +148,7 @@ def prepare(
     progress: Callable[[str], None] | None = None,
 ) -> Prepared:
     """Load MODEL and the first rows of DATASET and build the batch as the pipeline would."""
-    options = options or ScanOptions()
-    options.validate()
+    options = (options or ScanOptions()).validated()
     say = progress or (lambda _msg: None)
     from dtype_doctor.load import build_batch, load_model, load_rows
     from dtype_doctor.machine.home import simulated_home
@@ -205,7 +205,7 @@ def scan(
 def refused_load(model: str, dataset: str, options: ScanOptions) -> Report | None:
     """The report of a load transformers refuses before any step: a bitsandbytes model whose
     simulated device map offloads without llm_int8_enable_fp32_cpu_offload (DD505); else None."""
-    options.validate()
+    options.validated()
     quantize = options.quantize()
     if quantize is None and not options.placement.simulated:
         return None

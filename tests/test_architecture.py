@@ -17,6 +17,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1] / "dtype_doctor"
 
 # Private names imported across packages: none. 31 at the start of issue 15; the last ones
@@ -504,3 +506,60 @@ def gpu_profile_calls() -> set[str]:
 
 def test_no_gpu_profile_call_outside_the_machine() -> None:
     assert gpu_profile_calls() == set(), "read Placement.profile: the GPU's facts are decided once"
+
+
+# ------------------------------------------------------------------ options checked once
+#
+# An entry builds its option record and checks it once (CheckedOnce.validated); the stages it
+# passes through get the record back unchecked again. ScanOptions.validate() ran 3 times per
+# `scan` at the start of issue 41.
+
+
+def _validations(monkeypatch: pytest.MonkeyPatch, cls: type) -> list[object]:
+    calls: list[object] = []
+    original = cls.validate
+
+    def counted(self: object) -> None:
+        calls.append(self)
+        original(self)
+
+    monkeypatch.setattr(cls, "validate", counted)
+    return calls
+
+
+def test_a_scan_checks_its_options_once(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from dtype_doctor.cli.main import run as cli
+    from dtype_doctor.pipeline import ScanOptions
+
+    fixtures = ROOT.parent / "fixtures/demo"
+    calls = _validations(monkeypatch, ScanOptions)
+    with pytest.raises(SystemExit) as done:
+        cli(["scan", str(fixtures / "model"), str(fixtures / "data"), "--format", "json"])
+    assert done.value.code == 1 and '"DD101"' in capsys.readouterr().out  # the demo's one error, found
+    assert len(calls) == 1
+
+
+def test_a_run_checks_its_options_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from dtype_doctor.cli.main import run as cli
+    from dtype_doctor.run.runner import RunOptions
+
+    script = tmp_path / "step.py"
+    script.write_text("import torch\nm = torch.nn.Linear(4, 2)\nm(torch.randn(3, 4).half())\n")
+    calls = _validations(monkeypatch, RunOptions)
+    with pytest.raises(SystemExit) as done:
+        cli(["run", "--format", "json", "--", "python", str(script)])
+    assert done.value.code == 1 and '"DD101"' in capsys.readouterr().out  # the half input against a float32 Linear
+    assert len(calls) == 1
+
+
+def test_each_dtype_choice_is_defined_once() -> None:
+    """MODEL_DTYPES and the other dtype enumerations are assigned in records/choices.py only."""
+    names = {"MODEL_DTYPES", "AUTOCAST_DTYPES", "COMPUTE_DTYPES", "DTYPE_ALIASES"}
+    found = {
+        f"{module}:{node.lineno}"
+        for module in MODULES
+        for node in ast.walk(_tree(module))
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in node.targets)
+    }
+    assert {f.partition(":")[0] for f in found} == {"dtype_doctor.records.choices"}, found

@@ -13,14 +13,8 @@ import stat
 from pathlib import Path
 from typing import Iterable
 
+from dtype_doctor.records.choices import AUTOCAST_DTYPES, COMPUTE_DTYPES, DTYPE_ALIASES, MODEL_DTYPES
 from dtype_doctor.records.errors import InputError, UsageError
-
-# The dtype names users type, as PyTorch's own short names and the common shorthand.
-DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
-MODEL_DTYPES = ("auto", "float32", "float16", "bfloat16")
-AUTOCAST_DTYPES = ("off", "float16", "bfloat16")
-COMPUTE_DTYPES = ("float32", "float16", "bfloat16")
-
 
 def dtype_name(value: str | None, flag: str) -> str | None:  # noqa: ARG001 - the flag names the caller in tracebacks
     """`fp16` → `float16`: an alias as its canonical name; anything else unchanged (checked later)."""

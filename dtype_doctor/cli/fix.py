@@ -189,5 +189,5 @@ def _check_script(words: list[str], fix: FixOptions, batch: o.Batch, loading: o.
     check_command(words, "fix")
     script_words, launch = split_launcher(words, machine.gpus)  # the launcher lines `run` takes
     options = dataclasses.replace(o.run_options(machine, findings, general, steps=fix.steps, launch=launch), horizon=fix.horizon)
-    options.validate()
+    options.validated()
     return parse_command(script_words), options

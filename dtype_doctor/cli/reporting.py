@@ -30,7 +30,7 @@ def check_model_and_dataset(model: str, dataset: str, batch: o.Batch, loading: o
     checks.user_file("--preprocess", batch.preprocess, function=True)
     check_values(loading, machine, step, findings)
     options = o.scan_options(batch, loading, machine, step, findings, general)
-    options.validate()
+    options.validated()
     return options
 
 
@@ -47,7 +47,7 @@ def check_pipeline_folder(model: str, dataset: str | None, batch: o.Batch, loadi
     loading = dataclasses.replace(loading, dtype=dtype)
     check_values(loading, machine, step, findings)
     options = dataclasses.replace(o.scan_options(batch, loading, machine, step, findings, general), component_dtypes=components)
-    options.validate()
+    options.validated()
     refuse_options(options, fixing=fixing)
     index = check_pipeline_dir(model, trust_remote_code=options.trust_remote_code)
     for name, _ in components:

@@ -60,7 +60,7 @@ def run_command(*, command: Command = None, steps: Steps = 1, keep_running: Keep
     script = parse_command(words)
     options = o.run_options(machine, findings, general, steps=steps, keep_running=keep_running, launch=launch,
                             keep_writes=str(keep_writes.resolve()) if keep_writes is not None else None)
-    options.validate()
+    options.validated()
     reporting = Reporting.prepare(_resolved(outputs), findings, reads=(script.target,) if script.kind == "file" else (),
                                   config=general.config)
     stdout = sys.stdout  # the script's prints go to stderr while it runs; the report does not

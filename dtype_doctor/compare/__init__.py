@@ -82,7 +82,7 @@ def compare_pipeline(
         variants=tuple(variants) if variants is not None else VARIANT_NAMES, repeat=repeat, warmup=warmup, train=options.train
     )
     request.validate()  # before the slow part
-    options.validate()
+    options.validated()
     options = options.decided(decide(options.device, real_only=REAL_ONLY))
     with memory_named(options):
         p = prepare(model, dataset, options, progress=progress)

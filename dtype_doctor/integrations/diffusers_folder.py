@@ -54,7 +54,7 @@ def load(spec: str, dataset: str | None, options: Any, prompt: str | None,
          progress: Callable[[str], None] | None = None, *, fixing: bool = False) -> Loaded:
     from dtype_doctor.load.pipeline_dir import load_pipeline, refuse_options
 
-    options.validate()
+    options.validated()
     refuse_options(options, fixing=fixing)
     if dataset is not None and prompt is not None:
         raise UsageError("--prompt and DATASET both give the prompt; pass one")

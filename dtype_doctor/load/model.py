@@ -27,10 +27,10 @@ from dtype_doctor.load.fake_model import _simulate
 from dtype_doctor.load.quantize import Quantize, checkpoint_quantization
 from dtype_doctor.load.side_objects import _load_side, _module_file
 from dtype_doctor.records import LoadFacts, Loading
+from dtype_doctor.records.choices import MODEL_DTYPES
 
 __all__ = ["LoadedModel", "load_model", "MODEL_DTYPES", "resolve_model_dir"]
 
-MODEL_DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 _SAFETENSORS_DTYPES = {

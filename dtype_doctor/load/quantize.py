@@ -11,9 +11,9 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
+from dtype_doctor.records.choices import COMPUTE_DTYPES
 from dtype_doctor.records.errors import InputError, UsageError
 
-COMPUTE_DTYPES = ("float32", "float16", "bfloat16")
 QUANT_TYPES = ("nf4", "fp4")
 INSTALL = "pip install 'dtype-doctor[quant]'"
 

@@ -11,6 +11,7 @@ from dtype_doctor.machine.placement import Placement, decide
 from dtype_doctor.records import Report
 from dtype_doctor.machine.user_code import user_frame
 from dtype_doctor.records import LaunchConfig
+from dtype_doctor.records.choices import CheckedOnce
 from dtype_doctor.run.command import ScriptCommand, parse_command
 from dtype_doctor.machine.control import DEFAULT_TIMEOUT, check_timeout, disarm, run_on_for, user_code
 from dtype_doctor.run.launch import ScriptOutcome, launch
@@ -31,7 +32,7 @@ class RunResult:
 
 
 @dataclass(frozen=True)
-class RunOptions:
+class RunOptions(CheckedOnce):
     """How to run and trace the script: `dtype-doctor run`'s options, as a record."""
 
     steps: int = 1
@@ -112,7 +113,7 @@ def run_script(
     from dtype_doctor.run.session import RunSession
 
     options = options or RunOptions(steps=steps, keep_running=keep_running, select=select, ignore=ignore)
-    options.validate()
+    options.validated()
     if not isinstance(command, ScriptCommand):
         command = parse_command(list(command))
 

@@ -30,7 +30,7 @@ from dtype_doctor.trace.guard import preserved
 from dtype_doctor.trace.session import TraceSession
 from dtype_doctor.trace.request import TraceRequest
 
-AUTOCAST_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+AUTOCAST_TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16}  # the torch dtype of each --autocast choice but off
 
 
 def model_info(
@@ -161,7 +161,7 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
     request = request or TraceRequest()
     inputs = dict(inputs.items())
     autocast = request.autocast
-    if autocast is not None and autocast not in AUTOCAST_DTYPES:
+    if autocast is not None and autocast not in AUTOCAST_TORCH:
         from dtype_doctor.records.errors import UsageError
 
         raise UsageError(f"--autocast must be off, float16 or bfloat16, not {autocast!r}")
@@ -304,9 +304,9 @@ def _run(session: TraceSession, staged: _Staged, request: TraceRequest, run_devi
             with session.recording(), (torch.enable_grad() if request.train else contextlib.nullcontext()):
                 with contextlib.ExitStack() as amp:
                     if autocast and emulate_cuda_amp:
-                        amp.enter_context(session.cuda_autocast(AUTOCAST_DTYPES[autocast]))
+                        amp.enter_context(session.cuda_autocast(AUTOCAST_TORCH[autocast]))
                     elif autocast:
-                        amp.enter_context(torch.autocast(amp_device, dtype=AUTOCAST_DTYPES[autocast]))
+                        amp.enter_context(torch.autocast(amp_device, dtype=AUTOCAST_TORCH[autocast]))
                     if state is not None:
                         out = torch.func.functional_call(model, state, (), staged.inputs, strict=False)
                     else:
