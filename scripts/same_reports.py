@@ -22,11 +22,13 @@ import tempfile
 from pathlib import Path
 
 FIX = "{root}/fixtures"
-SEEDS = "{root}/tests/scripts"
+SEEDS = "."  # the seed scripts, copied beside the data: the same path at both checkouts
 SCENARIOS: dict[str, list[str]] = {
     "scan-demo": ["scan", f"{FIX}/demo/model", f"{FIX}/demo/data"],
     "scan-demo-simulate-cuda": ["scan", f"{FIX}/demo/model", f"{FIX}/demo/data", "--simulate", "--device", "cuda"],
-    "scan-bert-fp16-train": ["scan", f"{FIX}/models/bert-tiny", f"{FIX}/data/text-cls", "--dtype", "float16", "--train"],
+    # (--train on a model with dropout measures different gradients each run: the demo's ResNet has none)
+    "scan-bert-fp16": ["scan", f"{FIX}/models/bert-tiny", f"{FIX}/data/text-cls", "--dtype", "float16"],
+    "scan-demo-train-autocast": ["scan", f"{FIX}/demo/model", f"{FIX}/demo/data", "--train", "--autocast", "float16"],
     "scan-llama-autocast-simulate-t4": ["scan", f"{FIX}/models/llama-tiny", f"{FIX}/data/lm-text", "--autocast", "bfloat16",
                                         "--simulate", "--gpu", "t4"],
     "scan-t5": ["scan", f"{FIX}/models/t5-tiny", f"{FIX}/data/t5-pairs"],
@@ -41,20 +43,26 @@ SCENARIOS: dict[str, list[str]] = {
                                    f"{FIX}/models/resnet-tiny", f"{FIX}/data/images"],
 }
 TIMING = re.compile(r"(^|_)(seconds|time|elapsed|duration|wall)(_|$)")
+SITE_PACKAGES = re.compile(r'[^"]*/site-packages/')  # the venv the checkout runs with
 
 
-def collect(root: Path, out: Path) -> None:
+def collect(root: Path, out: Path, only: str | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "PYTHONHASHSEED": "0"}
     for name, argv in SCENARIOS.items():
+        if only is not None and only not in name:
+            continue
         with tempfile.TemporaryDirectory(prefix="same-reports-") as tmp:
             shutil.copytree(root / "fixtures/demo/data", Path(tmp) / "data")
+            for script in (root / "tests/scripts").glob("*.py"):
+                shutil.copy(script, Path(tmp) / script.name)
             words = [w.replace("{root}", str(root)).replace("{tmp}", tmp) for w in argv]
             at = words.index("--") if "--" in words else len(words)
             words = [*words[:at], "--format", "json", *words[at:]]
             done = subprocess.run([sys.executable, "-m", "dtype_doctor", *words], cwd=tmp, env=env,
                                   capture_output=True, text=True, timeout=600)
-            text = done.stdout.replace(str(root), "{root}").replace(os.path.realpath(tmp), "{tmp}").replace(tmp, "{tmp}")
+            text = SITE_PACKAGES.sub("{site-packages}/", done.stdout)
+            text = text.replace(str(root), "{root}").replace(os.path.realpath(tmp), "{tmp}").replace(tmp, "{tmp}")
             try:
                 report = normalized(json.loads(text))
             except json.JSONDecodeError:
@@ -83,7 +91,7 @@ def diff(old: Path, new: Path) -> int:
 
 if __name__ == "__main__":
     command, a, b = sys.argv[1:4]
-    if command == "collect":
-        collect(Path(a).resolve(), Path(b))
+    if command == "collect":  # a fourth word runs only the scenarios whose name holds it
+        collect(Path(a).resolve(), Path(b), sys.argv[4] if len(sys.argv) > 4 else None)
     else:
         sys.exit(diff(Path(a), Path(b)))
