@@ -277,19 +277,22 @@ def fix(
     dataset: str,
     options: ScanOptions | None = None,
     *,
-    strategy: str = "auto",
-    fail_on: str = "error",
-    unsafe_fixes: bool = False,
-    force: bool = False,
-    max_rounds: int = 5,
+    settings: "FixSettings | None" = None,  # noqa: F821 - fix.settings, imported lazily
     write_patch: str | None = None,
     script: str | None = None,
     progress: Callable[[str], None] | None = None,
+    **fixing: Any,
 ) -> Report:
-    """Diagnose, fix in memory, re-verify, measure, and optionally write the fix as a patch."""
+    """Diagnose, fix in memory, re-verify, measure, and optionally write the fix as a patch.
+    `settings` (a fix.settings.FixSettings), or its fields as keywords (strategy=, fail_on=, ...)."""
     from dtype_doctor.fix.engine import fix_model
+    from dtype_doctor.fix.settings import FixSettings
 
-    patch_path, script_path = fix_files(strategy, write_patch, script, force=force)
+    settings = FixSettings.of(settings, fixing)
+    if fixing:
+        raise TypeError(f"fix() got unexpected keyword argument(s): {', '.join(fixing)}")
+    strategy, fail_on, force = settings.strategy, settings.fail_on, settings.force
+    patch_path, script_path = fix_files(write_patch, script, force=force)
     refused = refused_load(model, dataset, options or ScanOptions())
     if refused is not None:
         return _unfixable_load(refused, strategy)
@@ -297,10 +300,7 @@ def fix(
         p = prepare(model, dataset, options, progress=progress)
         if progress:
             progress("tracing and fixing")
-        result = fix_model(
-            p.loaded.model, p.batch.inputs, p.request(), strategy=strategy, fail_on=fail_on, unsafe_fixes=unsafe_fixes,
-            force=force, max_rounds=max_rounds,
-        )
+        result = fix_model(p.loaded.model, p.batch.inputs, p.request(), settings=settings)
     if patch_path is None:
         return with_loading(result.report(None), p)
     if not result.verified:
@@ -398,16 +398,14 @@ def _unfixable_load(report: Report, strategy: str) -> Report:
     return dataclasses.replace(report, fix=outcome)
 
 
-def fix_files(strategy: str, write_patch: str | None, script: str | None, *, force: bool) -> tuple[Any, Any]:
-    """fix's arguments checked before anything loads: the strategy is known, the patch file is new
-    (or --force), --script exists. (patch path or None, resolved script path or None)."""
+def fix_files(write_patch: str | None, script: str | None, *, force: bool) -> tuple[Any, Any]:
+    """fix's files checked before anything loads (its FixSettings, the strategy among them, are
+    checked where they are built): the patch file is new (or --force), --script exists.
+    (patch path or None, resolved script path or None)."""
     from pathlib import Path
 
     from dtype_doctor.records.errors import InputError
-    from dtype_doctor.fix.strategies import NAMES
 
-    if strategy not in NAMES:
-        raise UsageError(f"unknown --strategy {strategy!r}; choose one of: {', '.join(NAMES)}")
     patch_path = Path(write_patch) if write_patch else None
     if patch_path is not None and patch_path.exists() and not force:
         raise UsageError(f"patch file {patch_path} already exists; pass --force to overwrite it")

@@ -601,3 +601,26 @@ def test_no_class_longer_than_the_ratchet() -> None:
     assert grown == {}, f"longer than {MAX_CLASS_LINES} lines (or than its listed figure): split it along its responsibilities"
     shrunk = {name: sizes.get(name) for name, n in LONG_CLASSES.items() if sizes.get(name, 0) < n}
     assert shrunk == {}, "a listed class shrank: lower its figure in LONG_CLASSES (strike it at 300)"
+
+
+def test_a_fix_checks_its_settings_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The five fix settings are one FixSettings record (no fix engine spells them out as
+    keywords), built and checked once per entry: the CLI's, then handed down whole."""
+    import inspect
+
+    from dtype_doctor import pipeline
+    from dtype_doctor.cli.main import run as cli
+    from dtype_doctor.fix.engine import fix_model
+    from dtype_doctor.fix.settings import FixSettings
+    from dtype_doctor.integrations.diffusers_folder import fix_pipeline
+    from dtype_doctor.run.fix import fix_script
+
+    for engine in (fix_model, pipeline.fix, fix_script, fix_pipeline):
+        assert not {"strategy", "fail_on", "unsafe_fixes", "force", "max_rounds"} & set(inspect.signature(engine).parameters)
+    fixtures = ROOT.parent / "fixtures/demo"
+    calls = _validations(monkeypatch, FixSettings)
+    with pytest.raises(SystemExit) as done:
+        cli(["fix", str(fixtures / "model"), str(fixtures / "data"), "--strategy", "cast-inputs", "--format", "json",
+             "--output", str(tmp_path / "fix.json")])
+    assert done.value.code in (0, 1)
+    assert [c.strategy for c in calls] == ["cast-inputs"]  # type: ignore[attr-defined]

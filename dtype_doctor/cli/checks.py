@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 from typing import Iterable
 
-from dtype_doctor.records.choices import AUTOCAST_DTYPES, COMPUTE_DTYPES, DTYPE_ALIASES, MODEL_DTYPES
+from dtype_doctor.records.choices import AUTOCAST_DTYPES, COMPUTE_DTYPES, DTYPE_ALIASES, MODEL_DTYPES, choice, did_you_mean
 from dtype_doctor.records.errors import InputError, UsageError
 
 def dtype_name(value: str | None, flag: str) -> str | None:  # noqa: ARG001 - the flag names the caller in tracebacks
@@ -22,25 +22,6 @@ def dtype_name(value: str | None, flag: str) -> str | None:  # noqa: ARG001 - th
         return None
     key = value.strip().lower()
     return DTYPE_ALIASES.get(key, key)
-
-
-def did_you_mean(value: str, candidates: Iterable[str], cutoff: float = 0.6) -> str:
-    """`; did you mean 'x'?` when a candidate is near `value`, else ``."""
-    candidates = list(candidates)
-    near = difflib.get_close_matches(value.lower(), [c.lower() for c in candidates], n=1, cutoff=cutoff)
-    if not near:
-        return ""
-    by_lower = {c.lower(): c for c in candidates}
-    return f"; did you mean {by_lower[near[0]]!r}?"
-
-
-def choice(flag: str, value: str | None, choices: Iterable[str], *, aliases: Iterable[str] = ()) -> None:
-    """UsageError naming a near choice when `value` is not one of `choices`."""
-    choices = tuple(choices)
-    if value is None or value in choices:
-        return
-    hint = did_you_mean(value, (*choices, *aliases))
-    raise UsageError(f"unknown {flag} {value!r}{hint} (choose one of: {', '.join(choices)})")
 
 
 def dtypes(dtype: str | None, autocast: str | None = None, bnb_compute_dtype: str | None = None) -> None:

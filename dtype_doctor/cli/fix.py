@@ -59,7 +59,6 @@ class FixOptions:
         from dtype_doctor.cli import checks
         from dtype_doctor.records.errors import UsageError
 
-        checks.choice("--strategy", self.strategy, strategies.NAMES)
         if self.max_rounds < 1:
             raise UsageError(f"--max-rounds must be at least 1, not {self.max_rounds}")
         if self.horizon is not None and not self.run:
@@ -67,10 +66,12 @@ class FixOptions:
         checks.writable_file("--write-patch", self.write_patch)
         checks.user_file("--script", str(self.script) if self.script is not None else None)
 
-    def engine(self, fail_on: str) -> dict[str, Any]:
-        """The keywords pipeline.fix and run.fix.fix_script share; `never` still fixes errors."""
-        return {"strategy": self.strategy, "fail_on": fail_on if fail_on != "never" else "error",
-                "unsafe_fixes": self.unsafe_fixes, "force": self.force, "max_rounds": self.max_rounds}
+    def engine(self, fail_on: str) -> Any:
+        """The FixSettings every fix engine takes, checked (the strategy's name); `never` still fixes errors."""
+        from dtype_doctor.fix.settings import FixSettings
+
+        return FixSettings(self.strategy, fail_on if fail_on != "never" else "error", self.unsafe_fixes, self.force,
+                           self.max_rounds).validated()
 
 
 @o.flat(omit=("gpus", "device_map", "max_memory"))
@@ -91,6 +92,7 @@ def fix_command(model: FixModel = None, dataset: FixDataset = None, command: Com
         Reporting, check_model_and_dataset, check_pipeline_folder, import_libraries, libraries, pipeline_folder,
     )
 
+    settings = fix.engine(findings.fail_on)  # the strategy checked here, once, before anything loads
     fix.check()
     words = [w for w in (model, dataset, *(command or [])) if w is not None]
     writes = (("--write-patch", fix.write_patch),)
@@ -106,7 +108,7 @@ def fix_command(model: FixModel = None, dataset: FixDataset = None, command: Com
 
         import_libraries(outputs)  # the script's own output follows on stderr
         try:
-            report = fix_script(script, options, **fix.engine(findings.fail_on),
+            report = fix_script(script, options, settings=settings,
                                 write_patch=fix.write_patch.resolve() if fix.write_patch else None)
         except EditBrokeScript as exc:
             print(exc.diff, file=sys.stderr, end="")  # the doctor's edit, above the line that says it broke the script (exit 3)
@@ -121,7 +123,7 @@ def fix_command(model: FixModel = None, dataset: FixDataset = None, command: Com
 
         with libraries(outputs) as say:
             quiet_diffusers(outputs)
-            report = fix_pipeline(model, dataset, options, prompt=prompt, **fix.engine(findings.fail_on),
+            report = fix_pipeline(model, dataset, options, prompt=prompt, settings=settings,
                                   write_patch=str(fix.write_patch) if fix.write_patch else None,
                                   script=str(fix.script) if fix.script else None, progress=say)
     else:
@@ -132,7 +134,7 @@ def fix_command(model: FixModel = None, dataset: FixDataset = None, command: Com
         from dtype_doctor.pipeline import fix as fix_model
 
         with libraries(outputs) as say:
-            report = fix_model(model, dataset, options, **fix.engine(findings.fail_on),
+            report = fix_model(model, dataset, options, settings=settings,
                                   write_patch=str(fix.write_patch) if fix.write_patch else None,
                                   script=str(fix.script) if fix.script else None, progress=say)
     report = reporting.finish(report)

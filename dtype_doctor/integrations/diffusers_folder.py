@@ -138,19 +138,23 @@ def _libraries_named(report: Report) -> Report:
     return dataclasses.replace(report, trace=dataclasses.replace(trace, stand_ins=stand_ins))
 
 
-def fix_pipeline(spec: str, dataset: str | None, options: Any, *, prompt: str | None = None, strategy: str = "auto",
-                 fail_on: str = "error", unsafe_fixes: bool = False, force: bool = False, max_rounds: int = 5,
-                 write_patch: str | None = None, script: str | None = None,
-                 progress: Callable[[str], None] | None = None) -> Report:
-    """Fix the pipeline's components in memory, re-trace to verify, and write the fix as a patch."""
+def fix_pipeline(spec: str, dataset: str | None, options: Any, *, prompt: str | None = None,
+                 settings: "FixSettings | None" = None, write_patch: str | None = None,  # noqa: F821 - imported lazily
+                 script: str | None = None, progress: Callable[[str], None] | None = None, **fixing: Any) -> Report:
+    """Fix the pipeline's components in memory, re-trace to verify, and write the fix as a patch.
+    `settings` (a fix.settings.FixSettings), or its fields as keywords (strategy=, fail_on=, ...)."""
     from dtype_doctor.diffusion import PipelineComponents
     from dtype_doctor.fix.engine import fix_model
+    from dtype_doctor.fix.settings import FixSettings
     from dtype_doctor.pipeline import fix_files
 
-    patch_path, script_path = fix_files(strategy, write_patch, script, force=force)
+    settings = FixSettings.of(settings, fixing)
+    if fixing:
+        raise TypeError(f"fix_pipeline() got unexpected keyword argument(s): {', '.join(fixing)}")
+    fail_on, force = settings.fail_on, settings.force
+    patch_path, script_path = fix_files(write_patch, script, force=force)
     it = load(spec, dataset, options, prompt, progress, fixing=True)
-    result = fix_model(PipelineComponents(it.loaded.pipeline), {"prompt": it.prompt}, it.request, strategy=strategy,
-                       fail_on=fail_on, unsafe_fixes=unsafe_fixes, force=force, max_rounds=max_rounds, measure=False,
+    result = fix_model(PipelineComponents(it.loaded.pipeline), {"prompt": it.prompt}, it.request, settings=settings, measure=False,
                        tracer=lambda p: it.trace(p.model.pipeline, p.request, p.inputs["prompt"]))
     if patch_path is None:
         return result.report(None)
