@@ -14,7 +14,7 @@ from dtype_doctor.records.errors import UsageError
 from dtype_doctor.machine.placement import CUDA0, Placement, decide, parse_device
 from dtype_doctor.load.batch.state import DATASET_FORMATS, PREPROCESS_MODES
 from dtype_doctor.records import Report, Subject
-from dtype_doctor.records.choices import AUTOCAST_DTYPES, MODEL_DTYPES, CheckedOnce
+from dtype_doctor.records.choices import AUTOCAST_DTYPES, DTYPE_ALIASES, MODEL_DTYPES, CheckedOnce, choice
 from dtype_doctor.load.memory import MAX_BATCH_SIZE
 from dtype_doctor.machine.control import DEFAULT_TIMEOUT, check_timeout
 from dtype_doctor.trace.request import TraceRequest
@@ -61,10 +61,8 @@ class ScanOptions(CheckedOnce):
         if self.batch_size > MAX_BATCH_SIZE:
             raise UsageError(f"--batch-size {self.batch_size} is more than the {MAX_BATCH_SIZE} rows a trace reads; "
                              "a dtype trace needs a batch, not an epoch")
-        if self.dtype not in MODEL_DTYPES:
-            raise UsageError(f"unknown --dtype {self.dtype!r}; choose one of: {', '.join(MODEL_DTYPES)}")
-        if self.autocast not in AUTOCAST_DTYPES:
-            raise UsageError(f"unknown --autocast {self.autocast!r}; choose one of: {', '.join(AUTOCAST_DTYPES)}")
+        choice("--dtype", self.dtype, MODEL_DTYPES, aliases=tuple(DTYPE_ALIASES))  # the one check of --dtype on scan/fix/compare
+        choice("--autocast", self.autocast, AUTOCAST_DTYPES, aliases=("fp16", "bf16", "half"))
         if self.preprocess_mode not in PREPROCESS_MODES:
             raise UsageError(f"unknown --preprocess-mode {self.preprocess_mode!r}; choose {_either(PREPROCESS_MODES)}")
         if self.dataset_format not in DATASET_FORMATS:

@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 from typing import Iterable
 
-from dtype_doctor.records.choices import AUTOCAST_DTYPES, COMPUTE_DTYPES, DTYPE_ALIASES, MODEL_DTYPES, choice, did_you_mean
+from dtype_doctor.records.choices import DTYPE_ALIASES, MODEL_DTYPES, choice, did_you_mean
 from dtype_doctor.records.errors import InputError, UsageError
 
 def dtype_name(value: str | None, flag: str) -> str | None:  # noqa: ARG001 - the flag names the caller in tracebacks
@@ -22,13 +22,6 @@ def dtype_name(value: str | None, flag: str) -> str | None:  # noqa: ARG001 - th
         return None
     key = value.strip().lower()
     return DTYPE_ALIASES.get(key, key)
-
-
-def dtypes(dtype: str | None, autocast: str | None = None, bnb_compute_dtype: str | None = None) -> None:
-    aliases = tuple(DTYPE_ALIASES)
-    choice("--dtype", dtype_name(dtype, "--dtype"), MODEL_DTYPES, aliases=aliases)
-    choice("--autocast", dtype_name(autocast, "--autocast"), AUTOCAST_DTYPES, aliases=("fp16", "bf16", "half"))
-    choice("--bnb-compute-dtype", dtype_name(bnb_compute_dtype, "--bnb-compute-dtype"), COMPUTE_DTYPES, aliases=aliases)
 
 
 def component_dtypes(value: str) -> tuple[str, tuple[tuple[str, str], ...]]:

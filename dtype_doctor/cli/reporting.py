@@ -88,9 +88,8 @@ def pipeline_folder(model: str | None, dataset: str | None, prompt: str | None) 
 
 
 def check_values(loading: o.Loading | None, machine: o.Machine | None, step: o.Step | None, findings: o.Findings) -> None:
-    """The option values a user types (dtypes, device, GPU, rule codes), each with a near name."""
-    checks.dtypes(loading.dtype if loading else None, step.autocast if step else None,
-                  loading.bnb_compute_dtype if loading else None)
+    """The option values a user types (device, GPU, rule codes), each with a near name. The dtypes
+    are ScanOptions.validate's to check, once (records.choices)."""
     if machine is not None:
         checks.device(machine.device)
         checks.gpu(machine.gpu)
