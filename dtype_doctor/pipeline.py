@@ -6,7 +6,7 @@ The CLI is a thin shell over this; `dtype_doctor.fix` builds on it too.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Callable, Iterator
 
@@ -53,6 +53,8 @@ class ScanOptions(CheckedOnce):
     bnb_quant_type: str = "nf4"
     # A diffusers pipeline folder's components loaded in their own dtype (--dtype float16,vae=float32)
     component_dtypes: tuple[tuple[str, str], ...] = ()
+    # The Placement an entry decided itself (compare, refusing simulation); None: `placement` decides it
+    decided_placement: Placement | None = field(default=None, compare=False, repr=False)
 
     def validate(self) -> None:
         if self.batch_size < 1:
@@ -93,8 +95,7 @@ class ScanOptions(CheckedOnce):
     def decided(self, placement: Placement) -> "ScanOptions":
         """These options with their Placement already decided by the entry (compare decides its own,
         refusing simulation): no stage decides it again."""
-        options = replace(self)
-        options.__dict__["placement"] = placement  # cached_property's own slot
+        options = replace(self, decided_placement=placement)
         if self.__dict__.get("_checked"):
             object.__setattr__(options, "_checked", True)  # the same values, checked already
         return options
@@ -102,6 +103,8 @@ class ScanOptions(CheckedOnce):
     @cached_property
     def placement(self) -> Placement:
         """Where the step runs: decided here, once, for every stage of scan and fix."""
+        if self.decided_placement is not None:
+            return self.decided_placement
         return decide(self.device, simulate=self.simulate, gpu=self.gpu, gpus=self.gpus, device_map=self.device_map,
                       max_memory=self.max_memory)
 
