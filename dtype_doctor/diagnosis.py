@@ -15,8 +15,8 @@ from typing import Any, Mapping
 
 import torch
 
-from dtype_doctor.attention import attention_of
-from dtype_doctor.components import components_of
+from dtype_doctor.rules.attention import attention_of
+from dtype_doctor.rules.components import components_of
 from dtype_doctor.records import Finding, Lineage, ModelInfo, Report, SourceLoc, Subject, Target, Trace, TraceFailure
 from dtype_doctor.trace.engine import holds_no_data, model_info, trace_model, values_note
 from dtype_doctor.trace.session import TraceSession

@@ -6,24 +6,23 @@ The CLI is a thin shell over this; `dtype_doctor.fix` builds on it too.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Callable, Iterator
 
-from dtype_doctor.errors import UsageError
+from dtype_doctor.records.errors import UsageError
 from dtype_doctor.machine.placement import CUDA0, Placement, decide, parse_device
 from dtype_doctor.load.batch.state import DATASET_FORMATS, PREPROCESS_MODES
 from dtype_doctor.records import Report, Subject
+from dtype_doctor.records.choices import AUTOCAST_DTYPES, DTYPE_ALIASES, MODEL_DTYPES, CheckedOnce, choice
 from dtype_doctor.load.memory import MAX_BATCH_SIZE
 from dtype_doctor.machine.control import DEFAULT_TIMEOUT, check_timeout
 from dtype_doctor.trace.request import TraceRequest
 
-MODEL_DTYPES = ("auto", "float32", "float16", "bfloat16")
-AUTOCAST = ("off", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
-class ScanOptions:
+class ScanOptions(CheckedOnce):
     """Everything `scan` and `fix` share; names follow the CLI options."""
 
     split: str | None = None
@@ -54,6 +53,8 @@ class ScanOptions:
     bnb_quant_type: str = "nf4"
     # A diffusers pipeline folder's components loaded in their own dtype (--dtype float16,vae=float32)
     component_dtypes: tuple[tuple[str, str], ...] = ()
+    # The Placement an entry decided itself (compare, refusing simulation); None: `placement` decides it
+    decided_placement: Placement | None = field(default=None, compare=False, repr=False)
 
     def validate(self) -> None:
         if self.batch_size < 1:
@@ -62,10 +63,8 @@ class ScanOptions:
         if self.batch_size > MAX_BATCH_SIZE:
             raise UsageError(f"--batch-size {self.batch_size} is more than the {MAX_BATCH_SIZE} rows a trace reads; "
                              "a dtype trace needs a batch, not an epoch")
-        if self.dtype not in MODEL_DTYPES:
-            raise UsageError(f"unknown --dtype {self.dtype!r}; choose one of: {', '.join(MODEL_DTYPES)}")
-        if self.autocast not in AUTOCAST:
-            raise UsageError(f"unknown --autocast {self.autocast!r}; choose one of: {', '.join(AUTOCAST)}")
+        choice("--dtype", self.dtype, MODEL_DTYPES, aliases=tuple(DTYPE_ALIASES))  # the one check of --dtype on scan/fix/compare
+        choice("--autocast", self.autocast, AUTOCAST_DTYPES, aliases=("fp16", "bf16", "half"))
         if self.preprocess_mode not in PREPROCESS_MODES:
             raise UsageError(f"unknown --preprocess-mode {self.preprocess_mode!r}; choose {_either(PREPROCESS_MODES)}")
         if self.dataset_format not in DATASET_FORMATS:
@@ -77,9 +76,9 @@ class ScanOptions:
         if self.gpus != 1 or self.device_map or self.max_memory:
             self.placement  # noqa: B018 - --gpus/--device-map/--max-memory: refused here, before anything loads
         if self.gpu is not None:
-            from dtype_doctor.machine.gpus import gpu_profile
+            from dtype_doctor.machine.gpus import check_gpu
 
-            gpu_profile(self.gpu)  # a bad name is a usage error before anything loads
+            check_gpu(self.gpu)  # a bad name is a usage error before anything loads
             if not self.simulate:
                 raise UsageError("--gpu sets the GPU a --simulate trace targets; add --simulate (a real trace runs on the GPU it has)")
         from dtype_doctor.rules import parse_codes
@@ -96,13 +95,16 @@ class ScanOptions:
     def decided(self, placement: Placement) -> "ScanOptions":
         """These options with their Placement already decided by the entry (compare decides its own,
         refusing simulation): no stage decides it again."""
-        options = replace(self)
-        options.__dict__["placement"] = placement  # cached_property's own slot
+        options = replace(self, decided_placement=placement)
+        if self.__dict__.get("_checked"):
+            object.__setattr__(options, "_checked", True)  # the same values, checked already
         return options
 
     @cached_property
     def placement(self) -> Placement:
         """Where the step runs: decided here, once, for every stage of scan and fix."""
+        if self.decided_placement is not None:
+            return self.decided_placement
         return decide(self.device, simulate=self.simulate, gpu=self.gpu, gpus=self.gpus, device_map=self.device_map,
                       max_memory=self.max_memory)
 
@@ -147,8 +149,7 @@ def prepare(
     progress: Callable[[str], None] | None = None,
 ) -> Prepared:
     """Load MODEL and the first rows of DATASET and build the batch as the pipeline would."""
-    options = options or ScanOptions()
-    options.validate()
+    options = (options or ScanOptions()).validated()
     say = progress or (lambda _msg: None)
     from dtype_doctor.load import build_batch, load_model, load_rows
     from dtype_doctor.machine.home import simulated_home
@@ -161,7 +162,7 @@ def prepare(
         dtype=options.dtype,
         trust_remote_code=options.trust_remote_code,
         # where a simulated model's fake weights are built (the trace runs copies at their home)
-        placement=replace(options.placement, device=str(simulated_home(device, loaded=True))) if options.simulate else options.placement,
+        placement=replace(options.placement, device=str(simulated_home(device, loaded=True))) if options.placement.simulated else options.placement,
         allow_pickle=options.allow_pickle,
         quantize=options.quantize(),
         target=options.placement,
@@ -206,20 +207,18 @@ def scan(
 def refused_load(model: str, dataset: str, options: ScanOptions) -> Report | None:
     """The report of a load transformers refuses before any step: a bitsandbytes model whose
     simulated device map offloads without llm_int8_enable_fp32_cpu_offload (DD505); else None."""
-    options.validate()
+    options.validated()
     quantize = options.quantize()
-    if quantize is None and not options.simulate:
+    if quantize is None and not options.placement.simulated:
         return None
     from dtype_doctor.diagnosis import environment, judged
     from dtype_doctor.load.offload import refused_trace, scan_refusal
     from dtype_doctor.records import Target
-    from dtype_doctor.machine.gpus import gpu_profile
-
     placement = options.placement
     refusal = scan_refusal(model, quantize, placement)
     if refusal is None:
         return None
-    gpu = gpu_profile(options.gpu)
+    gpu = placement.profile
     trace = refused_trace(refusal, device=placement.device or CUDA0, simulated=True, gpu=gpu)
     findings = judged(trace, select=options.select, ignore=options.ignore)
     target = Target(model, dataset, options.split, trace.device, True, None, None, options.train, gpu=trace.gpu,
@@ -264,7 +263,7 @@ def long_lived_heap() -> Iterator[None]:
 @contextmanager
 def memory_named(options: ScanOptions) -> Iterator[None]:
     """Running out of memory is bad input naming the batch size (exit 2), not a finding or a crash."""
-    from dtype_doctor.errors import InputError, is_out_of_memory, memory_words
+    from dtype_doctor.records.errors import InputError, is_out_of_memory, memory_words
 
     try:
         yield
@@ -280,19 +279,22 @@ def fix(
     dataset: str,
     options: ScanOptions | None = None,
     *,
-    strategy: str = "auto",
-    fail_on: str = "error",
-    unsafe_fixes: bool = False,
-    force: bool = False,
-    max_rounds: int = 5,
+    settings: "FixSettings | None" = None,  # noqa: F821 - fix.settings, imported lazily
     write_patch: str | None = None,
     script: str | None = None,
     progress: Callable[[str], None] | None = None,
+    **fixing: Any,
 ) -> Report:
-    """Diagnose, fix in memory, re-verify, measure, and optionally write the fix as a patch."""
+    """Diagnose, fix in memory, re-verify, measure, and optionally write the fix as a patch.
+    `settings` (a fix.settings.FixSettings), or its fields as keywords (strategy=, fail_on=, ...)."""
     from dtype_doctor.fix.engine import fix_model
+    from dtype_doctor.fix.settings import FixSettings
 
-    patch_path, script_path = fix_files(strategy, write_patch, script, force=force)
+    settings = FixSettings.of(settings, fixing)
+    if fixing:
+        raise TypeError(f"fix() got unexpected keyword argument(s): {', '.join(fixing)}")
+    strategy, fail_on, force = settings.strategy, settings.fail_on, settings.force
+    patch_path, script_path = fix_files(write_patch, script, force=force)
     refused = refused_load(model, dataset, options or ScanOptions())
     if refused is not None:
         return _unfixable_load(refused, strategy)
@@ -300,10 +302,7 @@ def fix(
         p = prepare(model, dataset, options, progress=progress)
         if progress:
             progress("tracing and fixing")
-        result = fix_model(
-            p.loaded.model, p.batch.inputs, p.request(), strategy=strategy, fail_on=fail_on, unsafe_fixes=unsafe_fixes,
-            force=force, max_rounds=max_rounds,
-        )
+        result = fix_model(p.loaded.model, p.batch.inputs, p.request(), settings=settings)
     if patch_path is None:
         return with_loading(result.report(None), p)
     if not result.verified:
@@ -401,16 +400,14 @@ def _unfixable_load(report: Report, strategy: str) -> Report:
     return dataclasses.replace(report, fix=outcome)
 
 
-def fix_files(strategy: str, write_patch: str | None, script: str | None, *, force: bool) -> tuple[Any, Any]:
-    """fix's arguments checked before anything loads: the strategy is known, the patch file is new
-    (or --force), --script exists. (patch path or None, resolved script path or None)."""
+def fix_files(write_patch: str | None, script: str | None, *, force: bool) -> tuple[Any, Any]:
+    """fix's files checked before anything loads (its FixSettings, the strategy among them, are
+    checked where they are built): the patch file is new (or --force), --script exists.
+    (patch path or None, resolved script path or None)."""
     from pathlib import Path
 
-    from dtype_doctor.errors import InputError
-    from dtype_doctor.fix.strategies import NAMES
+    from dtype_doctor.records.errors import InputError
 
-    if strategy not in NAMES:
-        raise UsageError(f"unknown --strategy {strategy!r}; choose one of: {', '.join(NAMES)}")
     patch_path = Path(write_patch) if write_patch else None
     if patch_path is not None and patch_path.exists() and not force:
         raise UsageError(f"patch file {patch_path} already exists; pass --force to overwrite it")

@@ -61,7 +61,7 @@ def test_plan_outputs(fmt, outputs, terminal, stdout, files) -> None:
 
 
 def test_a_typo_in_a_format_prefix_is_refused_and_a_colon_in_a_name_is_not() -> None:
-    from dtype_doctor.errors import UsageError
+    from dtype_doctor.records.errors import UsageError
 
     with pytest.raises(UsageError, match="did you mean 'sarif'"):
         plan_outputs(None, ["sairf:x.sarif"], FORMATS)

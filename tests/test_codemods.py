@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dtype_doctor.errors import UsageError
+from dtype_doctor.records.errors import UsageError
 from dtype_doctor.fix.codemods import (
     CastBatch,
     CastLabelsToLong,

@@ -146,7 +146,7 @@ def test_dtype_doctor_compare_is_callable_as_package_and_function(bert):
 
 
 def test_unknown_variant_and_repeat_are_usage_errors(bert):
-    from dtype_doctor.errors import UsageError
+    from dtype_doctor.records.errors import UsageError
 
     model, batch = bert
     with pytest.raises(UsageError, match="unknown variant 'fp8'"):
@@ -156,7 +156,7 @@ def test_unknown_variant_and_repeat_are_usage_errors(bert):
 
 
 def test_a_failing_fp32_forward_is_an_input_error() -> None:
-    from dtype_doctor.errors import InputError
+    from dtype_doctor.records.errors import InputError
 
     class Broken(torch.nn.Module):
         def __init__(self) -> None:

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from dtype_doctor.compare.records import VARIANT_NAMES, variant
-from dtype_doctor.errors import UsageError
+from dtype_doctor.records.errors import UsageError
 
 bnb = pytest.importorskip("bitsandbytes", reason="bitsandbytes is not installed (pip install 'dtype-doctor[quant]')")
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import dtype_doctor
-from dtype_doctor.errors import InputError, UsageError
+from dtype_doctor.records.errors import InputError, UsageError
 from helpers_models import found
 
 # Eight blocks of 16x16 fp32 weights (1 KiB each) over eight GPUs of 1.5 KB: one block per GPU.

@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import dtype_doctor
-from dtype_doctor.errors import UsageError
+from dtype_doctor.records.errors import UsageError
 from helpers_models import FIXTURE_MODELS, assert_same, codes, found, load_fixture, snapshot, token_batch
 
 

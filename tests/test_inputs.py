@@ -19,7 +19,7 @@ from datasets import ClassLabel, Dataset, Features, Image, List, Value
 from torch._subclasses.fake_tensor import FakeTensor
 
 from dtype_doctor.machine.placement import Placement
-from dtype_doctor.errors import InputError, UsageError
+from dtype_doctor.records.errors import InputError, UsageError
 from dtype_doctor.load import Batch, build_batch, load_model, load_rows
 from dtype_doctor.records import LINEAGE_STAGES, SourceLoc
 

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Image, List, Value
 
-from dtype_doctor.errors import InputError, UsageError
+from dtype_doctor.records.errors import InputError, UsageError
 from dtype_doctor.load import LoadedRows, load_rows
 
 pytestmark = pytest.mark.filterwarnings("ignore")

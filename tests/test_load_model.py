@@ -19,7 +19,7 @@ import transformers
 from torch._subclasses.fake_tensor import FakeTensor
 
 from dtype_doctor.machine.placement import Placement
-from dtype_doctor.errors import InputError, PickleRefusedError, RemoteCodeError, UsageError
+from dtype_doctor.records.errors import InputError, PickleRefusedError, RemoteCodeError, UsageError
 from dtype_doctor.load import LoadedModel, load_model
 
 pytestmark = pytest.mark.filterwarnings("ignore")

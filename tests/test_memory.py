@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from dtype_doctor.errors import InputError, is_out_of_memory, memory_words
+from dtype_doctor.records.errors import InputError, is_out_of_memory, memory_words
 from dtype_doctor.load.memory import MAX_ROW_BYTES
 from tests.test_cli_bad_input import TEXT, assert_one_error_line, run_cli, tree_hash
 
@@ -252,7 +252,7 @@ PLAIN_FORWARD = '''import json, sys
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from dtype_doctor.errors import is_out_of_memory
+from dtype_doctor.records.errors import is_out_of_memory
 
 model = AutoModelForCausalLM.from_pretrained(sys.argv[1])
 tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import dtype_doctor
-from dtype_doctor.errors import UsageError
+from dtype_doctor.records.errors import UsageError
 from dtype_doctor.machine.placement import Placement, decide, parse_device
 
 PACKAGE = Path(dtype_doctor.__file__).parent

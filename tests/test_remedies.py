@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import dtype_doctor
 from dtype_doctor.fix.engine import fix_model
 from dtype_doctor.fix.strategies import STRATEGIES, Context, Pipeline
-from dtype_doctor.operands import anchor_dtype, required_dtype
+from dtype_doctor.ops.operands import anchor_dtype, required_dtype
 from dtype_doctor.records import Remedy
 
 from helpers_models import found

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from dtype_doctor import __version__
 from dtype_doctor.fix.outcome import FixOutcome, Parity, PatchOutcome, Step
-from dtype_doctor.errors import UsageError
+from dtype_doctor.records.errors import UsageError
 from dtype_doctor.records import (
     FixSuggestion,
     Finding,

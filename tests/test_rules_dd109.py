@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import dtype_doctor
-from dtype_doctor.rope import phase_error, reference_inv_freq
+from dtype_doctor.trace.rope import phase_error, reference_inv_freq
 from dtype_doctor.rules.dd109_buffer_precision_loss import POSITION_BOUND
 from helpers_models import found, load_fixture, token_batch
 

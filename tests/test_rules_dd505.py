@@ -16,7 +16,7 @@ import torch  # noqa: E402
 from helpers_models import FIXTURE_MODELS  # noqa: E402
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig  # noqa: E402
 
-from dtype_doctor.errors import UsageError  # noqa: E402
+from dtype_doctor.records.errors import UsageError  # noqa: E402
 from dtype_doctor.load.offload import refusal_of, refused_trace  # noqa: E402
 from dtype_doctor.records import QuantizationInfo  # noqa: E402
 from dtype_doctor.rules import run_rules  # noqa: E402

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dtype_doctor.fix.codemods import RetargetCast
-from dtype_doctor.source_analysis import FunctionSource
+from dtype_doctor.source.analysis import FunctionSource
 
 PREP = '''
 import numpy as np

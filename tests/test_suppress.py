@@ -83,7 +83,7 @@ def test_a_comment_wins_over_the_baseline_and_both_are_counted(tmp_path: Path) -
 @pytest.mark.parametrize("text, says", [("{not json", "cannot read it"), ('{"findings": [{"code": "DD101"}]}', "not a dtype-doctor baseline"),
                                         ("[]", "not a dtype-doctor baseline")])
 def test_a_bad_baseline_is_bad_input(tmp_path: Path, text: str, says: str) -> None:
-    from dtype_doctor.errors import InputError
+    from dtype_doctor.records.errors import InputError
 
     path = tmp_path / "b.json"
     path.write_text(text)

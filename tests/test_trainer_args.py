@@ -77,7 +77,7 @@ def test_bf16_on_a_t4_runs_and_is_dd612_fp16_is_clean(tmp_path, monkeypatch):
 
 
 def test_a_deepspeed_file_that_is_not_there_is_the_scripts_own_failure(tmp_path, monkeypatch):
-    from dtype_doctor.errors import InputError
+    from dtype_doctor.records.errors import InputError
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text(SCRIPT.replace('deepspeed="ds.json"', 'deepspeed="missing.json"'))
@@ -95,7 +95,7 @@ def test_a_real_run_keeps_the_scripts_deepspeed_argument_and_restores_transforme
 
     from transformers import TrainingArguments
 
-    from dtype_doctor.errors import InputError
+    from dtype_doctor.records.errors import InputError
 
     if importlib.util.find_spec("deepspeed") is not None:
         pytest.skip("DeepSpeed is installed here: the script would get past its TrainingArguments")

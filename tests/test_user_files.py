@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from dtype_doctor.errors import UsageError
-from dtype_doctor.files import write_atomic
+from dtype_doctor.records.errors import UsageError
+from dtype_doctor.records.files import write_atomic
 from tests.test_cli_bad_input import DEMO_DATA, DEMO_MODEL, assert_one_error_line, run_cli, tree_hash
 
 pytestmark = pytest.mark.filterwarnings("ignore")

@@ -13,14 +13,8 @@ import stat
 from pathlib import Path
 from typing import Iterable
 
-from dtype_doctor.errors import InputError, UsageError
-
-# The dtype names users type, as PyTorch's own short names and the common shorthand.
-DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
-MODEL_DTYPES = ("auto", "float32", "float16", "bfloat16")
-AUTOCAST_DTYPES = ("off", "float16", "bfloat16")
-COMPUTE_DTYPES = ("float32", "float16", "bfloat16")
-
+from dtype_doctor.records.choices import DTYPE_ALIASES, MODEL_DTYPES, choice, did_you_mean
+from dtype_doctor.records.errors import InputError, UsageError
 
 def dtype_name(value: str | None, flag: str) -> str | None:  # noqa: ARG001 - the flag names the caller in tracebacks
     """`fp16` → `float16`: an alias as its canonical name; anything else unchanged (checked later)."""
@@ -28,32 +22,6 @@ def dtype_name(value: str | None, flag: str) -> str | None:  # noqa: ARG001 - th
         return None
     key = value.strip().lower()
     return DTYPE_ALIASES.get(key, key)
-
-
-def did_you_mean(value: str, candidates: Iterable[str], cutoff: float = 0.6) -> str:
-    """`; did you mean 'x'?` when a candidate is near `value`, else ``."""
-    candidates = list(candidates)
-    near = difflib.get_close_matches(value.lower(), [c.lower() for c in candidates], n=1, cutoff=cutoff)
-    if not near:
-        return ""
-    by_lower = {c.lower(): c for c in candidates}
-    return f"; did you mean {by_lower[near[0]]!r}?"
-
-
-def choice(flag: str, value: str | None, choices: Iterable[str], *, aliases: Iterable[str] = ()) -> None:
-    """UsageError naming a near choice when `value` is not one of `choices`."""
-    choices = tuple(choices)
-    if value is None or value in choices:
-        return
-    hint = did_you_mean(value, (*choices, *aliases))
-    raise UsageError(f"unknown {flag} {value!r}{hint} (choose one of: {', '.join(choices)})")
-
-
-def dtypes(dtype: str | None, autocast: str | None = None, bnb_compute_dtype: str | None = None) -> None:
-    aliases = tuple(DTYPE_ALIASES)
-    choice("--dtype", dtype_name(dtype, "--dtype"), MODEL_DTYPES, aliases=aliases)
-    choice("--autocast", dtype_name(autocast, "--autocast"), AUTOCAST_DTYPES, aliases=("fp16", "bf16", "half"))
-    choice("--bnb-compute-dtype", dtype_name(bnb_compute_dtype, "--bnb-compute-dtype"), COMPUTE_DTYPES, aliases=aliases)
 
 
 def component_dtypes(value: str) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -74,10 +42,10 @@ def gpu(value: str | None) -> None:
     """A --gpu that is neither a known profile nor a compute capability, with the nearest name."""
     if value is None:
         return
-    from dtype_doctor.machine.gpus import CAPABILITIES, gpu_profile
+    from dtype_doctor.machine.gpus import CAPABILITIES, check_gpu
 
     try:
-        gpu_profile(value)
+        check_gpu(value)
     except UsageError:
         hint = did_you_mean(value.strip(), CAPABILITIES)
         raise UsageError(f"unknown --gpu {value!r}{hint} (choose one of: {', '.join(CAPABILITIES)}, "

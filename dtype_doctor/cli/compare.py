@@ -42,14 +42,14 @@ def compare_command(model: o.Model, dataset: o.Dataset, *, rows: Rows = None, re
     A measurement: exit 0 whatever the rows show, 2 on bad input.
     """
     from dtype_doctor.cli.output import check_outputs, plan_outputs, write_text
-    from dtype_doctor.cli.reporting import check_pipeline, libraries
+    from dtype_doctor.cli.reporting import check_model_and_dataset, libraries
     from dtype_doctor.compare import compare_pipeline
     from dtype_doctor.compare.records import CompareRequest
     from dtype_doctor.compare.report import FORMATS, render
     from dtype_doctor.cli.output import text_width, wants_color
 
     plan = plan_outputs(outputs.format, outputs.output, tuple(FORMATS), quiet=outputs.quiet, what=" for compare")
-    options = check_pipeline(model, dataset, batch, loading, machine, step, findings, general)
+    options = check_model_and_dataset(model, dataset, batch, loading, machine, step, findings, general)
     variants = o.split_codes(rows)
     CompareRequest(**({"variants": variants} if variants is not None else {}), repeat=repeat, warmup=warmup).validate()
     check_outputs(model=model, dataset=dataset, preprocess=batch.preprocess, config=general.config,

@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from dtype_doctor.errors import UsageError
+from dtype_doctor.records.errors import UsageError
 
 PYPROJECT = "pyproject.toml"
 COMMANDS = ("scan", "fix", "compare", "run")

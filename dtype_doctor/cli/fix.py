@@ -57,9 +57,8 @@ class FixOptions:
 
     def check(self) -> None:
         from dtype_doctor.cli import checks
-        from dtype_doctor.errors import UsageError
+        from dtype_doctor.records.errors import UsageError
 
-        checks.choice("--strategy", self.strategy, strategies.NAMES)
         if self.max_rounds < 1:
             raise UsageError(f"--max-rounds must be at least 1, not {self.max_rounds}")
         if self.horizon is not None and not self.run:
@@ -67,10 +66,12 @@ class FixOptions:
         checks.writable_file("--write-patch", self.write_patch)
         checks.user_file("--script", str(self.script) if self.script is not None else None)
 
-    def engine(self, fail_on: str) -> dict[str, Any]:
-        """The keywords pipeline.fix and run.fix.fix_script share; `never` still fixes errors."""
-        return {"strategy": self.strategy, "fail_on": fail_on if fail_on != "never" else "error",
-                "unsafe_fixes": self.unsafe_fixes, "force": self.force, "max_rounds": self.max_rounds}
+    def engine(self, fail_on: str) -> Any:
+        """The FixSettings every fix engine takes, checked (the strategy's name); `never` still fixes errors."""
+        from dtype_doctor.fix.settings import FixSettings
+
+        return FixSettings(self.strategy, fail_on if fail_on != "never" else "error", self.unsafe_fixes, self.force,
+                           self.max_rounds).validated()
 
 
 @o.flat(omit=("gpus", "device_map", "max_memory"))
@@ -88,15 +89,16 @@ def fix_command(model: FixModel = None, dataset: FixDataset = None, command: Com
     every verified edit), 3 when an edit of the doctor's made your script raise.
     """
     from dtype_doctor.cli.reporting import (
-        Reporting, check_pipeline, check_pipeline_folder, import_libraries, libraries, pipeline_folder,
+        Reporting, check_model_and_dataset, check_pipeline_folder, import_libraries, libraries, pipeline_folder,
     )
 
+    settings = fix.engine(findings.fail_on)  # the strategy checked here, once, before anything loads
     fix.check()
     words = [w for w in (model, dataset, *(command or [])) if w is not None]
     writes = (("--write-patch", fix.write_patch),)
     if fix.run:
         if prompt is not None:
-            from dtype_doctor.errors import UsageError
+            from dtype_doctor.records.errors import UsageError
 
             raise UsageError("--prompt is for a diffusers pipeline folder; with --run the script calls its pipeline itself")
         script, options = _check_script(words, fix, batch, loading, step, machine, findings, general)
@@ -106,7 +108,7 @@ def fix_command(model: FixModel = None, dataset: FixDataset = None, command: Com
 
         import_libraries(outputs)  # the script's own output follows on stderr
         try:
-            report = fix_script(script, options, **fix.engine(findings.fail_on),
+            report = fix_script(script, options, settings=settings,
                                 write_patch=fix.write_patch.resolve() if fix.write_patch else None)
         except EditBrokeScript as exc:
             print(exc.diff, file=sys.stderr, end="")  # the doctor's edit, above the line that says it broke the script (exit 3)
@@ -117,22 +119,22 @@ def fix_command(model: FixModel = None, dataset: FixDataset = None, command: Com
         reporting = Reporting.prepare(outputs, findings, writes=writes, model=model, dataset=dataset, script=fix.script,
                                       config=general.config)
         from dtype_doctor.cli.reporting import quiet_diffusers
-        from dtype_doctor.pipeline_folder import fix_pipeline
+        from dtype_doctor.integrations.diffusers_folder import fix_pipeline
 
         with libraries(outputs) as say:
             quiet_diffusers(outputs)
-            report = fix_pipeline(model, dataset, options, prompt=prompt, **fix.engine(findings.fail_on),
+            report = fix_pipeline(model, dataset, options, prompt=prompt, settings=settings,
                                   write_patch=str(fix.write_patch) if fix.write_patch else None,
                                   script=str(fix.script) if fix.script else None, progress=say)
     else:
         model, dataset = _model_and_dataset(model, dataset, command)
-        options = check_pipeline(model, dataset, batch, loading, machine, step, findings, general)
+        options = check_model_and_dataset(model, dataset, batch, loading, machine, step, findings, general)
         reporting = Reporting.prepare(outputs, findings, writes=writes, model=model, dataset=dataset,
                                       preprocess=batch.preprocess, script=fix.script, config=general.config)
-        from dtype_doctor.pipeline import fix as fix_pipeline
+        from dtype_doctor.pipeline import fix as fix_model
 
         with libraries(outputs) as say:
-            report = fix_pipeline(model, dataset, options, **fix.engine(findings.fail_on),
+            report = fix_model(model, dataset, options, settings=settings,
                                   write_patch=str(fix.write_patch) if fix.write_patch else None,
                                   script=str(fix.script) if fix.script else None, progress=say)
     report = reporting.finish(report)
@@ -140,7 +142,7 @@ def fix_command(model: FixModel = None, dataset: FixDataset = None, command: Com
 
 
 def _model_and_dataset(model: str | None, dataset: str | None, command: list[str] | None) -> tuple[str, str]:
-    from dtype_doctor.errors import UsageError
+    from dtype_doctor.records.errors import UsageError
 
     if model is None or dataset is None:
         raise UsageError(f"Missing argument '{'MODEL' if model is None else 'DATASET'}' (or --run -- python SCRIPT.py to fix your own script)")
@@ -174,7 +176,7 @@ def _check_script(words: list[str], fix: FixOptions, batch: o.Batch, loading: o.
 
     from dtype_doctor.cli.reporting import check_values
     from dtype_doctor.cli.run import check_command
-    from dtype_doctor.errors import UsageError
+    from dtype_doctor.records.errors import UsageError
     from dtype_doctor.run.command import parse_command
 
     defaults = (("--script", fix.script, None), ("--preprocess", batch.preprocess, None), ("--split", batch.split, None),
@@ -189,5 +191,5 @@ def _check_script(words: list[str], fix: FixOptions, batch: o.Batch, loading: o.
     check_command(words, "fix")
     script_words, launch = split_launcher(words, machine.gpus)  # the launcher lines `run` takes
     options = dataclasses.replace(o.run_options(machine, findings, general, steps=fix.steps, launch=launch), horizon=fix.horizon)
-    options.validate()
+    options.validated()
     return parse_command(script_words), options

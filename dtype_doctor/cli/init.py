@@ -24,8 +24,8 @@ from typing import Annotated, Optional
 import typer
 
 from dtype_doctor import __version__
-from dtype_doctor.errors import UsageError
-from dtype_doctor.files import write_atomic
+from dtype_doctor.records.errors import UsageError
+from dtype_doctor.records.files import write_atomic
 
 PRE_COMMIT = Path(".pre-commit-config.yaml")
 WORKFLOW = Path(".github/workflows/dtype-doctor.yml")
@@ -69,9 +69,9 @@ class Pipeline:
 def init_command(model: ModelOpt = None, dataset: DatasetOpt = None, script: ScriptOpt = None,
                  gpu: GpuOpt = "a100", force: ForceOpt = False) -> None:
     """Write [tool.dtype-doctor], a pre-commit hook and a GitHub workflow for this project."""
-    from dtype_doctor.machine.gpus import gpu_profile
+    from dtype_doctor.machine.gpus import check_gpu
 
-    gpu_profile(gpu)  # a typo fails here, not on the runner
+    check_gpu(gpu)  # a typo fails here, not on the runner
     root = Path.cwd()
     pipeline = find_pipeline(root, model, dataset, script)
     existing = [p for p in (PRE_COMMIT, WORKFLOW) if (root / p).exists()]

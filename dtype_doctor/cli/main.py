@@ -173,7 +173,7 @@ def run(argv: list[str] | None = None) -> None:
     stays the same."""
     import traceback
 
-    from dtype_doctor.errors import DoctorError
+    from dtype_doctor.records.errors import DoctorError
 
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args

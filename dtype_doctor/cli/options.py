@@ -21,6 +21,7 @@ import typer
 
 from dtype_doctor.machine.control import DEFAULT_TIMEOUT
 from dtype_doctor.machine.gpus import CAPABILITIES
+from dtype_doctor.records.choices import AUTOCAST_DTYPES, COMPUTE_DTYPES, MODEL_DTYPES, said
 
 # Help panels, in the order `--help` shows them.
 DATA = "Dataset and batch"
@@ -48,12 +49,12 @@ PreprocessMode = Annotated[str, typer.Option("--preprocess-mode", metavar="MODE"
 DatasetFormat = Annotated[str, typer.Option("--dataset-format", metavar="FORMAT", rich_help_panel=DATA, help="Formatter between dataset and collator: torch, numpy or python.")]
 Collator = Annotated[str, typer.Option("--collator", metavar="NAME", rich_help_panel=DATA, help="auto (the collator Trainer uses by default) or none (rows stacked as dataset[:n] gives them).")]
 
-Dtype = Annotated[str, typer.Option("--dtype", metavar="DTYPE", rich_help_panel=LOADING, help="auto|float32|float16|bfloat16 (or fp32, fp16, half, bf16) — dtype the model is loaded with (auto = from_pretrained's default).")]
+Dtype = Annotated[str, typer.Option("--dtype", metavar="DTYPE", rich_help_panel=LOADING, help=f"{said(MODEL_DTYPES)} (or fp32, fp16, half, bf16) — dtype the model is loaded with (auto = from_pretrained's default).")]
 TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", rich_help_panel=LOADING, help="Allow code from the model repository to run (off by default).")]
 AllowPickle = Annotated[bool, typer.Option("--allow-pickle", rich_help_panel=LOADING, help="Allow loading pickled weights (pytorch_model.bin); safetensors only by default.")]
 LoadIn4bit = Annotated[bool, typer.Option("--load-in-4bit", rich_help_panel=LOADING, help="Quantize the model's Linear layers to 4 bits with bitsandbytes while loading (needs dtype-doctor[quant]).")]
 LoadIn8bit = Annotated[bool, typer.Option("--load-in-8bit", rich_help_panel=LOADING, help="Quantize the model's Linear layers to int8 with bitsandbytes while loading (needs dtype-doctor[quant]).")]
-BnbComputeDtype = Annotated[Optional[str], typer.Option("--bnb-compute-dtype", metavar="DTYPE", rich_help_panel=LOADING, help="float32|float16|bfloat16 — bnb_4bit_compute_dtype (default: BitsAndBytesConfig's, float32).")]
+BnbComputeDtype = Annotated[Optional[str], typer.Option("--bnb-compute-dtype", metavar="DTYPE", rich_help_panel=LOADING, help=f"{said(COMPUTE_DTYPES)} — bnb_4bit_compute_dtype (default: BitsAndBytesConfig's, float32).")]
 BnbQuantType = Annotated[str, typer.Option("--bnb-quant-type", metavar="TYPE", rich_help_panel=LOADING, help="nf4|fp4 — bnb_4bit_quant_type of --load-in-4bit.")]
 
 Device = Annotated[str, typer.Option("--device", metavar="DEVICE", rich_help_panel=MACHINE, help="auto|cpu|cuda|cuda:N — where the trace runs (auto: cuda when present).")]
@@ -63,7 +64,7 @@ Gpus = Annotated[int, typer.Option("--gpus", metavar="N", rich_help_panel=MACHIN
 DeviceMap = Annotated[Optional[str], typer.Option("--device-map", metavar="MAP", rich_help_panel=MACHINE, help="auto|balanced|balanced_low_0|sequential|FILE.json — accelerate's placement over the --gpus GPUs (default auto when --gpus > 1).")]
 MaxMemory = Annotated[Optional[str], typer.Option("--max-memory", metavar="DEV=SIZE,...", rich_help_panel=MACHINE, help="Memory each device may hold, as accelerate's max_memory: 0=20GiB,1=20GiB,cpu=64GiB (default: the --gpu profile's).")]
 
-Autocast = Annotated[str, typer.Option("--autocast", metavar="DTYPE", rich_help_panel=STEP, help="off|float16|bfloat16 (or fp16, bf16) — trace the forward under torch.autocast.")]
+Autocast = Annotated[str, typer.Option("--autocast", metavar="DTYPE", rich_help_panel=STEP, help=f"{said(AUTOCAST_DTYPES)} (or fp16, bf16) — trace the forward under torch.autocast.")]
 Train = Annotated[bool, typer.Option("--train", rich_help_panel=STEP, help="Also run one backward pass; never changes the weights on disk.")]
 
 FailOn = Annotated[str, typer.Option("--fail-on", metavar="SEVERITY", rich_help_panel=FINDINGS, help="error|warning|info|never — the severity that makes the exit code 1.")]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from dtype_doctor.errors import UsageError
+from dtype_doctor.records.errors import UsageError
 
 # A report file's format from its suffix; anything else needs FORMAT:PATH (or --format).
 SUFFIX_FORMATS = {".json": "json", ".sarif": "sarif", ".xml": "junit", ".md": "markdown", ".txt": "rich", ".log": "github"}
@@ -150,7 +150,7 @@ def write_text(text: str, output: Path | None, *, quiet: bool = False) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    from dtype_doctor.files import write_atomic
+    from dtype_doctor.records.files import write_atomic
 
     write_atomic(output, text)
     if not quiet:
@@ -335,7 +335,7 @@ def check_outputs(*, model: str | None = None, dataset: str | None = None, prepr
     script run); or a folder, or a place under a file."""
     from dtype_doctor.cli import checks
     from dtype_doctor.cli.config import PYPROJECT
-    from dtype_doctor.files import local_inputs, refuse_overlap
+    from dtype_doctor.records.files import local_inputs, refuse_overlap
 
     for flag, path in writes:
         checks.writable_file(flag, path)

@@ -1,7 +1,7 @@
 """What scan, fix and run do around their engine: check the command line before torch, plan the
 outputs, hold back the libraries' noise while the engine runs, then suppress, write and exit.
 
-    options = check_pipeline(model, dataset, batch, loading, machine, step, findings, general)
+    options = check_model_and_dataset(model, dataset, batch, loading, machine, step, findings, general)
     reporting = Reporting.prepare(outputs, findings, model=model, dataset=dataset)
     with libraries(outputs) as say:
         report = scan(model, dataset, options, progress=say)
@@ -22,7 +22,7 @@ from dtype_doctor.cli import options as o
 from dtype_doctor.cli.output import OutputPlan, check_outputs, emit, exit_code, plan_outputs, quiet_libraries, stages
 
 
-def check_pipeline(model: str, dataset: str, batch: o.Batch, loading: o.Loading, machine: o.Machine, step: o.Step,
+def check_model_and_dataset(model: str, dataset: str, batch: o.Batch, loading: o.Loading, machine: o.Machine, step: o.Step,
                    findings: o.Findings, general: o.General) -> Any:
     """MODEL DATASET and their options checked (no torch yet), as the ScanOptions they spell."""
     checks.model_path(model)  # the paths first: a stat each, where the values' checks import the catalogue
@@ -30,7 +30,7 @@ def check_pipeline(model: str, dataset: str, batch: o.Batch, loading: o.Loading,
     checks.user_file("--preprocess", batch.preprocess, function=True)
     check_values(loading, machine, step, findings)
     options = o.scan_options(batch, loading, machine, step, findings, general)
-    options.validate()
+    options.validated()
     return options
 
 
@@ -47,7 +47,7 @@ def check_pipeline_folder(model: str, dataset: str | None, batch: o.Batch, loadi
     loading = dataclasses.replace(loading, dtype=dtype)
     check_values(loading, machine, step, findings)
     options = dataclasses.replace(o.scan_options(batch, loading, machine, step, findings, general), component_dtypes=components)
-    options.validate()
+    options.validated()
     refuse_options(options, fixing=fixing)
     index = check_pipeline_dir(model, trust_remote_code=options.trust_remote_code)
     for name, _ in components:
@@ -75,7 +75,7 @@ def quiet_diffusers(outputs: o.Outputs) -> None:
 
 def pipeline_folder(model: str | None, dataset: str | None, prompt: str | None) -> bool:
     """Whether MODEL is a diffusers pipeline folder; for any other MODEL, DATASET is needed and --prompt refused."""
-    from dtype_doctor.errors import UsageError
+    from dtype_doctor.records.errors import UsageError
     from dtype_doctor.load.pipeline_dir import is_pipeline_dir
 
     if model is not None and is_pipeline_dir(model):
@@ -88,9 +88,8 @@ def pipeline_folder(model: str | None, dataset: str | None, prompt: str | None) 
 
 
 def check_values(loading: o.Loading | None, machine: o.Machine | None, step: o.Step | None, findings: o.Findings) -> None:
-    """The option values a user types (dtypes, device, GPU, rule codes), each with a near name."""
-    checks.dtypes(loading.dtype if loading else None, step.autocast if step else None,
-                  loading.bnb_compute_dtype if loading else None)
+    """The option values a user types (device, GPU, rule codes), each with a near name. The dtypes
+    are ScanOptions.validate's to check, once (records.choices)."""
     if machine is not None:
         checks.device(machine.device)
         checks.gpu(machine.gpu)

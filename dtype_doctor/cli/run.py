@@ -60,7 +60,7 @@ def run_command(*, command: Command = None, steps: Steps = 1, keep_running: Keep
     script = parse_command(words)
     options = o.run_options(machine, findings, general, steps=steps, keep_running=keep_running, launch=launch,
                             keep_writes=str(keep_writes.resolve()) if keep_writes is not None else None)
-    options.validate()
+    options.validated()
     reporting = Reporting.prepare(_resolved(outputs), findings, reads=(script.target,) if script.kind == "file" else (),
                                   config=general.config)
     stdout = sys.stdout  # the script's prints go to stderr while it runs; the report does not
@@ -83,7 +83,7 @@ def run_command(*, command: Command = None, steps: Steps = 1, keep_running: Keep
               file=sys.stderr)
     error = result.outcome.error
     if error is not None:
-        from dtype_doctor.errors import first_line
+        from dtype_doctor.records.errors import first_line
 
         print(f"dtype-doctor: {script.display} raised {type(error).__name__}{user_frame(error)}: {first_line(error)}",
               file=sys.stderr)
@@ -121,6 +121,6 @@ def check_command(command: list[str] | None, name: str) -> None:
     """An unknown option before `--` lands in COMMAND (options there are the script's): name it as one."""
     first = (command or [""])[0]
     if first.startswith("-") and first not in ("-m", "--"):
-        from dtype_doctor.errors import UsageError
+        from dtype_doctor.records.errors import UsageError
 
         raise UsageError(f"no such option: {first} (see 'dtype-doctor {name} --help'); the script and its arguments go after --")

@@ -45,13 +45,13 @@ def scan_command(model: o.Model, dataset: o.MaybeDataset = None, *, prompt: o.Pr
     MODEL may be a diffusers pipeline folder (model_index.json): one denoising step is traced
     (text encoder, UNet or transformer, one scheduler step, VAE decode), called with --prompt.
     """
-    from dtype_doctor.cli.reporting import Reporting, check_pipeline, check_pipeline_folder, libraries, pipeline_folder
+    from dtype_doctor.cli.reporting import Reporting, check_model_and_dataset, check_pipeline_folder, libraries, pipeline_folder
 
     folder = pipeline_folder(model, dataset, prompt)
     if folder:
         options = check_pipeline_folder(model, dataset, batch, loading, machine, step, findings, general)
     else:
-        options = check_pipeline(model, dataset, batch, loading, machine, step, findings, general)
+        options = check_model_and_dataset(model, dataset, batch, loading, machine, step, findings, general)
     saved = None
     if checkpoint is not None:  # read (its header, its metadata) before the scan: a bad path fails fast
         from dtype_doctor.load.checkpoint import saved_dtypes
@@ -62,7 +62,7 @@ def scan_command(model: o.Model, dataset: o.MaybeDataset = None, *, prompt: o.Pr
     with libraries(outputs) as say:
         if folder:
             from dtype_doctor.cli.reporting import quiet_diffusers
-            from dtype_doctor.pipeline_folder import scan_pipeline
+            from dtype_doctor.integrations.diffusers_folder import scan_pipeline
 
             quiet_diffusers(outputs)
             report = scan_pipeline(model, dataset, options, prompt=prompt, progress=say)

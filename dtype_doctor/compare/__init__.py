@@ -48,12 +48,12 @@ def compare(
     """
     from dtype_doctor.compare.engine import REAL_ONLY, run
     from dtype_doctor.compare.records import DEFAULT_ROWS, CompareRequest
-    from dtype_doctor.machine.placement import decide
+    from dtype_doctor.machine.placement import HERE, decide
 
-    where = None if device in (None, "auto") else decide(device, real_only=REAL_ONLY).device  # None: where the model is
+    where = HERE if device in (None, "auto") else decide(device, real_only=REAL_ONLY)  # HERE: where the model is
     request = CompareRequest(
         variants=tuple(variants) if variants is not None else DEFAULT_ROWS,
-        device=where, repeat=repeat, warmup=warmup, train=train,
+        placement=where, repeat=repeat, warmup=warmup, train=train,
     )
     return run(model, inputs, request, progress)
 
@@ -82,11 +82,11 @@ def compare_pipeline(
         variants=tuple(variants) if variants is not None else DEFAULT_ROWS, repeat=repeat, warmup=warmup, train=options.train
     )
     request.validate()  # before the slow part
-    options.validate()
+    options.validated()
     options = options.decided(decide(options.device, real_only=REAL_ONLY))
     with memory_named(options):
         p = prepare(model, dataset, options, progress=progress)
-        request = replace(request, device=p.device, subject=Subject(model, dataset, p.rows.split))
+        request = replace(request, placement=replace(options.placement, device=p.device), subject=Subject(model, dataset, p.rows.split))
         return run(p.loaded.model, p.batch.inputs, request, progress)
 
 

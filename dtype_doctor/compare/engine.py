@@ -19,7 +19,7 @@ from dtype_doctor.compare.measure import Numerics, peak_method, probe, run_peak,
 from dtype_doctor.compare.records import REFERENCE, CompareRequest, Comparison, OutputError, Row, Variant
 from dtype_doctor.compare.train import error_line, grad_scaler_step, training_loss
 from dtype_doctor.compare.verdicts import recommend, verdict
-from dtype_doctor.errors import InputError, is_out_of_memory
+from dtype_doctor.records.errors import InputError, is_out_of_memory
 from dtype_doctor.numerics import forward, fp32_inputs, fp32_reference, output_diff, weight_bytes
 from dtype_doctor.records import Subject, Target, main_dtype_of
 from dtype_doctor.diagnosis import environment

@@ -21,7 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from dtype_doctor.compare.records import OpError
-from dtype_doctor.ops import PRECISION_OPS
+from dtype_doctor.ops.families import PRECISION_OPS
 from dtype_doctor.numerics import tensors_in
 
 CUDA_PEAK = "torch.cuda.max_memory_allocated"

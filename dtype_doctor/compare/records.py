@@ -13,7 +13,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from dtype_doctor.errors import UsageError
+from dtype_doctor.machine.placement import HERE, Placement
+from dtype_doctor.records.errors import UsageError
 from dtype_doctor.records import COSINE_MIN, Subject, Target
 
 
@@ -74,14 +75,20 @@ def variant(name: str) -> Variant:
 
 @dataclass(frozen=True, slots=True)
 class CompareRequest:
-    """How to compare: which rows, where, how many timed runs, forward or training step."""
+    """How to compare: which rows, where (the Placement decided at the entry: real tensors,
+    HERE for wherever the model is), how many timed runs, forward or training step."""
 
     variants: tuple[str, ...] = DEFAULT_ROWS
-    device: str | None = None  # None: where the model is
+    placement: Placement = HERE
     repeat: int = 3  # timed runs per row (the median is reported)
     warmup: int = 1  # untimed runs before the memory run and the timed ones
     train: bool = False  # time and peak memory of forward + backward instead of the forward
     subject: Subject | None = None
+
+    @property
+    def device(self) -> str | None:
+        """The device the rows run on; None: where the model is."""
+        return self.placement.device
 
     def rows(self) -> tuple[Variant, ...]:
         """The rows in table order; the fp32 reference is always measured."""

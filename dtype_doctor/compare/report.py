@@ -7,7 +7,7 @@ import json
 import math
 
 from dtype_doctor.compare.records import Comparison, Row
-from dtype_doctor.errors import UsageError
+from dtype_doctor.records.errors import UsageError
 from dtype_doctor.report.common import byte_size, json_default, module_label
 
 FORMATS = ("rich", "json")

@@ -13,16 +13,16 @@ from typing import Any, Callable, Mapping, TypeVar
 
 import torch
 
-from dtype_doctor.errors import UsageError, is_out_of_memory
+from dtype_doctor.records.errors import is_out_of_memory
 from dtype_doctor.fix.outcome import Alternative, Cost, FixOutcome, Parity, PatchOutcome, Peak, Step, Tradeoff
-from dtype_doctor.fix.strategies import AUTO_ORDER, NAMES, STRATEGIES, UNSAFE, Context, Pipeline, convert_keeping_fp32
+from dtype_doctor.fix.settings import FixSettings
+from dtype_doctor.fix.strategies import AUTO_ORDER, STRATEGIES, UNSAFE, Context, Pipeline, convert_keeping_fp32
 from dtype_doctor.records import FP16_MAX, Report
 from dtype_doctor.diagnosis import as_request, diagnose
 from dtype_doctor.trace.engine import settle
 from dtype_doctor.numerics import dtype_name, forward, fp32_inputs, fp32_reference, module_peaks, output_diff, weight_bytes
 from dtype_doctor.trace.request import TraceRequest
 
-MAX_ROUNDS = 5
 T = TypeVar("T")
 
 
@@ -95,11 +95,7 @@ def fix_model(
     inputs: Mapping[str, Any],
     request: TraceRequest | None = None,
     *,
-    strategy: str = "auto",
-    fail_on: str = "error",
-    unsafe_fixes: bool = False,
-    force: bool = False,
-    max_rounds: int = MAX_ROUNDS,
+    settings: FixSettings | None = None,
     measure: bool = True,
     tracer: Callable[[Pipeline], Report] | None = None,
     **options: Any,
@@ -112,8 +108,9 @@ def fix_model(
     and the autocast-vs-half comparison (extra forwards). `tracer` traces a pipeline whose model
     is not called as `model(**inputs)` (a diffusers pipeline's components: dtype_doctor.diffusion).
     """
-    if strategy not in NAMES:
-        raise UsageError(f"unknown --strategy {strategy!r}; choose one of: {', '.join(NAMES)}")
+    settings = FixSettings.of(settings, options)  # or its keywords: strategy=, fail_on=, unsafe_fixes=, force=, max_rounds=
+    strategy, fail_on, unsafe_fixes, force, max_rounds = (settings.strategy, settings.fail_on, settings.unsafe_fixes,
+                                                          settings.force, settings.max_rounds)
     request = settle(model, inputs, as_request(request, options))
 
     def trace(p: Pipeline) -> Report:

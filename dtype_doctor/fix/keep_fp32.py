@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from dtype_doctor.errors import is_out_of_memory
+from dtype_doctor.records.errors import is_out_of_memory
 from dtype_doctor.records import COSINE_MIN, FP16_MAX
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves

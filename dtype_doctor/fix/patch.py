@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dtype_doctor.errors import UsageError
-from dtype_doctor.source_analysis import read_source
+from dtype_doctor.records.errors import UsageError
+from dtype_doctor.source.analysis import read_source
 
 __all__ = ["Patch", "unified_diff", "file_diff", "write_patch", "make_patch", "repo_root", "path_in_patch", "read_source"]
 
@@ -115,7 +115,7 @@ def write_patch(path: Path, diffs: Sequence[str], *, force: bool) -> None:
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise UsageError(f"cannot write the patch to {path}: directory {parent} does not exist")
-    from dtype_doctor.files import write_atomic
+    from dtype_doctor.records.files import write_atomic
 
     write_atomic(path, text, exclusive=not force, what="the patch")
 

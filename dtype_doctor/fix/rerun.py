@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dtype_doctor.errors import InputError, UsageError
-from dtype_doctor.files import write_atomic
+from dtype_doctor.records.errors import InputError, UsageError
+from dtype_doctor.records.files import write_atomic
 from dtype_doctor.fix.outcome import Change
 from dtype_doctor.trace.request import TraceRequest
 

@@ -9,7 +9,7 @@ import struct
 from pathlib import Path
 from typing import Any, Iterator
 
-from dtype_doctor.errors import InputError
+from dtype_doctor.records.errors import InputError
 from dtype_doctor.records.resume import SavedCheckpoint
 
 # safetensors' dtype codes (the format's specification) → torch's names.

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from dtype_doctor.errors import InputError, UsageError, first_line as _first_line
+from dtype_doctor.records.errors import InputError, UsageError, first_line as _first_line
 from dtype_doctor.load.memory import check_row_bytes, check_row_lines
 
 __all__ = ["LoadedRows", "load_rows", "DATA_FILE_BUILDERS"]

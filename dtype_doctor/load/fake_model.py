@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
-from dtype_doctor.errors import InputError, first_line as _first_line
+from dtype_doctor.records.errors import InputError, first_line as _first_line
 
 
 def _simulate(cls: Any, config: Any, torch_dtype: Any, device: str, model_dir: Path) -> tuple[Any, Any]:

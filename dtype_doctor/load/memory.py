@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dtype_doctor.errors import InputError
+from dtype_doctor.records.errors import InputError
 from dtype_doctor.machine.host import available, gib  # noqa: F401 - gib: the loaders' messages
 
 MAX_ROW_BYTES = 64 * 2**20  # one dataset row, as stored (JSON line, CSV line, Arrow or Parquet bytes)

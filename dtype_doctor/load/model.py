@@ -21,17 +21,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dtype_doctor.errors import InputError, PickleRefusedError, RemoteCodeError, UsageError, first_line as _first_line
+from dtype_doctor.records.errors import InputError, PickleRefusedError, RemoteCodeError, UsageError, first_line as _first_line
 from dtype_doctor.machine.placement import ON_CPU, Placement
 from dtype_doctor.load.fake_model import _simulate
 from dtype_doctor.load.quantize import Quantize, checkpoint_quantization
 from dtype_doctor.load.side_objects import _load_side, _module_file
 from dtype_doctor.load.lowbit import lowbit_of, target_capability
 from dtype_doctor.records import LoadFacts, Loading
+from dtype_doctor.records.choices import MODEL_DTYPES
 
 __all__ = ["LoadedModel", "load_model", "MODEL_DTYPES", "resolve_model_dir"]
 
-MODEL_DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 _SAFETENSORS_DTYPES = {

@@ -144,7 +144,6 @@ def scan_refusal(spec: str, quantize: Any, placement: Any) -> LoadRefusal | None
     import transformers
 
     from dtype_doctor.load.model import resolve_model_dir
-    from dtype_doctor.machine.gpus import gpu_profile
 
     model_dir = resolve_model_dir(spec)
     try:
@@ -163,4 +162,4 @@ def scan_refusal(spec: str, quantize: Any, placement: Any) -> LoadRefusal | None
         return None  # remote code: the loader refuses or loads it, never this check
     config = transformers.AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
     return planned_refusal(cls, config, bnb_config, placement.device_map, placement.gpus,
-                           gpu_profile(placement.gpu), placement.max_memory)
+                           placement.profile, placement.max_memory)

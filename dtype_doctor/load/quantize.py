@@ -11,9 +11,9 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
-from dtype_doctor.errors import InputError, UsageError
+from dtype_doctor.records.choices import COMPUTE_DTYPES, DTYPE_ALIASES, choice
+from dtype_doctor.records.errors import InputError, UsageError
 
-COMPUTE_DTYPES = ("float32", "float16", "bfloat16")
 QUANT_TYPES = ("nf4", "fp4")
 INSTALL = "pip install 'dtype-doctor[quant]'"
 
@@ -29,8 +29,7 @@ class Quantize:
                      *, simulate: bool = False, mapped: bool = False) -> "Quantize | None":
         if in_4bit and in_8bit:
             raise UsageError("--load-in-4bit and --load-in-8bit exclude each other; pass one")
-        if compute_dtype is not None and compute_dtype not in COMPUTE_DTYPES:
-            raise UsageError(f"unknown --bnb-compute-dtype {compute_dtype!r}; choose one of: {', '.join(COMPUTE_DTYPES)}")
+        choice("--bnb-compute-dtype", compute_dtype, COMPUTE_DTYPES, aliases=tuple(DTYPE_ALIASES))
         if quant_type not in QUANT_TYPES:
             raise UsageError(f"unknown --bnb-quant-type {quant_type!r}; choose nf4 or fp4")
         if not (in_4bit or in_8bit):

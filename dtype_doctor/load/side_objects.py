@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dtype_doctor.errors import InputError, RemoteCodeError, first_line as _first_line
+from dtype_doctor.records.errors import InputError, RemoteCodeError, first_line as _first_line
 
 
 # config files that sit beside a model and the objects they describe

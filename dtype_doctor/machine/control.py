@@ -16,7 +16,7 @@ import sys
 import threading
 from typing import Any, Iterator
 
-from dtype_doctor.errors import DoctorError, InputError, StopScript
+from dtype_doctor.records.errors import DoctorError, InputError, StopScript
 
 DEFAULT_TIMEOUT = 300.0  # seconds; --timeout 0 turns the limit off
 _active = threading.local()
@@ -34,7 +34,7 @@ class UserCodeTimeout(BaseException):
 
 
 def check_timeout(timeout: float | None) -> None:
-    from dtype_doctor.errors import UsageError
+    from dtype_doctor.records.errors import UsageError
 
     if timeout is not None and not timeout >= 0:  # NaN too
         raise UsageError(f"--timeout must be 0 (no limit) or a number of seconds, not {timeout}")

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import torch
 
-from dtype_doctor.errors import InputError
+from dtype_doctor.records.errors import InputError
 from dtype_doctor.machine.home import simulated_home
 from dtype_doctor.machine.placement import DEVICE_MAPS, Placement
 from dtype_doctor.records import DeviceLoad, DevicePlan
@@ -32,7 +32,7 @@ def require_accelerate(what: str) -> None:
     import importlib.util
 
     if importlib.util.find_spec("accelerate") is None:
-        from dtype_doctor.errors import UsageError
+        from dtype_doctor.records.errors import UsageError
 
         raise UsageError(f"{what} uses accelerate, which is not installed: pip install 'dtype-doctor[cluster]' (or accelerate)")
 
@@ -58,7 +58,7 @@ def _device_key(value: Any) -> int | str:
 
 
 def _read_map(path: str, gpus: int) -> dict[str, int | str]:
-    from dtype_doctor.files import read_json_object
+    from dtype_doctor.records.files import read_json_object
 
     return _checked(read_json_object(Path(path), path, "a device map (module name → device)"), gpus, path)
 
@@ -88,7 +88,7 @@ def max_memory_of(gpus: int, gpu: Any, given: tuple[tuple[str, str], ...] | Mapp
         try:
             memory[key] = int(size) if not isinstance(size, str) or size.strip().isdigit() else convert_file_size_to_int(size.strip())
         except ValueError as exc:
-            from dtype_doctor.errors import UsageError
+            from dtype_doctor.records.errors import UsageError
 
             raise UsageError(f"--max-memory: {exc}") from None
     return memory
@@ -155,13 +155,6 @@ def plan_of(model: torch.nn.Module, gpus: int, gpu: Any) -> DevicePlan | None:
     return _record(model, keys, "script", gpus, max_memory_of(gpus, gpu, ()))
 
 
-def aliases(gpus: int) -> dict[str, str]:
-    """Stand-in devices → the devices the report names: meta:k is cuda:k; a plain meta tensor is an offloaded weight."""
-    from dtype_doctor.machine.simulate import gpu_aliases
-
-    return {**gpu_aliases(gpus), "meta": "cpu"}
-
-
 def dispatched(model: torch.nn.Module, device_map: Mapping[str, int | str], fake_mode: Any) -> torch.nn.Module:
     """A copy of `model` with fake tensors, dispatched by accelerate's `dispatch_model` over meta:k.
 
@@ -203,15 +196,13 @@ def _stand_in(d: Any) -> Any:
 def spread(model: torch.nn.Module, placement: Placement, fake_mode: Any, stack: contextlib.ExitStack) -> tuple[torch.nn.Module, DevicePlan, dict[str, str]]:
     """The dispatched fake copy of `model` the Placement's device map gives, its plan and the device
     aliases; `stack` holds the simulated GPUs and accelerate's fake-aware hooks open for the trace."""
-    from dtype_doctor.machine.gpus import gpu_profile
-
     require_accelerate("--gpus/--device-map")
     strategy: str | Mapping[str, Any] = placement.device_map or "auto"
-    gpu = gpu_profile(placement.gpu)
+    gpu = placement.profile
     device_map, device_plan = plan(model, strategy, placement.gpus, gpu, placement.max_memory)
     stack.enter_context(simulated_gpus(placement.gpus, gpu))  # accelerate's hooks on fakes too (accelerate_on_fakes)
     try:
         clone = dispatched(model, device_map, fake_mode)
     except (ValueError, RuntimeError) as exc:  # accelerate refuses an incomplete map, or one it cannot dispatch
         raise InputError(f"accelerate cannot dispatch this device map: {str(exc).splitlines()[0]}") from None
-    return clone, device_plan, aliases(placement.gpus)
+    return clone, device_plan, placement.aliases

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dtype_doctor.errors import UsageError
+from dtype_doctor.records.errors import UsageError
 
 # NVIDIA's published compute capabilities.
 CAPABILITIES = {"t4": (7, 5), "v100": (7, 0), "a10": (8, 6), "l4": (8, 9), "rtx4090": (8, 9), "a100": (8, 0), "h100": (9, 0), "h200": (9, 0),
@@ -58,6 +58,13 @@ class GpuProfile:
 def gpu_memory(gpu: GpuProfile | None) -> int:
     """Bytes per simulated GPU: the profile's, else the default (an A100 80GB's)."""
     return gpu.memory if gpu is not None else DEFAULT_PROPERTIES[1]
+
+
+def check_gpu(spec: str | None) -> None:
+    """Refuse a --gpu that is neither a profile's name nor a compute capability (a UsageError),
+    for the entries that check their options before deciding the Placement (which gives the
+    profile: Placement.profile)."""
+    gpu_profile(spec)
 
 
 def gpu_profile(spec: str | None) -> GpuProfile | None:

@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from dtype_doctor.errors import UsageError
+from dtype_doctor.machine.gpus import GpuProfile, gpu_profile
+from dtype_doctor.records.errors import UsageError
 
 DEVICES_HELP = "auto, cpu, cuda or cuda:N"
 CUDA0 = "cuda:0"  # the device a bare "cuda", and a simulated target with no device named, is
@@ -24,7 +25,10 @@ _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 class Placement:
     """`device` as users read it ("cpu", "cuda:0"; None: wherever the model already is, the API
     without device=), whether its tensors are simulated (fake tensors, no data), and the GPU
-    profile a simulated CUDA target is given (t4, a100, "7.5"; None: the default profile)."""
+    a simulated CUDA target is given: `gpu` as the user named it (t4, a100, "7.5"; None: the
+    default profile) and `profile`, its facts (GpuProfile: capability, memory), worked out here
+    once. The stages read the machine's facts off this record (`profile`, `home`, `aliases`,
+    `gpus` for the world a launcher spans), never from the raw options."""
 
     device: str | None
     simulated: bool = False
@@ -34,6 +38,31 @@ class Placement:
     device_map: str | Mapping[str, Any] | None = None
     # --max-memory: (device, size) pairs, "0"/"cpu" → "20GiB"; or (the API) accelerate's dict
     max_memory: tuple[tuple[str, str], ...] | Mapping[Any, Any] = ()
+    profile: GpuProfile | None = None  # the facts of `gpu`: filled in from it when not given
+
+    def __post_init__(self) -> None:
+        if self.profile is None and self.gpu is not None:
+            object.__setattr__(self, "profile", gpu_profile(self.gpu))
+
+    @property
+    def home(self) -> Any:
+        """The torch.device a simulated CUDA target's tensors live on (machine.home's rule: meta,
+        meta:k with several GPUs); None for real tensors."""
+        if not self.simulated:
+            return None
+        from dtype_doctor.machine.home import simulated_home
+
+        return simulated_home(self.device or CUDA0, indexed=self.gpus > 1)
+
+    @property
+    def aliases(self) -> dict[str, str]:
+        """The simulation's stand-in devices → the devices the report names ("meta" → "cuda:0";
+        with a device map meta:k → cuda:k, and "meta" → "cpu" for what it offloads)."""
+        if not self.simulated:
+            return {}
+        if self.mapped:
+            return {**gpu_aliases(self.gpus), "meta": "cpu"}
+        return {"meta": self.device or CUDA0}
 
     @property
     def mapped(self) -> bool:
@@ -44,6 +73,12 @@ class Placement:
     def multi_gpu(self) -> bool:
         """The step is spread over simulated GPUs by a device map (the stand-ins are meta:k)."""
         return self.simulated and self.device_map is not None
+
+
+def gpu_aliases(gpus: int) -> dict[str, str]:
+    """Indexed stand-in device names → the CUDA devices users read: {"meta:0": "cuda:0", ...}.
+    The one table of them: Placement.aliases, the run's stand-ins and the device map read it."""
+    return {f"meta:{k}": f"cuda:{k}" for k in range(gpus)}
 
 
 HERE = Placement(None)  # real tensors, wherever the model already is (the API without device=)
@@ -110,21 +145,18 @@ def decide(device: str | None = "auto", *, simulate: bool = False, gpu: str | No
     memory = max_memory if isinstance(max_memory, Mapping) else parse_max_memory(max_memory)
     if memory and mapped is None:
         raise UsageError("--max-memory bounds what a device map puts on each device; add --device-map (or --gpus N)")
-    if gpu is not None:
-        from dtype_doctor.machine.gpus import gpu_profile
-
-        gpu_profile(gpu)  # a bad name is a usage error here, before anything loads
+    profile = gpu_profile(gpu)  # a bad name is a usage error here, before anything loads
     if simulate:
-        return Placement(CUDA0 if wanted in (None, "auto") else wanted, True, gpu, gpus, mapped, memory)
+        return Placement(CUDA0 if wanted in (None, "auto") else wanted, True, gpu, gpus, mapped, memory, profile)
     if wanted is None:
-        return Placement(None, False, gpu)
+        return Placement(None, False, gpu, profile=profile)
     import torch
 
     if wanted == "auto":
-        return Placement(CUDA0 if torch.cuda.is_available() else "cpu", False, gpu)
+        return Placement(CUDA0 if torch.cuda.is_available() else "cpu", False, gpu, profile=profile)
     if wanted.startswith("cuda"):
         require_cuda(wanted, real_only=real_only)
-    return Placement(wanted, False, gpu)
+    return Placement(wanted, False, gpu, profile=profile)
 
 
 def require_cuda(device: str, *, real_only: str | None = None) -> None:

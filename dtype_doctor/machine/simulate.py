@@ -28,7 +28,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from dtype_doctor.records import SourceLoc
-from dtype_doctor.errors import StopScript
+from dtype_doctor.records.errors import StopScript
 from dtype_doctor.machine.home import simulated_home
 from dtype_doctor.machine.stand_ins import AGREE_READS, COPY_READS, SCALAR_READS, SIZE_OPS, STAND_IN, StandIns, sized
 from dtype_doctor.machine.user_code import display_path, first_outside_tool, first_user_frame, frames_above, is_tool_file
@@ -42,11 +42,6 @@ from dtype_doctor.machine.module_moves import is_cuda
 def stand_in_for(index: int, gpus: int = 1) -> torch.device:
     """Where run's simulated cuda:`index` lives (machine.home's rule: meta, meta:k with several GPUs)."""
     return simulated_home(index, indexed=gpus > 1)
-
-
-def gpu_aliases(gpus: int) -> dict[str, str]:
-    """Indexed stand-in device names → the CUDA devices users read: {"meta:0": "cuda:0", ...}."""
-    return {f"meta:{k}": f"cuda:{k}" for k in range(gpus)}
 
 
 # What PyTorch says when an op needs values a meta tensor does not hold.

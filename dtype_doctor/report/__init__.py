@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, Iterable
 
-from dtype_doctor.errors import UsageError
+from dtype_doctor.records.errors import UsageError
 from dtype_doctor.report.common import FAIL_ON, RenderOptions
 
 if TYPE_CHECKING:  # pragma: no cover

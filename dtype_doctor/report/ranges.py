@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from dtype_doctor.errors import UsageError
+from dtype_doctor.records.errors import UsageError
 from dtype_doctor.records import FP16_MAX, FP16_TINY, Report, Trace
 
 FP16_SUBNORMAL = 2.0**-24  # 5.96e-08, the smallest positive float16
@@ -252,7 +252,7 @@ def write_plot(report: Report, path: Path, *, quiet: bool = False) -> None:
     import io
     import sys
 
-    from dtype_doctor.files import write_atomic
+    from dtype_doctor.records.files import write_atomic
 
     if not module_ranges(report.trace):
         why = report.trace.values if report.trace is not None else "no trace"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from dtype_doctor.errors import InputError
+from dtype_doctor.records.errors import InputError
 from dtype_doctor.records import Finding, Report, Suppressed
 
 # `# dtype-doctor: ignore` or `# dtype-doctor: ignore[DD101, DD2]` anywhere in a line's comment.
@@ -74,7 +74,7 @@ class Baseline:
         return cls(frozenset(e["fingerprint"] for e in entries), tuple(entries))
 
     def write(self, path: Path) -> None:
-        from dtype_doctor.files import write_atomic
+        from dtype_doctor.records.files import write_atomic
 
         entries = sorted(self.entries, key=lambda e: (e["code"], e["module"], e["fingerprint"]))
         text = json.dumps({"dtype_doctor_baseline": BASELINE_VERSION, "findings": entries}, indent=2) + "\n"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from dtype_doctor.errors import UsageError
+from dtype_doctor.records.errors import UsageError
 from dtype_doctor.records import SEVERITY_RANK, Finding, OpCall, Trace
 from dtype_doctor.rules.base import Rule
 from dtype_doctor.rules.catalogue import all_rules, rejected_by

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from dtype_doctor.operands import required_dtype
-from dtype_doctor.ops import (  # noqa: F401 - the rules read the op families from here
+from dtype_doctor.ops.operands import required_dtype
+from dtype_doctor.ops.families import (  # noqa: F401 - the rules read the op families from here
     ATTENTION, CLASS_LOSS, CONV, EMBEDDING, INDEX_PUT, LOSSES, MATMUL, NORM, VALUE_LOSS, base_op, family,
 )
 from dtype_doctor.records import FLOATING, HALF, INTEGER, OpCall, Remedy, SourceLoc, TensorMeta, Trace, in_modules

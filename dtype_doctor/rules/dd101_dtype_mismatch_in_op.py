@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import Finding, OpCall, TensorMeta, Trace
-from dtype_doctor.operands import anchor_dtype, required_dtype
+from dtype_doctor.ops.operands import anchor_dtype, required_dtype
 from dtype_doctor.rules._common import (
     autocast_remedy,
     cast_remedies,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import Finding, OpCall, Trace
-from dtype_doctor.operands import required_dtype
+from dtype_doctor.ops.operands import required_dtype
 from dtype_doctor.rules._common import ATTENTION, base_op, cast_remedies, describe, kernel_dtype, refused, source_of, stage_of
 from dtype_doctor.rules.base import Rule
 

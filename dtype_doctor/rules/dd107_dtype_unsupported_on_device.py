@@ -9,7 +9,7 @@ from dtype_doctor.rules._common import (
     autocast_remedy, base_op, describe, family, half_model_remedy, is_half, reraised, source_of, stage_of,
 )
 from dtype_doctor.rules.base import Rule
-from dtype_doctor.ops import op_name
+from dtype_doctor.ops.families import op_name
 from dtype_doctor.trace.verdicts import data_operands, unsupported_dtype
 
 

@@ -2,7 +2,7 @@
 
 A rotary embedding whose frequencies transformers can recompute (its module's init function and
 config) is judged by a bound: its half copy must keep every angle, at the model's longest position,
-within half a position of the float32 one (dtype_doctor/rope.py has the measurements). bfloat16 rounds
+within half a position of the float32 one (dtype_doctor/trace/rope.py has the measurements). bfloat16 rounds
 by up to 2**-8, so it can fail from position 128 on: llama-tiny's 128 positions pass (0.12 of a position
 at 127), a 4096-position head_dim-128 model does not (15 positions at 4095).
 Other buffers of the pattern (cos/sin caches, freqs_cis, timescales) are reported as before.
@@ -17,7 +17,7 @@ from dtype_doctor.records import Finding, StateTensor, TensorMeta, Trace
 from dtype_doctor.rules._common import half_model_remedy, is_half
 from dtype_doctor.rules.base import Rule
 
-# Half a position: the bound a rotary buffer's rounding is judged by (dtype_doctor/rope.py says why).
+# Half a position: the bound a rotary buffer's rounding is judged by (dtype_doctor/trace/rope.py says why).
 POSITION_BOUND = 0.5
 # Buffers computed at init in fp32 whose half copy loses positions: frequencies and caches.
 FP32_BUFFER = re.compile(r"(^|\.)(inv_freq|original_inv_freq|_?cos_cached|_?sin_cached|freqs(_cis)?|timescale)$")

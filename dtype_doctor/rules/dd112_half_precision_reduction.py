@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
-from dtype_doctor.ops import CLASS_LOSS, VALUE_LOSS, base_op, op_name
+from dtype_doctor.ops.families import CLASS_LOSS, VALUE_LOSS, base_op, op_name
 from dtype_doctor.records import HALF, Finding, OpCall, Remedy, SourceLoc, TensorMeta, Trace
 from dtype_doctor.rules._common import autocast_remedy
 from dtype_doctor.rules.base import Rule

@@ -8,7 +8,7 @@ from typing import Iterator
 from dtype_doctor.quantization import offload_refused, offloaded
 from dtype_doctor.records import Finding, Remedy, Trace
 from dtype_doctor.rules.base import Rule
-from dtype_doctor.words import listed
+from dtype_doctor.rules.words import listed
 
 
 def _offload(trace: Trace) -> tuple[str, ...]:

@@ -6,7 +6,7 @@ from typing import Iterator
 
 from dtype_doctor.records import Finding, Trace
 from dtype_doctor.rules.base import Rule
-from dtype_doctor.ops import is_reduction
+from dtype_doctor.ops.families import is_reduction
 
 HALF = ("float16", "bfloat16")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.ops import CLASS_LOSS, base_op
+from dtype_doctor.ops.families import CLASS_LOSS, base_op
 from dtype_doctor.records import HALF, Finding, ShardGroup, TensorMeta, Trace
 from dtype_doctor.rules.base import Rule
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.attention import FLASH_DTYPE_ERROR, FLASH_IMPLEMENTATIONS, flash_attn_raised, implementation_of, sdpa_calls
+from dtype_doctor.rules.attention import FLASH_DTYPE_ERROR, FLASH_IMPLEMENTATIONS, flash_attn_raised, implementation_of, sdpa_calls
 from dtype_doctor.records import HALF, Finding, Remedy, Trace
 from dtype_doctor.rules.base import Rule
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.attention import (FLASH_GPU_ERROR, FLASH_IMPLEMENTATIONS, flash_attn_raised, flash_attn_refusal,
+from dtype_doctor.rules.attention import (FLASH_GPU_ERROR, FLASH_IMPLEMENTATIONS, flash_attn_raised, flash_attn_refusal,
                                     implementation_of)
 from dtype_doctor.records import Finding, Trace
 from dtype_doctor.rules.base import Rule

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterator
 
-from dtype_doctor.components import component_dtypes, is_vae
+from dtype_doctor.rules.components import component_dtypes, is_vae
 from dtype_doctor.records import HALF, Finding, ModelInfo, Remedy, TensorMeta, Trace
 from dtype_doctor.rules.base import Rule
 from dtype_doctor.trace.verdicts import classify_error

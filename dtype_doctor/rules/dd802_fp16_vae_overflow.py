@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
-from dtype_doctor.components import component_dtypes, is_vae
+from dtype_doctor.rules.components import component_dtypes, is_vae
 from dtype_doctor.records import FP16_MAX, Finding, Remedy, Trace
 from dtype_doctor.rules._numerics import FORECAST_MARGIN, module_outputs, overflowed, value
 from dtype_doctor.rules.base import Rule

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from dtype_doctor.errors import InputError, UsageError
+from dtype_doctor.records.errors import InputError, UsageError
 
 # `python`, `python3`, `python3.12`, `/usr/bin/python3`, `.venv/bin/python`.
 _PYTHON = re.compile(r"(^|[/\\])python(\d+(\.\d+)?)?(\.exe)?$")

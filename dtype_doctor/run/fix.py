@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from dtype_doctor.errors import DoctorError, InputError, UsageError
+from dtype_doctor.records.errors import DoctorError, InputError, UsageError
 from dtype_doctor.fix.outcome import Change, CodemodOutcome, FixOutcome, Leftover, PatchOutcome, RejectedEdit, Step
 from dtype_doctor.fix.patches import Attempt, FileEdits
+from dtype_doctor.fix.settings import FixSettings
 from dtype_doctor.records import Finding, Report
 from dtype_doctor.run.command import ScriptCommand
 from dtype_doctor.run.runner import RunOptions, RunResult, run_script
@@ -114,19 +115,18 @@ def fix_script(
     command: ScriptCommand,
     options: RunOptions,
     *,
-    strategy: str = "auto",
-    fail_on: str = "error",
-    unsafe_fixes: bool = False,
-    force: bool = False,
-    max_rounds: int = 5,
+    settings: FixSettings | None = None,
     write_patch: Path | None = None,
+    **fixing: Any,
 ) -> Report:
     """Run the script, plan edits from its findings' remedies, write them in memory, run it again
-    under the same options, keep the edits that verified, and write them (--write-patch)."""
-    from dtype_doctor.fix.strategies import NAMES
-
-    if strategy not in NAMES:
-        raise UsageError(f"unknown --strategy {strategy!r}; choose one of: {', '.join(NAMES)}")
+    under the same options, keep the edits that verified, and write them (--write-patch).
+    `settings`, or its fields as keywords (strategy=, fail_on=, ...)."""
+    settings = FixSettings.of(settings, fixing)
+    if fixing:
+        raise TypeError(f"fix_script() got unexpected keyword argument(s): {', '.join(fixing)}")
+    strategy, fail_on, unsafe_fixes, force, max_rounds = (settings.strategy, settings.fail_on, settings.unsafe_fixes,
+                                                          settings.force, settings.max_rounds)
     if write_patch is not None and write_patch.exists() and not force:
         raise UsageError(f"patch file {write_patch} already exists; pass --force to overwrite it")
     options = dataclasses.replace(options, keep_running=False)  # one placement, for every run below
@@ -265,7 +265,7 @@ class _Loop:
         self.last = final
         error = result.outcome.error
         if error is not None:
-            from dtype_doctor.errors import first_line
+            from dtype_doctor.records.errors import first_line
             from dtype_doctor.run.runner import user_frame
 
             self.script_failed = f"{_as_written(user_frame(error), final) or ' in it'} with {type(error).__name__}: {first_line(error)}"
@@ -357,7 +357,7 @@ class _Loop:
             cause = exc.__cause__
             if cause is None:
                 raise self._broke(written, str(exc)) from exc
-            from dtype_doctor.errors import first_line
+            from dtype_doctor.records.errors import first_line
             from dtype_doctor.run.runner import user_frame
 
             raise self._broke(written, f"{type(cause).__name__}: {first_line(cause)}{user_frame(cause)}") from exc

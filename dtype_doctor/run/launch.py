@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 from dtype_doctor.run.command import ScriptCommand
-from dtype_doctor.errors import StopScript
+from dtype_doctor.records.errors import StopScript
 from dtype_doctor.machine.control import UserCodeTimeout
 
 
@@ -111,7 +111,7 @@ def _reset_library_state() -> None:
 def _check_module(name: str) -> None:
     import importlib.util
 
-    from dtype_doctor.errors import InputError
+    from dtype_doctor.records.errors import InputError
 
     sys.path.insert(0, os.getcwd())
     try:

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dtype_doctor.errors import InputError, UsageError
+from dtype_doctor.records.errors import InputError, UsageError
 from dtype_doctor.records import LaunchConfig
 
 DEEPSPEED_BOTH = "bfloat16 and fp16 modes cannot be simultaneously enabled"
@@ -104,7 +104,7 @@ def read_deepspeed(path: str, relative_to: str | None) -> dict[str, Any]:
     file = Path(path)
     if not file.is_file() and relative_to:
         file = Path(relative_to).parent / path
-    from dtype_doctor.files import read_json_object
+    from dtype_doctor.records.files import read_json_object
 
     return read_json_object(file, str(path), "the DeepSpeed config")
 

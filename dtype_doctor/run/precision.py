@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dtype_doctor.errors import first_line
+from dtype_doctor.records.errors import first_line
 from dtype_doctor.records import ModelInfo, Report, Target, Trace, TraceFailure
 
 if TYPE_CHECKING:
@@ -17,14 +17,12 @@ if TYPE_CHECKING:
 def refused_read_report(error: BaseException, session: "RunSession", command: "ScriptCommand", options: "RunOptions") -> Report | None:
     """The report of `error` when it is a TF32 read the session's watch saw PyTorch refuse, else None."""
     from dtype_doctor.diagnosis import environment, judged
-    from dtype_doctor.machine.gpus import gpu_profile
-
     watch = session.precision
     if not watch.owns(error):
         return None
-    gpu = gpu_profile(options.gpu) if options.simulate else None
+    gpu = options.placement.profile if options.placement.simulated else None
     failure = TraceFailure("other", f"{type(error).__name__}: {first_line(error)}", "", "", None, phase="setup")
-    trace = Trace((), (), ModelInfo("", ()), (), device=options.placement.device or "cpu", simulated=options.simulate,
+    trace = Trace((), (), ModelInfo("", ()), (), device=options.placement.device or "cpu", simulated=options.placement.simulated,
                   failure=failure, values="not measured: the script stopped before calling a model",
                   gpu=str(gpu) if gpu is not None else None, gpu_capability=getattr(gpu, "capability", None),
                   precision=watch.state())

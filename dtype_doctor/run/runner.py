@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
-from dtype_doctor.errors import InputError, UsageError, first_line, is_gpu_out_of_memory, is_out_of_memory, memory_words
+from dtype_doctor.records.errors import InputError, UsageError, first_line, is_gpu_out_of_memory, is_out_of_memory, memory_words
 from dtype_doctor.machine.placement import Placement, decide
 from dtype_doctor.records import Report
 from dtype_doctor.machine.user_code import user_frame
 from dtype_doctor.records import LaunchConfig
+from dtype_doctor.records.choices import CheckedOnce
 from dtype_doctor.run.command import ScriptCommand, parse_command
 from dtype_doctor.machine.control import DEFAULT_TIMEOUT, check_timeout, disarm, run_on_for, user_code
 from dtype_doctor.run.launch import ScriptOutcome, launch
@@ -31,7 +32,7 @@ class RunResult:
 
 
 @dataclass(frozen=True)
-class RunOptions:
+class RunOptions(CheckedOnce):
     """How to run and trace the script: `dtype-doctor run`'s options, as a record."""
 
     steps: int = 1
@@ -69,9 +70,9 @@ class RunOptions:
             if os.path.exists(self.keep_writes) and not os.path.isdir(self.keep_writes):
                 raise UsageError(f"--keep-writes {self.keep_writes}: not a directory")
         if self.gpu is not None:
-            from dtype_doctor.machine.gpus import gpu_profile
+            from dtype_doctor.machine.gpus import check_gpu
 
-            gpu_profile(self.gpu)
+            check_gpu(self.gpu)
             if not self.simulate:
                 raise UsageError("--gpu sets the GPU a --simulate run targets; add --simulate (a real run uses the GPU it has)")
 
@@ -112,7 +113,7 @@ def run_script(
     from dtype_doctor.run.session import RunSession
 
     options = options or RunOptions(steps=steps, keep_running=keep_running, select=select, ignore=ignore)
-    options.validate()
+    options.validated()
     if not isinstance(command, ScriptCommand):
         command = parse_command(list(command))
 
@@ -132,7 +133,7 @@ def run_script(
             session.on_report = None  # the machine's limit, not the model's: no report, the batch named instead
         session.close(outcome.ended_by)
     if oom:
-        raise out_of_memory(command.display, outcome.error, simulated=options.simulate, stepped=session.forwards > 0)  # type: ignore[arg-type]
+        raise out_of_memory(command.display, outcome.error, simulated=options.placement.simulated, stepped=session.forwards > 0)  # type: ignore[arg-type]
     if session.report is None:
         return _without_a_model_report(command, outcome, session, options, reported)
     return RunResult(command, session.report, outcome, min(session.steps, options.steps), session.capture, session.note,
@@ -149,7 +150,7 @@ def _without_a_model_report(command: ScriptCommand, outcome: ScriptOutcome, sess
         from dtype_doctor.run.trainer_args import refused_report
 
         report = refused_report(session.trainer_args.launch, command.display, f"TrainingArguments(...){user_frame(outcome.error)}",  # type: ignore[arg-type]
-                                options.select, options.ignore, options.simulate)
+                                options.select, options.ignore, options.placement.simulated)
         reported(report)
         return RunResult(command, report, outcome, 0)
     # No model call means no report.
@@ -168,7 +169,7 @@ def _without_a_model_report(command: ScriptCommand, outcome: ScriptOutcome, sess
         where = user_frame(error)
         from dtype_doctor.machine.fake_packages import not_simulated
 
-        why = not_simulated(error) if options.simulate else ""  # a CUDA-only package the simulation has no fake of
+        why = not_simulated(error) if options.placement.simulated else ""  # a CUDA-only package the simulation has no fake of
         raise InputError(
             f"{command.display} raised {type(error).__name__} before calling a model{where}: {first_line(error)}{why}"
         ) from error
@@ -200,13 +201,11 @@ def refused_load(error: BaseException, command: ScriptCommand, options: RunOptio
     from dtype_doctor.diagnosis import environment, judged
     from dtype_doctor.load.offload import refusal_of, refused_trace
     from dtype_doctor.records import SourceLoc, Target
-    from dtype_doctor.machine.gpus import gpu_profile
-
     refusal = refusal_of(error)
     if refusal is None:
         return None
-    gpu = gpu_profile(options.gpu) if options.simulate else None
-    trace = refused_trace(refusal, device=options.placement.device or "cpu", simulated=options.simulate, gpu=gpu)
+    gpu = options.placement.profile if options.placement.simulated else None
+    trace = refused_trace(refusal, device=options.placement.device or "cpu", simulated=options.placement.simulated, gpu=gpu)
     where = user_frame(error).removeprefix(" at ")
     source = SourceLoc(where.rpartition(":")[0], int(where.rpartition(":")[2])) if where else None
     findings = tuple(dataclasses.replace(f, source=f.source or source) for f in judged(trace, select=options.select, ignore=options.ignore))

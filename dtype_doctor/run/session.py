@@ -25,10 +25,10 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from dtype_doctor.records import Report, SourceLoc, Subject, Trace, TraceFailure
+from dtype_doctor.records import Report, SourceLoc, Subject, TraceFailure
 from dtype_doctor.run.models import has_parameters, is_model_call
 from dtype_doctor.run.conversions import ConversionLog
-from dtype_doctor.errors import StopScript
+from dtype_doctor.records.errors import StopScript
 from dtype_doctor.run.lineage import (
     Chain,
     Handled,
@@ -41,7 +41,7 @@ from dtype_doctor.run.lineage import (
     sources_of,
     step_input_lineage,
 )
-from dtype_doctor.machine.simulate import STAND_IN, CudaSimulation, SimulationStop
+from dtype_doctor.machine.simulate import CudaSimulation, SimulationStop
 from dtype_doctor.machine.precision_state import PrecisionWatch
 from dtype_doctor.trace.recompute import RecomputeWatch
 from dtype_doctor.run.resume import ResumeWatch
@@ -55,6 +55,7 @@ from dtype_doctor.trace.session import TraceSession
 from dtype_doctor.numerics import device_name, dtype_name
 from dtype_doctor.trace.request import TraceRequest
 from dtype_doctor.machine.placement import CUDA0, HERE, Placement
+from dtype_doctor.run.step_report import FindingSources, as_simulated, launched
 
 
 @dataclass(frozen=True)
@@ -68,15 +69,6 @@ class StepCapture:
     conversions: ConversionLog = field(compare=False, repr=False)
     # Input name (and loss target) → the last user line that handled it before the step took it.
     handled: dict[str, Handled] = field(default_factory=dict, compare=False, repr=False)
-
-
-def _device_aliases(placement: Placement, target: torch.device | None) -> dict[str, str]:
-    """The simulation's stand-in devices → the devices the report names (meta:k → cuda:k for several GPUs)."""
-    if placement.simulated and placement.gpus > 1:
-        from dtype_doctor.machine.device_map import aliases
-
-        return aliases(placement.gpus)
-    return {device_name(STAND_IN): device_name(target)} if target is not None else {}
 
 
 class RunSession:
@@ -113,7 +105,7 @@ class RunSession:
         from dtype_doctor.run.trainer_args import TrainerArgsWatch
 
         self.trainer_args = TrainerArgsWatch(launch, placement.simulated)  # the script's TrainingArguments, read as its launch configuration
-        self.alias = _device_aliases(placement, self.target)
+        self.alias = placement.aliases  # the simulation's stand-in devices → the devices the report names
         self._session: TraceSession | None = None
         self._failure: TraceFailure | None = None
         self._depth = 0  # top-level module calls in progress (the model's, a loss module's)
@@ -186,10 +178,8 @@ class RunSession:
         self.resume = self._arms.enter_context(ResumeWatch(self._parameter_ids, self.alias, lambda: self.model is not None and self.report is None,
                                                                 lambda: self._session.recorder.ops if self._session is not None else ()))
         if self.placement.simulated:
-            from dtype_doctor.machine.gpus import gpu_profile
-
             assert self.target is not None
-            self._simulation = CudaSimulation(self.target, gpu_profile(self.placement.gpu), on_amp=self._set_amp,
+            self._simulation = CudaSimulation(self.target, self.placement.profile, on_amp=self._set_amp,
                                               in_forward=lambda: self._model_depth > 0, gpus=self.placement.gpus)
             self._arms.enter_context(self._simulation)
             from dtype_doctor.machine.workers import Children
@@ -393,7 +383,7 @@ class RunSession:
         self.models.begin(model, _user_frame())
         self._info = model_info(model, None, self.alias)
         # A real trace measures values (DD301-DD303 speak about the user's own step); fake tensors hold none.
-        session = self._session = TraceSession(model, recover=True, simulated=self.placement.simulated, probe_gpu=self.placement.gpu,
+        session = self._session = TraceSession(model, recover=True, placement=self.placement,
                                                alias=self.alias, extra_modes=[StepInputs(self)], stats=not self.placement.simulated,
                                                refusal=refusal)
         if not self.placement.simulated:
@@ -490,7 +480,7 @@ class RunSession:
             # Raised outside the model's forward (the loss, GradScaler, the optimizer). When no
             # error-level finding explains it, the step is not clean: the trace stopped early.
             if not report.at_or_above("error"):
-                from dtype_doctor.errors import first_line
+                from dtype_doctor.records.errors import first_line
 
                 failure = TraceFailure("other", f"{type(error).__name__}: {first_line(error)}", "", type(self.model).__name__, None, "training step")
                 report = self._report(failure)
@@ -512,7 +502,7 @@ class RunSession:
         assert self._session is not None and self.model is not None
         trace = live_trace(self._session, self._info, failure, lineage=self._lineage, sources=sources_of(self._lineage))
         if self.placement.simulated:
-            trace = self._simulated(trace)
+            trace = as_simulated(trace, self.placement, self.target, self.model, self._simulation, self.disk)
         values = self._session.recorder.values
         if values is not None and self.grads.handles:
             trace = dataclasses.replace(trace, grads=self.grads.stats(values), grad_scaler=bool(self.watch.scaler_calls))
@@ -525,100 +515,17 @@ class RunSession:
                                     precision=self.precision.state(), recompute=self.recompute.facts(),
                                     resume=self.resume.facts())
         if self.launch is not None:
-            trace = self._launched(trace)
+            trace = launched(trace, self.launch)
         if self.trainer_args.launch is not None:  # the script's TrainingArguments: their precision and DeepSpeed config
             trace = dataclasses.replace(trace, launch=self.trainer_args.launch)
         request = TraceRequest(select=self.select, ignore=self.ignore, subject=Subject(model=self.label))
         report = report_from_trace(trace, self._reported, request)
-        findings = tuple(self._with_model_source(self._with_move_source(self._with_creation_source(self._with_parameter_source(f))))
-                         for f in report.findings)
+        sources = FindingSources(self._reported, self._info, self.models, self.loads, self._conversions, self.created, self._handled)
+        findings = tuple(sources.placed(f) for f in report.findings)
         environment = dict(report.environment)
         if self.placement.simulated or self.hide_cuda:
             environment["cuda_available"] = _real_cuda_available()
         return dataclasses.replace(report, findings=findings, environment=environment, target=self.loads.with_component_loads(report.target, self._reported))
-
-    def _launched(self, trace: Trace) -> Trace:
-        """The trace as rank 0 of the launcher's world, with the launch configuration it was given."""
-        from dtype_doctor.records import World
-
-        launch = self.launch
-        world = trace.world or World(launch.processes, 0, "fake", launch.launcher)
-        config = tuple((k, v) for k, v in (("mixed_precision", launch.mixed_precision), ("distributed", launch.distributed),
-                                            ("config_file", launch.config_file), ("deepspeed_config", launch.deepspeed_config),
-                                            ("fp16", launch.ds_fp16), ("bf16", launch.ds_bf16), ("zero_stage", launch.zero_stage),
-                                            ("offload", list(launch.offload) or None)) if v is not None)
-        world = dataclasses.replace(world, size=launch.processes, launcher=launch.launcher, config=config)
-        return dataclasses.replace(trace, launch=launch, world=world)
-
-    def _simulated(self, trace: Trace) -> Trace:
-        """The trace as a CUDA machine's: the stand-in named as the target; values asked of fake tensors dropped."""
-        from dtype_doctor.machine.simulate import NO_DATA
-        from dtype_doctor.machine.gpus import gpu_profile
-
-        from dtype_doctor.machine.wording import as_device
-
-        label = device_name(self.target)  # type: ignore[arg-type]
-        no_data = [*NO_DATA, *(as_device(s, label) for s in NO_DATA)]
-        ops = tuple(op for op in trace.ops if not (op.error and any(s in op.error for s in no_data)))
-        gpu = gpu_profile(self.placement.gpu)
-        device = self.alias.get(trace.device) or (device_name(self.target) if trace.device == device_name(STAND_IN) else trace.device)  # type: ignore[arg-type]
-        plan = None
-        if self.placement.gpus > 1 and self.model is not None:
-            from dtype_doctor.machine.device_map import plan_of
-
-            plan = plan_of(self.model, self.placement.gpus, gpu)
-        stand_ins = trace.stand_ins + (tuple(self._simulation.stand_ins.taken) if self._simulation is not None else ())
-        writes = self.disk.held() if self.disk is not None else ()
-        return dataclasses.replace(trace, ops=ops, device=device, simulated=True, gpu=str(gpu) if gpu else None,
-                                   gpu_capability=gpu.capability if gpu else None, devices=plan, stand_ins=stand_ins,
-                                   writes=writes)
-
-    def _with_creation_source(self, finding: Any) -> Any:
-        """A finding on a tensor the model's code made without device= names the user's line that
-        made it, in the words of that line ("torch.arange at model.py:96"), never an aten overload."""
-        from dtype_doctor.run.created import with_creation_source
-
-        return with_creation_source(finding, self.created, self._reported)
-
-    def _with_move_source(self, finding: Any) -> Any:
-        """A device mismatch on a pipeline tensor names the last user line that handled it before the
-        step took it: where the move the script dropped belongs."""
-        from dtype_doctor.run.created import with_move_source
-
-        return with_move_source(finding, self._handled)
-
-    def _with_model_source(self, finding: Any) -> Any:
-        """A finding about one of several models as a whole (DD801, DD802) names the user's line that gave
-        that model its dtype (pipe.unet.to(torch.bfloat16), or the from_pretrained that loaded it so),
-        else the line that first called it."""
-        if finding.source is not None or not self.models.several or not finding.module:
-            return finding
-        from dtype_doctor.components import component_dtypes
-
-        head = finding.module.split(".", 1)[0]
-        dtype = component_dtypes(self._info).get(head)
-        source = self._conversions.source_for(self._reported, head, dtype=dtype) if dtype else None
-        source = source or self.loads.site_of(dict(self._reported.named_children()).get(head), dtype=dtype)
-        source = source or self.models.sites.get(head)
-        return dataclasses.replace(finding, source=source) if source is not None else finding
-
-    def _with_parameter_source(self, finding: Any) -> Any:
-        """A finding about parameters names the user's line that converted them (model.half()), else
-        the from_pretrained line that loaded them in their dtype (dtype=torch.float16)."""
-        if finding.source is not None or self.model is None:
-            return finding
-        held = [(t, t.origin.split(":", 1)[1]) for t in finding.tensors if t.origin and t.origin.startswith(("param:", "buffer:"))]
-        sources = (self._conversions.source_for(self._reported, name, dtype=t.dtype) for t, name in held)
-        # the load only for the finding's own weights: an input made from another model's weights is not theirs
-        loads = (self._load_site(name, t.dtype) for t, name in held if t.role in ("weight", "bias", "buffer"))
-        source = next((s for s in sources if s is not None), None) or next((s for s in loads if s is not None), None)
-        return dataclasses.replace(finding, source=source) if source is not None else finding
-
-    def _load_site(self, name: str, dtype: str) -> Any:
-        """The user's from_pretrained line that loaded the model holding parameter `name` in `dtype`."""
-        model = dict(self._reported.named_children()).get(name.split(".", 1)[0]) if self.models.several else self._reported
-        return self.loads.site_of(model, dtype=dtype)
-
 
 @contextlib.contextmanager
 def _hidden_cuda() -> Any:

@@ -176,8 +176,8 @@ class StepWatch:
 
 def stopped_early(error: BaseException | None, failure: Any) -> str | None:
     """Where and why the trace ended before the step's end (`error` ended the script), or None."""
-    from dtype_doctor.errors import first_line
-    from dtype_doctor.errors import StopScript
+    from dtype_doctor.records.errors import first_line
+    from dtype_doctor.records.errors import StopScript
     from dtype_doctor.machine.user_code import user_frame
     from dtype_doctor.machine.simulate import SimulationStop
 

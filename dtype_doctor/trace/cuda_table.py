@@ -33,7 +33,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Callable
 
-from dtype_doctor.ops import CONV_OPS, op_name
+from dtype_doctor.ops.families import CONV_OPS, op_name
 from dtype_doctor.records import INTEGER, TensorMeta
 from dtype_doctor.machine.gpus import GpuProfile
 from dtype_doctor.trace.verdicts import scalar_type_name

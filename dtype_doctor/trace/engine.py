@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
-from dtype_doctor.errors import is_out_of_memory
+from dtype_doctor.records.errors import is_out_of_memory
 from dtype_doctor.records import (
     ModelInfo,
     StateTensor,
@@ -31,7 +31,7 @@ from dtype_doctor.trace.lowbit import mx_recipe_of
 from dtype_doctor.trace.session import TraceSession
 from dtype_doctor.trace.request import TraceRequest
 
-AUTOCAST_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+AUTOCAST_TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16}  # the torch dtype of each --autocast choice but off
 
 
 def model_info(
@@ -68,7 +68,7 @@ def model_info(
     half_buffers = {s.name for s in entries if s.kind == "buffer" and s.dtype in ("bfloat16", "float16")}
     rotary = ()
     if any(n.endswith("inv_freq") for n in half_buffers):
-        from dtype_doctor.rope import rotary_facts
+        from dtype_doctor.trace.rope import rotary_facts
 
         rotary = rotary_facts(model, dict(model.named_buffers()))
     components = getattr(model, "pipeline_components", None)
@@ -163,8 +163,8 @@ def trace_model(model: torch.nn.Module, inputs: Mapping[str, Any], request: Trac
     request = request or TraceRequest()
     inputs = dict(inputs.items())
     autocast = request.autocast
-    if autocast is not None and autocast not in AUTOCAST_DTYPES:
-        from dtype_doctor.errors import UsageError
+    if autocast is not None and autocast not in AUTOCAST_TORCH:
+        from dtype_doctor.records.errors import UsageError
 
         raise UsageError(f"--autocast must be off, float16 or bfloat16, not {autocast!r}")
     where = place(model, inputs, request)
@@ -204,7 +204,7 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
     model, inputs, where, state, alias = staged.model, staged.inputs, staged.where, staged.state, staged.alias
     session = TraceSession(
         model, stats=request.stats and not sharded, simulated=where.simulate, state=state, alias=alias,
-        probe_cuda=where.label is not None and where.label.type == "cuda", probe_gpu=request.placement.gpu, refusal=refusal,
+        probe_cuda=where.label is not None and where.label.type == "cuda", placement=request.placement, refusal=refusal,
     )
     rec = session.recorder
     for name, v in inputs.items():
@@ -306,9 +306,9 @@ def _run(session: TraceSession, staged: _Staged, request: TraceRequest, run_devi
             with session.recording(), (torch.enable_grad() if request.train else contextlib.nullcontext()):
                 with contextlib.ExitStack() as amp:
                     if autocast and emulate_cuda_amp:
-                        amp.enter_context(session.cuda_autocast(AUTOCAST_DTYPES[autocast]))
+                        amp.enter_context(session.cuda_autocast(AUTOCAST_TORCH[autocast]))
                     elif autocast:
-                        amp.enter_context(torch.autocast(amp_device, dtype=AUTOCAST_DTYPES[autocast]))
+                        amp.enter_context(torch.autocast(amp_device, dtype=AUTOCAST_TORCH[autocast]))
                     if state is not None:
                         out = torch.func.functional_call(model, state, (), staged.inputs, strict=False)
                     else:

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-from dtype_doctor.errors import first_line
+from dtype_doctor.records.errors import first_line
 from dtype_doctor.records import DTYPE_MAX, OpCall, dtype_name
 from dtype_doctor.machine.gpus import GpuProfile
 from dtype_doctor.trace.dispatch import _MODE_DEPENDENT

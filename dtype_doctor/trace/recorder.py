@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import torch
 
-from dtype_doctor.errors import first_line
+from dtype_doctor.records.errors import first_line
 from dtype_doctor.numerics import device_name, dtype_name, tensors_in
 from dtype_doctor.records import ModuleCall, OpCall, TensorMeta, in_modules
 from dtype_doctor.trace.dispatch import _NEVER_NUMBERS, _DispatchRecorder, _FunctionRecorder, _NoTorchFunction, _big_number

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import torch
 
-from dtype_doctor.operands import anchor_candidates, required_dtype
+from dtype_doctor.ops.operands import anchor_candidates, required_dtype
 from dtype_doctor.numerics import dtype_name
 
 

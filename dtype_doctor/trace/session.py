@@ -26,9 +26,10 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import torch
 from torch.overrides import TorchFunctionMode
 
+from dtype_doctor.machine.placement import Placement
 from dtype_doctor.numerics import device_name
 from dtype_doctor.records import GradStats, Lineage, ModelInfo, SourceLoc, StandIn, Trace, TraceFailure
-from dtype_doctor.errors import first_line
+from dtype_doctor.records.errors import first_line
 from dtype_doctor.trace.recorder import Recorder
 from dtype_doctor.trace.verdicts import classify_error
 
@@ -39,7 +40,8 @@ _SIMULATION_LIMITS = ("DataDependentOutputException", "DynamicOutputShapeExcepti
 
 class TraceSession:
     """The recorder of one step with what it needs: the kernel probe of a simulated target
-    (`probe_gpu`: the GPU profile a CUDA one targets; `probe_cuda` False for a simulated CPU),
+    (`placement`: the decided machine, whose GPU profile a CUDA one targets; `simulated` also
+    without one; `probe_cuda` False for a simulated CPU),
     value statistics (`stats`, real tensors only), CUDA autocast emulation (`amp`), and the
     state a trace on copies swaps in (`state`, `alias` naming a stand-in device as the target).
     A simulated session asks `refusal` (rules.refusal, handed down by the caller) whether a real
@@ -52,20 +54,22 @@ class TraceSession:
         *,
         recover: bool = True,
         stats: bool = False,
-        simulated: bool = False,
+        simulated: bool | None = None,
         probe_cuda: bool = True,
-        probe_gpu: str | None = None,
+        placement: Placement | None = None,
         state: dict[str, torch.Tensor] | None = None,
         alias: Mapping[str, str] | None = None,
         extra_modes: Iterable[TorchFunctionMode] = (),
         refusal: Callable[[Any], str | None] | None = None,
     ) -> None:
         predict = None
+        if simulated is None:  # the placement's, or real tensors without one
+            simulated = placement is not None and placement.simulated
         if simulated:
-            from dtype_doctor.machine.gpus import gpu_profile
             from dtype_doctor.trace.probe import KernelProbe
 
-            predict = KernelProbe(cuda=probe_cuda, gpu=gpu_profile(probe_gpu) if probe_cuda else None, fallback=refusal)
+            gpu = placement.profile if placement is not None and probe_cuda else None
+            predict = KernelProbe(cuda=probe_cuda, gpu=gpu, fallback=refusal)
         values = None
         if stats and not simulated:
             from dtype_doctor.trace.values import ValueProbe

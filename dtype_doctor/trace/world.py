@@ -28,7 +28,7 @@ def fake_world(size: int, *, rank: int = 0, launcher: str | None = None) -> Iter
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from dtype_doctor.errors import UsageError
+    from dtype_doctor.records.errors import UsageError
 
     if size < 1:
         raise UsageError(f"a world has at least one rank, not {size}")

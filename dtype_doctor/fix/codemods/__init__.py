@@ -22,7 +22,7 @@ The modules are split by what they edit:
     pipeline    a script's diffusers pipeline set-up: SetUpPipeline (lines before its first call)
     fix_module  no user code to patch: NewFixModule (a new ``dtype_doctor_fix.py``)
     base, context  the contract (EditResult, Codemod, run_codemods) and the LibCST editing context,
-                built on dtype_doctor.source_analysis, the one analysis the lineage reads too
+                built on dtype_doctor.source.analysis, the one analysis the lineage reads too
 
 No torch import here: the codemods read source text only.
 """

@@ -1,5 +1,5 @@
 """The codemod contract: EditResult, Codemod (never raises: applied, skipped with why, or failed),
-run_codemods; the dtype vocabulary comes from dtype_doctor.source_analysis. No torch import.
+run_codemods; the dtype vocabulary comes from dtype_doctor.source.analysis. No torch import.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any, ClassVar, Literal
 
 import libcst as cst
 
-# The dtype vocabulary is the one analysis's (dtype_doctor.source_analysis); codemods import it from here.
-from dtype_doctor.source_analysis import (  # noqa: F401
+# The dtype vocabulary is the one analysis's (dtype_doctor.source.analysis); codemods import it from here.
+from dtype_doctor.source.analysis import (  # noqa: F401
     NotInSource,
     CAST_METHODS,
     DTYPE_METHODS,

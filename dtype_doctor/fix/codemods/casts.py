@@ -11,11 +11,11 @@ import libcst as cst
 
 from dtype_doctor.fix.codemods.base import DTYPE_METHODS, dtype_family, INTEGER, NUMPY_DTYPES, _Skip, normalize_dtype
 from dtype_doctor.fix.codemods.context import _CSTCodemod, _Ctx, dotted
-from dtype_doctor.source_analysis import cast_sites, dtype_of, key_of, label_values, CastSite, values_for  # noqa: F401
+from dtype_doctor.source.analysis import cast_sites, dtype_of, key_of, label_values, CastSite, values_for  # noqa: F401
 
 
 # ---------------------------------------------------------------------------------------
-# Rewriting casts (found by dtype_doctor.source_analysis)
+# Rewriting casts (found by dtype_doctor.source.analysis)
 
 
 def _retarget(ctx: _Ctx, site: CastSite, to: str) -> cst.CSTNode | None:
@@ -48,7 +48,7 @@ _BUILTINS = {"float": "float32", "int": "int64", "bool": "bool"}
 
 def _builtin_sites(ctx: _Ctx, scope: cst.CSTNode) -> list[CastSite]:
     """`float(x)`, `int(x)`: the casts a function makes plain values with (a map function's labels)."""
-    from dtype_doctor.source_analysis import walk
+    from dtype_doctor.source.analysis import walk
 
     return [CastSite(node.func, "builtin", "builtin", _BUILTINS[node.func.value], ctx.line(node))
             for node in walk(scope) if isinstance(node, cst.Call) and isinstance(node.func, cst.Name)

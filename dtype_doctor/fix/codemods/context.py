@@ -1,5 +1,5 @@
 """The editing context every LibCST codemod works through: the one analysis of the file
-(dtype_doctor.source_analysis) plus edits recorded by node identity and applied in one pass,
+(dtype_doctor.source.analysis) plus edits recorded by node identity and applied in one pass,
 and small CST builders.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 import libcst as cst
 
 from dtype_doctor.fix.codemods.base import _Skip, Codemod
-from dtype_doctor.source_analysis import SourceAnalysis, dotted, walk  # noqa: F401 - codemods import these from here
+from dtype_doctor.source.analysis import SourceAnalysis, dotted, walk  # noqa: F401 - codemods import these from here
 
 
 # ---------------------------------------------------------------------------------------

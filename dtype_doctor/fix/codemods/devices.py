@@ -43,7 +43,7 @@ def _binds(ctx: _Ctx, fn: cst.FunctionDef, name: str) -> bool:
 
 
 def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
-    from dtype_doctor.source_analysis import walk
+    from dtype_doctor.source.analysis import walk
 
     return walk(node)
 

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Sequence
 
-from dtype_doctor.errors import is_out_of_memory
+from dtype_doctor.records.errors import is_out_of_memory
 from dtype_doctor.fix.outcome import JSON_KINDS, Change, Step
 from dtype_doctor.records import Finding, Remedy, Report, SourceLoc
 from dtype_doctor.trace.request import TraceRequest
-from dtype_doctor.words import listed  # noqa: F401 - the strategies say their lists with it
+from dtype_doctor.rules.words import listed  # noqa: F401 - the strategies say their lists with it
 
 if TYPE_CHECKING:
     import torch
@@ -95,7 +95,7 @@ def set_literal(keys: "Iterable[str]") -> str:
 def half_dtype(params: Mapping[str, Any], what: str) -> str:
     """params["dtype"] (float16 when absent), which must be a half dtype; Skip otherwise."""
     from dtype_doctor.records import HALF
-    from dtype_doctor.source_analysis import normalize_dtype
+    from dtype_doctor.source.analysis import normalize_dtype
 
     dtype = normalize_dtype(params.get("dtype") or "float16")
     if dtype not in HALF:
@@ -224,7 +224,7 @@ def enclosing_function(file: Path, line: int) -> str | None:
     import libcst
 
     from dtype_doctor.fix.patch import read_source
-    from dtype_doctor.source_analysis import SourceAnalysis
+    from dtype_doctor.source.analysis import SourceAnalysis
 
     try:
         return SourceAnalysis(read_source(file), file.name).enclosing_function(line)

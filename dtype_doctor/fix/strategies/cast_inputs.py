@@ -136,7 +136,7 @@ def cast_inputs(model, batch):
     def module_fields(self, params: Mapping[str, Any]) -> dict[str, str]:
         """``casts`` ({key: dtype}, the casts to make), or ``dtype`` (default: the model's),
         ``keys`` (floating keys to cast; default all) and ``index_keys``."""
-        from dtype_doctor.source_analysis import normalize_dtype
+        from dtype_doctor.source.analysis import normalize_dtype
 
         casts = {identifier(str(k)): normalize_dtype(str(v)) for k, v in (params.get("casts") or {}).items()}
         dtype = normalize_dtype(params["dtype"]) if params.get("dtype") else None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from dtype_doctor.errors import UsageError
+from dtype_doctor.records.errors import UsageError
 from dtype_doctor.load.batch import collator, dataset, formatter, preprocess, processors, transfer
 from dtype_doctor.load.batch.describe import value_step
 from dtype_doctor.load.batch.preprocess import load_preprocess

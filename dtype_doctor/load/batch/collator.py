@@ -11,7 +11,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from dtype_doctor.errors import InputError, first_line
+from dtype_doctor.records.errors import InputError, first_line
 from dtype_doctor.load.batch.describe import describe_value, value_step
 from dtype_doctor.load.batch.processors.audio import AUDIO_INPUTS
 from dtype_doctor.load.batch.processors.text import ensure_pad_token

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtype_doctor.errors import InputError
+from dtype_doctor.records.errors import InputError
 from dtype_doctor.load.batch import columns
 from dtype_doctor.load.batch.describe import describe_value
 from dtype_doctor.load.batch.state import LABEL_NAMES, BatchContext, BatchState

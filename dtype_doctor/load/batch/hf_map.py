@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from dtype_doctor.errors import InputError, first_line
+from dtype_doctor.records.errors import InputError, first_line
 
 
 def quiet_map(ds: Any, fn: Callable[..., Any], *, batched: bool, tag: str) -> Any:

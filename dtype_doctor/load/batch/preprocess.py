@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from dtype_doctor.files import split_spec  # noqa: F401 - imported from here too
-from dtype_doctor.errors import DoctorError, InputError, first_line
+from dtype_doctor.records.files import split_spec  # noqa: F401 - imported from here too
+from dtype_doctor.records.errors import DoctorError, InputError, first_line
 from dtype_doctor.load.batch.describe import describe_value, feature_dtype, feature_repr
 from dtype_doctor.load.batch.hf_map import quiet_map
 from dtype_doctor.load.batch.state import BatchContext, BatchState, PreprocessFn
@@ -70,9 +70,9 @@ def load_preprocess(spec: str, timeout: float | None = DEFAULT_TIMEOUT) -> Prepr
     except (TypeError, ValueError):
         params = {}  # type: ignore[assignment]
     names = list(params)
-    # source_analysis (libcst) is imported only when there is a function to read: a scan without
+    # source.analysis (libcst) is imported only when there is a function to read: a scan without
     # --preprocess never pays for it.
-    from dtype_doctor.source_analysis import batched_by_params
+    from dtype_doctor.source.analysis import batched_by_params
 
     batched = bool(getattr(fn, "batched", False)) or batched_by_params(names)
     accepts = tuple(n for n in SIDE_KWARGS if n in params)
@@ -85,7 +85,7 @@ def run(state: BatchState, ctx: BatchContext) -> BatchState:
         return state
     # The same analysis of the function the patches edit through: the line named here is the
     # line the first patch attempt rewrites.
-    from dtype_doctor.source_analysis import FunctionSource
+    from dtype_doctor.source.analysis import FunctionSource
 
     source = FunctionSource(pre.path, pre.name)
 

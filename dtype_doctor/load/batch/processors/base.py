@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from dtype_doctor.errors import InputError
+from dtype_doctor.records.errors import InputError
 from dtype_doctor.load.batch.describe import feature_dtype
 from dtype_doctor.load.batch.state import BatchContext, BatchState
 from dtype_doctor.records import LineageStep

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dtype_doctor.errors import InputError
+from dtype_doctor.records.errors import InputError
 from dtype_doctor.load.batch import columns
 from dtype_doctor.load.batch.describe import feature_repr
 from dtype_doctor.load.batch.hf_map import map_processor

@@ -21,7 +21,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
-from dtype_doctor.errors import UsageError
+from dtype_doctor.records.errors import UsageError
 from dtype_doctor.records import Report, Subject
 from dtype_doctor.trace.request import TraceRequest
 
@@ -54,7 +54,7 @@ def load(spec: str, dataset: str | None, options: Any, prompt: str | None,
          progress: Callable[[str], None] | None = None, *, fixing: bool = False) -> Loaded:
     from dtype_doctor.load.pipeline_dir import load_pipeline, refuse_options
 
-    options.validate()
+    options.validated()
     refuse_options(options, fixing=fixing)
     if dataset is not None and prompt is not None:
         raise UsageError("--prompt and DATASET both give the prompt; pass one")
@@ -63,19 +63,19 @@ def load(spec: str, dataset: str | None, options: Any, prompt: str | None,
         say(f"reading a prompt from {dataset}")
         prompt = prompt_from(dataset, options.split)
     say(f"loading pipeline {spec}")
-    device = "cpu" if options.simulate else options.placement.device or "cpu"  # simulated: moved where traced
+    device = "cpu" if options.placement.simulated else options.placement.device or "cpu"  # simulated: moved where traced
     loaded = load_pipeline(spec, dtype=options.dtype, device=device,
                            trust_remote_code=options.trust_remote_code, allow_pickle=options.allow_pickle,
                            components=options.component_dtypes)
     request = TraceRequest(placement=dataclasses.replace(options.placement, device=None), select=options.select,
                            ignore=options.ignore, subject=Subject(spec, dataset, options.split if dataset else None))
-    say("tracing one denoising step" + (" on a simulated GPU" if options.simulate else ""))
+    say("tracing one denoising step" + (" on a simulated GPU" if options.placement.simulated else ""))
     return Loaded(loaded, prompt or DEFAULT_PROMPT, request)
 
 
 def prompt_from(dataset: str, split: str | None) -> str:
     """The first row's prompt: its prompt/text/caption column, else its first text."""
-    from dtype_doctor.errors import InputError
+    from dtype_doctor.records.errors import InputError
     from dtype_doctor.load import load_rows
 
     row = load_rows(dataset, split=split, n=1).dataset[0]
@@ -90,7 +90,7 @@ def scan_pipeline(spec: str, dataset: str | None, options: Any, *, prompt: str |
                   progress: Callable[[str], None] | None = None) -> Report:
     """Load the pipeline folder, trace one denoising step, judge it."""
     it = load(spec, dataset, options, prompt, progress)
-    if options.simulate:
+    if options.placement.simulated:
         return it.finished(simulated_step(it, spec, options.placement))
     return it.trace(it.loaded.pipeline)
 
@@ -99,7 +99,7 @@ def simulated_step(it: Loaded, spec: str, placement: Any) -> Report:
     """The pipeline's one call on a simulated CUDA machine, traced as `run --simulate` traces a
     script's: moved to the GPU and called inside a RunSession, each component traced as itself."""
     from dtype_doctor.diffusion import call_arguments
-    from dtype_doctor.errors import InputError, StopScript, first_line
+    from dtype_doctor.records.errors import InputError, StopScript, first_line
     from dtype_doctor.run.session import RunSession
 
     pipe = it.loaded.pipeline
@@ -138,19 +138,23 @@ def _libraries_named(report: Report) -> Report:
     return dataclasses.replace(report, trace=dataclasses.replace(trace, stand_ins=stand_ins))
 
 
-def fix_pipeline(spec: str, dataset: str | None, options: Any, *, prompt: str | None = None, strategy: str = "auto",
-                 fail_on: str = "error", unsafe_fixes: bool = False, force: bool = False, max_rounds: int = 5,
-                 write_patch: str | None = None, script: str | None = None,
-                 progress: Callable[[str], None] | None = None) -> Report:
-    """Fix the pipeline's components in memory, re-trace to verify, and write the fix as a patch."""
+def fix_pipeline(spec: str, dataset: str | None, options: Any, *, prompt: str | None = None,
+                 settings: "FixSettings | None" = None, write_patch: str | None = None,  # noqa: F821 - imported lazily
+                 script: str | None = None, progress: Callable[[str], None] | None = None, **fixing: Any) -> Report:
+    """Fix the pipeline's components in memory, re-trace to verify, and write the fix as a patch.
+    `settings` (a fix.settings.FixSettings), or its fields as keywords (strategy=, fail_on=, ...)."""
     from dtype_doctor.diffusion import PipelineComponents
     from dtype_doctor.fix.engine import fix_model
+    from dtype_doctor.fix.settings import FixSettings
     from dtype_doctor.pipeline import fix_files
 
-    patch_path, script_path = fix_files(strategy, write_patch, script, force=force)
+    settings = FixSettings.of(settings, fixing)
+    if fixing:
+        raise TypeError(f"fix_pipeline() got unexpected keyword argument(s): {', '.join(fixing)}")
+    fail_on, force = settings.fail_on, settings.force
+    patch_path, script_path = fix_files(write_patch, script, force=force)
     it = load(spec, dataset, options, prompt, progress, fixing=True)
-    result = fix_model(PipelineComponents(it.loaded.pipeline), {"prompt": it.prompt}, it.request, strategy=strategy,
-                       fail_on=fail_on, unsafe_fixes=unsafe_fixes, force=force, max_rounds=max_rounds, measure=False,
+    result = fix_model(PipelineComponents(it.loaded.pipeline), {"prompt": it.prompt}, it.request, settings=settings, measure=False,
                        tracer=lambda p: it.trace(p.model.pipeline, p.request, p.inputs["prompt"]))
     if patch_path is None:
         return result.report(None)

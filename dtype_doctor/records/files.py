@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable
 
-from dtype_doctor.errors import InputError, UsageError
+from dtype_doctor.records.errors import InputError, UsageError
 
 
 def write_atomic(path: Path, text: str | bytes, *, exclusive: bool = False, what: str = "the report") -> None:
