@@ -135,9 +135,9 @@ def target_capability(placement: Any) -> tuple[int, int] | None:
     if not device.startswith("cuda"):
         return None
     if placement.simulated:
-        from dtype_doctor.machine.gpus import CAPABILITIES, gpu_profile
+        from dtype_doctor.machine.gpus import CAPABILITIES
 
-        profile = gpu_profile(placement.gpu)
+        profile = placement.profile
         return profile.capability if profile is not None else CAPABILITIES["a100"]
     import torch
 
