@@ -520,7 +520,8 @@ class RunSession:
         coverage = dataclasses.replace(coverage, compiled=self.compiles.regions(self._reported, {m.name for m in trace.modules}),
                                        skipped=tuple(self.models.repeats.items()), dropped_ops=self._session.recorder.dropped,
                                        not_simulated=tuple(self._simulation.not_simulated) if self._simulation else ())
-        trace = dataclasses.replace(trace, coverage=coverage, scaler=self.watch.scaler_class(), optimizers=self.watch.optimizer_groups(),
+        trace = dataclasses.replace(trace, coverage=coverage, scaler=self.watch.scaler_class(), scaler_off=self.watch.scaler_off,
+                                    optimizers=self.watch.optimizer_groups(),
                                     loaded=None if self.models.several else self.loads.facts_of(self.model),
                                     precision=self.precision.state(), recompute=self.recompute.facts(),
                                     resume=self.resume.facts())

@@ -1,0 +1,42 @@
+"""The fix side of the script sweep's injections (benchmarks/script_sweep.py, issue 38), on team-written scripts in
+the shapes of public ones (tests/scripts_public_shapes/): a bug injected as a text edit, `fix --run` writes a patch
+at the line that decided the dtype or device, and the patched script then runs (plainly on this CPU, and under the
+simulated GPU the bug belongs to). The finding side's shapes are tests/test_public_shapes.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from test_public_shapes import T4, _cli, _errors, _line_of, _named_at, _python, _workspace
+
+
+def test_fp16_autocast_with_a_disabled_gradscaler_is_fixed_by_enabling_it_on_its_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Why DD403 is an error: float16 holds nothing below 2**-24, so an unscaled gradient of 1e-8 is 0 in the
+    # fp16 backward; GradScaler's 65536 keeps it (the scaled value is representable).
+    small = torch.tensor(1e-8)
+    assert small.half().item() == 0.0 and (small * 65536).half().item() != 0.0
+    # nanoGPT's / llama2.c's train.py with the scaler made disabled (the sweep's no-scaler injection).
+    made = 'scaler = torch.cuda.amp.GradScaler(enabled=(dtype == "float16"))'
+    off = "scaler = torch.cuda.amp.GradScaler(enabled=False)"
+    root = _workspace(tmp_path, "amp_loop.py", made, off)
+    monkeypatch.chdir(root)
+    code, report, err = _cli(["fix", "--run", *T4, "--write-patch", str(root / "fix.patch"), "-f", "json", "--",
+                              "python", "amp_loop.py"], capsys)
+    assert report is not None, err[-2000:]
+    line = _line_of(root, "amp_loop.py", off)
+    before = [f for f in report["findings"] if f["code"] == "DD403"]
+    assert before and _named_at(before[0], "amp_loop.py", line), report["findings"]
+    assert code == 0 and report["fix"]["verified"] is True, err[-2000:]
+    patch = (root / "fix.patch").read_text()
+    # The flag the script's own float16 choice decides (off again in its bfloat16 and float32 modes).
+    assert "+scaler = torch.cuda.amp.GradScaler(enabled=(ptdtype == torch.float16))" in patch, patch
+    subprocess.run(["git", "apply", "fix.patch"], cwd=root, check=True, capture_output=True)
+    code, report, err = _cli(["run", *T4, "-f", "json", "--", "python", "amp_loop.py"], capsys)
+    assert code == 0 and _errors(report) == [], report["findings"]
+    assert _python(root, "amp_loop.py").returncode == 0
