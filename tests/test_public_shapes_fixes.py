@@ -40,3 +40,28 @@ def test_fp16_autocast_with_a_disabled_gradscaler_is_fixed_by_enabling_it_on_its
     code, report, err = _cli(["run", *T4, "-f", "json", "--", "python", "amp_loop.py"], capsys)
     assert code == 0 and _errors(report) == [], report["findings"]
     assert _python(root, "amp_loop.py").returncode == 0
+
+
+def test_an_lstm_hidden_state_made_on_the_cpu_in_init_hidden_gets_device_there(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    # word_language_model's init_hidden, called from the script's loop (outside forward), with device= dropped:
+    # the LSTM refuses a hidden state on another device than its input (its own _check_input_device, on CUDA).
+    lstm = torch.nn.LSTM(4, 4)
+    with pytest.raises(RuntimeError):
+        lstm(torch.zeros(2, 1, 4, device="meta"), (torch.zeros(1, 1, 4), torch.zeros(1, 1, 4)))
+    old = ("        return (weight.new_zeros(self.nlayers, bsz, self.nhid),\n"
+           "                weight.new_zeros(self.nlayers, bsz, self.nhid))")
+    new = ("        return (torch.zeros(self.nlayers, bsz, self.nhid),\n"
+           "                torch.zeros(self.nlayers, bsz, self.nhid))")
+    root = _workspace(tmp_path, "lstm_lm.py", old, new)
+    monkeypatch.chdir(root)
+    code, report, err = _cli(["fix", "--run", *T4, "--write-patch", str(root / "fix.patch"), "-f", "json", "--",
+                              "python", "lstm_lm.py"], capsys)
+    assert report is not None and code == 0 and report["fix"]["verified"] is True, err[-2000:]
+    patch = (root / "fix.patch").read_text()
+    # device= where the state is made, from the model's own parameters; the script's loop is left as it was.
+    assert patch.count("device=next(self.parameters()).device") == 2 and "+    hidden" not in patch, patch
+    subprocess.run(["git", "apply", "fix.patch"], cwd=root, check=True, capture_output=True)
+    code, report, err = _cli(["run", *T4, "-f", "json", "--", "python", "lstm_lm.py"], capsys)
+    assert code == 0 and _errors(report) == [], report["findings"]
+    assert _python(root, "lstm_lm.py").returncode == 0

@@ -584,9 +584,9 @@ class RunSession:
     def _with_move_source(self, finding: Any) -> Any:
         """A device mismatch on a pipeline tensor names the last user line that handled it before the
         step took it: where the move the script dropped belongs."""
-        from dtype_doctor.run.created import with_move_source
+        from dtype_doctor.run.created import with_made_source, with_move_source
 
-        return with_move_source(finding, self._handled)
+        return with_made_source(with_move_source(finding, self._handled), self._lineage, self._reported)
 
     def _with_model_source(self, finding: Any) -> Any:
         """A finding about one of several models as a whole (DD801, DD802) names the user's line that gave
