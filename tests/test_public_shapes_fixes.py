@@ -65,3 +65,40 @@ def test_an_lstm_hidden_state_made_on_the_cpu_in_init_hidden_gets_device_there(
     code, report, err = _cli(["run", *T4, "-f", "json", "--", "python", "lstm_lm.py"], capsys)
     assert code == 0 and _errors(report) == [], report["findings"]
     assert _python(root, "lstm_lm.py").returncode == 0
+
+
+SLOW_STEP = '''
+import time
+import torch
+import torch.nn as nn
+
+
+class Policy(nn.Module):  # trl's GRPO shape: the step generates (many small forwards) before its loss
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        for _ in range(1000):
+            x = torch.tanh(self.lin(x))
+            time.sleep(0.01)
+        return x
+
+
+model = Policy()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loss = model(torch.randn(2, 4)).sum()
+loss.backward()
+opt.step()
+'''
+
+
+def test_a_step_that_runs_past_the_timeout_is_said_as_a_timeout_not_as_a_dd001(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    # S13: trl's grpo stopped by --timeout in its generation was a false DD001 error on a script that runs.
+    (tmp_path / "grpo_like.py").write_text(SLOW_STEP)
+    monkeypatch.chdir(tmp_path)
+    code, report, err = _cli(["run", "--timeout", "3", "-f", "json", "--", "python", "grpo_like.py"], capsys)
+    assert code == 2 and "--timeout" in err  # the doctor's limit, said on stderr
+    assert report is not None and report["findings"] == [], report["findings"]
+    assert report["coverage"]["complete"] is False and "--timeout" in report["coverage"]["stopped"], report["coverage"]

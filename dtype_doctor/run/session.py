@@ -29,6 +29,7 @@ from dtype_doctor.records import Report, SourceLoc, Subject, Trace, TraceFailure
 from dtype_doctor.run.models import has_parameters, is_model_call
 from dtype_doctor.run.conversions import ConversionLog
 from dtype_doctor.errors import StopScript
+from dtype_doctor.machine.control import UserCodeTimeout
 from dtype_doctor.run.lineage import (
     Chain,
     Handled,
@@ -486,7 +487,8 @@ class RunSession:
 
             self._stopped = as_device(self._stopped, device_name(self.target))  # type: ignore[arg-type]
         report = self._report(failure)
-        if failure is None and error is not None and not isinstance(error, (StopScript, SystemExit, KeyboardInterrupt)):
+        # A time-out is the doctor's limit, not the script's failure: said as where the trace stopped, never a DD001.
+        if failure is None and error is not None and not isinstance(error, (StopScript, SystemExit, KeyboardInterrupt, UserCodeTimeout)):
             # Raised outside the model's forward (the loss, GradScaler, the optimizer). When no
             # error-level finding explains it, the step is not clean: the trace stopped early.
             if not report.at_or_above("error"):
