@@ -102,3 +102,23 @@ def test_a_step_that_runs_past_the_timeout_is_said_as_a_timeout_not_as_a_dd001(
     assert code == 2 and "--timeout" in err  # the doctor's limit, said on stderr
     assert report is not None and report["findings"] == [], report["findings"]
     assert report["coverage"]["complete"] is False and "--timeout" in report["coverage"]["stopped"], report["coverage"]
+
+
+def test_a_model_left_on_the_cpu_while_the_prompt_is_made_on_the_gpu_moves_where_the_script_sets_it_up(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    # S11, nanoGPT's sample.py: the prompt is made on the GPU (device=), the model's own generate() calls the
+    # forward. The model moves (never the prompt to the CPU), after it is built and set to eval.
+    root = _workspace(tmp_path, "sample_lm.py", "model.to(device)\n", "pass  # the model left on the CPU\n")
+    monkeypatch.chdir(root)
+    code, report, err = _cli(["run", *T4, "-f", "json", "--", "python", "sample_lm.py"], capsys)
+    dd201 = [f for f in _errors(report) if f["code"] == "DD201"]
+    assert dd201 and all(r["target"] == "model" and r["to"].startswith("cuda") for r in dd201[0]["remedies"]), report["findings"]
+    code, report, err = _cli(["fix", "--run", *T4, "--write-patch", str(root / "fix.patch"), "-f", "json", "--",
+                              "python", "sample_lm.py"], capsys)
+    assert report is not None and code == 0 and report["fix"]["verified"] is True, err[-2000:]
+    patch = (root / "fix.patch").read_text()
+    assert " model.eval()\n+model.to(device)\n" in patch and "device=device)[None, ...]).to" not in patch, patch
+    subprocess.run(["git", "apply", "fix.patch"], cwd=root, check=True, capture_output=True)
+    code, report, err = _cli(["run", *T4, "--keep-running", "-f", "json", "--", "python", "sample_lm.py"], capsys)
+    assert report is not None and _errors(report) == [], report["findings"]
+    assert _python(root, "sample_lm.py").returncode == 0
