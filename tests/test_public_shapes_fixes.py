@@ -122,3 +122,23 @@ def test_a_model_left_on_the_cpu_while_the_prompt_is_made_on_the_gpu_moves_where
     code, report, err = _cli(["run", *T4, "--keep-running", "-f", "json", "--", "python", "sample_lm.py"], capsys)
     assert report is not None and _errors(report) == [], report["findings"]
     assert _python(root, "sample_lm.py").returncode == 0
+
+
+def test_bfloat16_autocast_on_a_t4_is_fixed_by_running_the_scripts_autocast_in_float16(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    # nanoGPT's train.py with its autocast pinned to bfloat16 on a T4 (sm75: no bfloat16 tensor cores, DD107's
+    # warning). Asked to fix warnings, fix --run retargets the script's own autocast; its GradScaler is on.
+    made = "torch.amp.autocast(device_type=device_type, dtype=ptdtype)"
+    pinned = "torch.amp.autocast(device_type=device_type, dtype=torch.bfloat16)"
+    root = _workspace(tmp_path, "amp_loop.py", made, pinned)
+    monkeypatch.chdir(root)
+    code, report, err = _cli(["fix", "--run", *T4, "--fail-on", "warning", "--write-patch", str(root / "fix.patch"),
+                              "-f", "json", "--", "python", "amp_loop.py"], capsys)
+    assert report is not None and any(f["code"] == "DD107" for f in report["findings"]), err[-2000:]
+    assert code == 0 and report["fix"]["verified"] is True, err[-2000:]
+    patch = (root / "fix.patch").read_text()
+    assert "+ctx = nullcontext() if device_type == \"cpu\" else torch.amp.autocast(device_type=device_type, dtype=torch.float16)" in patch, patch
+    subprocess.run(["git", "apply", "fix.patch"], cwd=root, check=True, capture_output=True)
+    code, report, err = _cli(["run", *T4, "-f", "json", "--", "python", "amp_loop.py"], capsys)
+    assert code == 0 and report["findings"] == [], report["findings"]
+    assert _python(root, "amp_loop.py").returncode == 0

@@ -32,8 +32,7 @@ def _autocast_dtype_name(module: cst.Module, before: int, positions: dict) -> st
 
     class Find(cst.CSTVisitor):
         def visit_Call(self, node: cst.Call) -> None:
-            func = (get_full_name_for_node(node.func) or "").split(".")[-1]
-            if func != "autocast":
+            if (get_full_name_for_node(node.func) or "").split(".")[-1] != "autocast":
                 return
             for arg in node.args:
                 if arg.keyword is not None and arg.keyword.value == "dtype" and isinstance(arg.value, cst.Name):
