@@ -142,3 +142,22 @@ def test_bfloat16_autocast_on_a_t4_is_fixed_by_running_the_scripts_autocast_in_f
     code, report, err = _cli(["run", *T4, "-f", "json", "--", "python", "amp_loop.py"], capsys)
     assert code == 0 and report["findings"] == [], report["findings"]
     assert _python(root, "amp_loop.py").returncode == 0
+
+
+def test_float64_numpy_noise_is_cast_where_it_enters_torch_before_its_move() -> None:
+    # pytorch/examples dcgan's noise made with numpy (float64 by default) for a float32 generator: the plain call
+    # fails, and the cast goes on torch.from_numpy, where numpy's dtype enters, not after the move.
+    import numpy as np
+
+    from dtype_doctor.fix import codemods as cm
+
+    conv = torch.nn.ConvTranspose2d(8, 4, 4)
+    with pytest.raises(RuntimeError):
+        conv(torch.from_numpy(np.random.randn(2, 8, 1, 1)))
+    src = ("import torch\nfor i, data in enumerate(loader):\n"
+           "    noise = torch.from_numpy(__import__('numpy').random.randn(batch_size, nz, 1, 1)).to(device)\n"
+           "    fake = netG(noise)\n")
+    out = cm.CastWhereMade(3, "float32").apply(src, "main.py")
+    assert out.applied and ".random.randn(batch_size, nz, 1, 1)).to(torch.float32).to(device)\n" in out.new_source, out
+    noise = torch.from_numpy(np.random.randn(2, 8, 1, 1)).to(torch.float32).to("cpu")
+    assert conv(noise).dtype == torch.float32
