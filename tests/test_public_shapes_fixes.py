@@ -161,3 +161,28 @@ def test_float64_numpy_noise_is_cast_where_it_enters_torch_before_its_move() -> 
     assert out.applied and ".random.randn(batch_size, nz, 1, 1)).to(torch.float32).to(device)\n" in out.new_source, out
     noise = torch.from_numpy(np.random.randn(2, 8, 1, 1)).to(torch.float32).to("cpu")
     assert conv(noise).dtype == torch.float32
+
+
+def test_fp16_autocast_with_no_gradscaler_gets_one_around_the_scripts_backward_and_step(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same loop with no scaler at all, and a gradient clip: the scaler is made after the optimizer, the clip
+    # sees unscaled gradients (unscale_ before it), and the script runs after the patch.
+    made = 'scaler = torch.cuda.amp.GradScaler(enabled=(dtype == "float16"))\n'
+    root = _workspace(tmp_path, "amp_loop.py", made, "")
+    text = (root / "amp_loop.py").read_text()
+    loop = "    scaler.scale(loss).backward()\n    scaler.step(optimizer)\n    scaler.update()\n"
+    plain = "    loss.backward()\n    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n    optimizer.step()\n"
+    (root / "amp_loop.py").write_text(text.replace(loop, plain))
+    monkeypatch.chdir(root)
+    code, report, err = _cli(["fix", "--run", *T4, "--write-patch", str(root / "fix.patch"), "-f", "json", "--",
+                              "python", "amp_loop.py"], capsys)
+    assert report is not None and any(f["code"] == "DD403" for f in report["findings"]), err[-2000:]
+    assert code == 0 and report["fix"]["verified"] is True, err[-2000:]
+    patch = (root / "fix.patch").read_text()
+    for line in ('+scaler = torch.amp.GradScaler("cuda")', "+    scaler.scale(loss).backward()",
+                 "+    scaler.unscale_(optimizer)", "+    scaler.step(optimizer)", "+    scaler.update()"):
+        assert line in patch, patch
+    subprocess.run(["git", "apply", "fix.patch"], cwd=root, check=True, capture_output=True)
+    code, report, err = _cli(["run", *T4, "-f", "json", "--", "python", "amp_loop.py"], capsys)
+    assert code == 0 and _errors(report) == [], report["findings"]
+    assert _python(root, "amp_loop.py").returncode == 0

@@ -22,7 +22,7 @@ def check(trace: Trace) -> Iterator[Finding]:
         "gradients below 6e-8 flush to 0 in float16's backward, and those below 6e-5 lose their precision",
         stage="optimizer",
         source=off,
-        remedies=(Remedy("grad-scaler", "GradScaler", "enabled", "optimizer", off),) if off is not None else (),
+        remedies=(Remedy("grad-scaler", "GradScaler", "enabled", "optimizer", off),),
         hints=(
             "scale the loss: scaler = torch.amp.GradScaler(); scaler.scale(loss).backward(); scaler.step(optimizer); "
             "scaler.update() (GradScaler(enabled=True); Trainer and accelerate do it with fp16=True)",
@@ -48,7 +48,8 @@ RULE = Rule(
         "scaler.scale(loss).backward()  # not scaled: small gradients flush to 0"
     ),
     fix="Enable torch.amp.GradScaler around the backward and the optimizer step, or use bfloat16 autocast.",
-    fix_safety=("Safe where a run saw the script make its GradScaler disabled: fix --run enables it on that line "
-                "(grad-scaler). Display-only where the script has no scaler: its calls belong in the script's own loop."),
+    fix_safety=("Safe, under fix --run (grad-scaler): a GradScaler the script made disabled is enabled on that line; "
+                "with none, one is made after the optimizer and wraps the script's one backward and optimizer step "
+                "(skipped where the loop has several). Verified by running the script again."),
     check=check,
 )

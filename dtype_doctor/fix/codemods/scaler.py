@@ -96,3 +96,87 @@ class EnableGradScaler(Codemod):
         new = wrapper.module.visit(Edit())
         said = cst.Module([]).code_for_node(flag)
         return new.code, f"{filename}:{line}: GradScaler(enabled=False) → enabled={said}"
+
+
+_OPTIMIZER_WORDS = ("optim", "Adam", "SGD", "RMSprop", "Adagrad", "Lion", "configure_optimizers")
+
+
+class AddGradScaler(Codemod):
+    """A script that trains under float16 autocast with no GradScaler gets one: made after its optimizer
+    (`scaler = torch.amp.GradScaler("cuda")`), `loss.backward()` → `scaler.scale(loss).backward()`,
+    `opt.step()` → `scaler.step(opt)` and `scaler.update()`, and `scaler.unscale_(opt)` before a
+    gradient clip there. Skipped unless the file has one backward and one step of one optimizer."""
+
+    DESCRIPTION: ClassVar[str] = "Scale the float16 loss with a GradScaler around the script's backward and optimizer step."
+
+    def _apply(self, source: str, filename: str, warnings: list[str]) -> tuple[str, str]:
+        module = cst.parse_module(source)
+        finder = _LoopFinder()
+        module.visit(finder)
+        if finder.scalers:
+            raise _Skip(f"{filename} makes a GradScaler already")
+        if len(finder.backwards) != 1 or len(finder.steps) != 1:
+            raise _Skip(f"{filename}: {len(finder.backwards)} loss.backward() and {len(finder.steps)} optimizer.step() "
+                        "statements; one of each is needed to know where the scaler goes")
+        opt = finder.steps[0][1]
+        made = [s for s in finder.assigns if s[1] == opt]
+        if len(made) != 1:
+            raise _Skip(f"{filename}: where the optimizer `{opt}` is made is not one line")
+        edit = _AddScaler(finder.backwards[0], finder.steps[0][0], made[0][0], opt, finder.clips)
+        return module.visit(edit).code, f"{filename}: a GradScaler after `{opt} = ...`, scaling the backward and stepping `{opt}`"
+
+
+class _LoopFinder(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.backwards: list[cst.SimpleStatementLine] = []
+        self.steps: list[tuple[cst.SimpleStatementLine, str]] = []
+        self.assigns: list[tuple[cst.SimpleStatementLine, str]] = []
+        self.clips: list[cst.SimpleStatementLine] = []
+        self.scalers = 0
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.scalers += _is_scaler(node)
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        if len(node.body) != 1:
+            return
+        stmt = node.body[0]
+        if isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0].target, cst.Name):
+            if isinstance(stmt.value, cst.Call) and any(w in (get_full_name_for_node(stmt.value.func) or "") for w in _OPTIMIZER_WORDS):
+                self.assigns.append((node, stmt.targets[0].target.value))
+        call = stmt.value if isinstance(stmt, cst.Expr) and isinstance(stmt.value, cst.Call) else None
+        if call is None or not isinstance(call.func, cst.Attribute):
+            return
+        method = call.func.attr.value
+        if method == "backward" and not isinstance(call.func.value, cst.Call):
+            self.backwards.append(node)
+        elif method == "step" and not call.args and isinstance(call.func.value, cst.Name):
+            self.steps.append((node, call.func.value.value))
+        elif method in ("clip_grad_norm_", "clip_grad_value_"):
+            self.clips.append(node)
+
+
+class _AddScaler(cst.CSTTransformer):
+    def __init__(self, backward: cst.SimpleStatementLine, step: cst.SimpleStatementLine, made: cst.SimpleStatementLine,
+                 opt: str, clips: list[cst.SimpleStatementLine]) -> None:
+        self.backward, self.step, self.made, self.opt, self.clips = backward, step, made, opt, clips
+
+    def leave_SimpleStatementLine(self, original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine):  # type: ignore[override]
+        if original is self.backward:
+            call = updated.body[0].value  # type: ignore[union-attr]
+            loss = cst.Module([]).code_for_node(call.func.value)
+            return updated.with_changes(body=[cst.Expr(cst.parse_expression(f"scaler.scale({loss}).backward()"))])
+        if original is self.step:
+            return cst.FlattenSentinel([
+                updated.with_changes(body=[cst.Expr(cst.parse_expression(f"scaler.step({self.opt})"))]),
+                cst.SimpleStatementLine([cst.Expr(cst.parse_expression("scaler.update()"))]),
+            ])
+        if original in self.clips:
+            return cst.FlattenSentinel([
+                updated.with_changes(body=[cst.Expr(cst.parse_expression(f"scaler.unscale_({self.opt})"))]), updated,
+            ])
+        if original is self.made:
+            return cst.FlattenSentinel([
+                updated, cst.SimpleStatementLine([cst.parse_statement('scaler = torch.amp.GradScaler("cuda")').body[0]]),
+            ])
+        return updated

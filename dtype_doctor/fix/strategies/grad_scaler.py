@@ -1,10 +1,11 @@
 """grad-scaler: float16 autocast training gets its loss scaled (DD403).
 
 A script whose step trains under float16 autocast with its GradScaler made disabled
-(`GradScaler(enabled=False)`) flushes small gradients to zero and nothing raises. The change is
-in the script's own line: the scaler the script already calls is switched on (codemods.scaler),
-with the flag the script's float16 choice decides where the file names it. Nothing changes in
-memory; `fix --run` verifies by running the script again, past the step to its end.
+(`GradScaler(enabled=False)`), or with none, flushes small gradients to zero and nothing raises.
+The change is in the script's own lines (codemods.scaler): the scaler the script already calls is
+switched on, with the flag the script's float16 choice decides where the file names it; with no
+scaler, one is made after the optimizer and wraps the backward and the optimizer step. Nothing
+changes in memory; `fix --run` verifies by running the script again, past the step to its end.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from dtype_doctor.fix.outcome import Change
 from dtype_doctor.fix.strategies.base import SAFE, Context, Pipeline, Site, Skip, Strategy, one_attempt, resolve
-from dtype_doctor.records import Finding, Remedy, Report
+from dtype_doctor.records import Remedy, Report
 
 if TYPE_CHECKING:
     from dtype_doctor.fix.patches import Attempt
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 class GradScalerOn(
     Strategy, name="grad-scaler", applicability=SAFE, rank=14,
-    summary="switch on the script's disabled GradScaler, so float16 autocast training scales its loss",
+    summary="switch on the script's disabled GradScaler (or add one to its loop), so float16 autocast training scales its loss",
 ):
     def suggestion(self, remedies: Sequence[Remedy]) -> str:
         lines = ", ".join(f"{r.source.file}:{r.source.line}" for r in remedies if r.source)
@@ -39,13 +40,11 @@ class GradScalerOn(
         """Nothing in memory: the scaler is the script's, which the re-run runs."""
         return pipeline
 
-    def script_changes(self, finding: Finding, remedies: Sequence[Remedy], report: Report, ctx: Context) -> tuple[Change, ...]:
-        if not any(r.source is not None for r in remedies):
-            raise Skip("the script makes no disabled GradScaler to switch on (adding one to its loop is left to you)")
-        return super().script_changes(finding, remedies, report, ctx)
-
     def edits(self, c: Change, site: Site) -> list["Attempt"]:
+        """The disabled scaler enabled on the line that made it; with none, one added to the script's loop
+        (after its optimizer is made, around its one backward and optimizer step)."""
         from dtype_doctor.fix import codemods as cm
 
-        file = resolve(c.source)
-        return one_attempt(file, [cm.EnableGradScaler([c.source.line] if c.source else None)])
+        if c.source is not None:
+            return one_attempt(resolve(c.source), [cm.EnableGradScaler([c.source.line])])
+        return [a for f in site.user_files for a in one_attempt(f, [cm.AddGradScaler()])]
