@@ -178,7 +178,7 @@ def inject_case(ctx: runs.Context, s: Script, inj: Injection) -> InjectRow:
     found = bool(errors)
     found_line = any(runs.names_edit(runs.source_refs(_without_lineage(f)), ws) for f in errors)
     fix_ws = runs.workspace(ctx, s, inj)
-    fixed, patch = runs.doctor_fix(ctx, fix_ws, mode, inj.target)
+    fixed, patch = runs.doctor_fix(ctx, fix_ws, mode, inj.target, "warning" if inj.expect == "warning" else "error")
     origin = bool(patch) and runs.names_edit(runs.patch_lines(patch), fix_ws, slack=1)
     after = runs.workspace(ctx, s, inj)
     clean_after, detail = False, ""

@@ -176,12 +176,13 @@ def plain_run(ctx: Context, ws: Workspace, mode: str) -> Outcome:
     return call([PY, *argv[1:]], ws, ctx, ws.script.timeout)
 
 
-def doctor_fix(ctx: Context, ws: Workspace, mode: str, target: str) -> tuple[Outcome, str]:
-    """`fix --run --write-patch` on the workspace; the patch's text ("" when none was written)."""
+def doctor_fix(ctx: Context, ws: Workspace, mode: str, target: str, fail_on: str = "error") -> tuple[Outcome, str]:
+    """`fix --run --write-patch` on the workspace (`--fail-on warning` for a bug the target only warns of, as a
+    user who wants it fixed asks); the patch's text ("" when none was written)."""
     patch = ws.root / "fix.patch"
     report = ws.root / "report-fix.json"
     argv = [*cli(), "fix", "--run", "--write-patch", str(patch), "-o", f"json:{report}", "-q",
-            "--timeout", str(ws.script.timeout)]
+            "--timeout", str(ws.script.timeout), "--fail-on", fail_on]
     if target in GPUS:
         argv += ["--simulate", "--gpu", target]
     argv += ["--", *script_argv(ctx, ws, mode, target)]

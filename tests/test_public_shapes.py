@@ -7,9 +7,9 @@ Where the bug is one this CPU really has, PyTorch is the oracle: plain `python` 
 is checked under `--simulate` (a tensor left on the CPU meets a CUDA weight: CUDA's
 `Expected all tensors to be on the same device` check in TensorIterator / the LSTM's own `_check_input_device`).
 
-The xfail marks name defects the sweep found that are still open (benchmarks/SCRIPT_SWEEP.md's classes S6, S9); each
-is strict, so it turns into a failure the day the fix lands and the mark is removed (S1, S3, S5 and S6's RoPE case
-were, on 2026-11-28).
+The xfail marks name defects the sweep found that are still open (benchmarks/SCRIPT_SWEEP.md's class S9); each
+is strict, so it turns into a failure the day the fix lands and the mark is removed (S1, S3, S5 and S6 were, on
+2026-11-28).
 """
 
 from __future__ import annotations
@@ -112,7 +112,6 @@ def test_a_script_that_picks_its_device_with_torch_accelerator_is_traced_on_the_
     assert report["target"]["device"].startswith("cuda") and report["target"]["simulated"] is True, report["target"]
 
 
-@pytest.mark.xfail(strict=True, reason="S6: an LSTM hidden state made without device= in init_hidden, called by the script outside forward: a DD201 with no source line")
 def test_an_lstm_hidden_state_made_on_the_cpu_is_named_at_init_hidden(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     old = ("        return (weight.new_zeros(self.nlayers, bsz, self.nhid),\n"

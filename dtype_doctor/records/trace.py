@@ -213,6 +213,7 @@ class Trace:
     shards: tuple[ShardGroup, ...] = ()  # the FSDP units of a sharded model
     launch: LaunchConfig | None = None  # the launcher command line and config files a run was given
     scaler: str | None = None  # the class of the GradScaler whose scale() the run's step called ("module.QualName")
+    scaler_off: SourceLoc | None = None  # the user's line that made a disabled GradScaler (a run's; DD403 names it)
     optimizers: tuple[OptimizerGroup, ...] = ()  # the param groups of the optimizers a run's script made
     # Values a simulated step read from tensors without data, and what it took instead.
     stand_ins: tuple[StandIn, ...] = ()

@@ -107,7 +107,10 @@ def _moved_at(trace: Trace, t: TensorMeta) -> SourceLoc | None:
     script moved its inputs there."""
     name = input_name(t)
     chains = [trace.lineage.get(name, ())] if name else list(trace.lineage.values())
-    return next((s.source for steps in chains for s in reversed(steps) if s.stage == "transfer" and s.device == t.device and s.source), None)
+    moved = next((s.source for steps in chains for s in reversed(steps) if s.stage == "transfer" and s.device == t.device and s.source), None)
+    # Made there (`torch.tensor(ids, device=device)`, nanoGPT's sample.py): the script said the device where it made it.
+    return moved or next((steps[0].source for steps in chains if steps and steps[0].device == t.device and steps[0].source
+                          and steps[0].detail.startswith("created by")), None)
 
 
 def _moved_to_gpu(trace: Trace, strays: list[TensorMeta], home: str, homes: dict[str, str]) -> tuple[TensorMeta, SourceLoc] | None:

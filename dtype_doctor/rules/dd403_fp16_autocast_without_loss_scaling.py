@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dtype_doctor.records import Finding, Trace
+from dtype_doctor.records import Finding, Remedy, Trace
 from dtype_doctor.rules.base import Rule
 
 
@@ -15,10 +15,14 @@ def check(trace: Trace) -> Iterator[Finding]:
         return
     if not any(op.phase == "backward" for op in trace.ops):
         return
+    # A run knows the line that made the script's scaler disabled: the line to change, and the fix (grad-scaler).
+    off = trace.scaler_off
     yield RULE.finding(
         "the step trains under float16 autocast with no loss scaling (no enabled GradScaler scaled the loss): "
         "gradients below 6e-8 flush to 0 in float16's backward, and those below 6e-5 lose their precision",
         stage="optimizer",
+        source=off,
+        remedies=(Remedy("grad-scaler", "GradScaler", "enabled", "optimizer", off),),
         hints=(
             "scale the loss: scaler = torch.amp.GradScaler(); scaler.scale(loss).backward(); scaler.step(optimizer); "
             "scaler.update() (GradScaler(enabled=True); Trainer and accelerate do it with fp16=True)",
@@ -44,6 +48,8 @@ RULE = Rule(
         "scaler.scale(loss).backward()  # not scaled: small gradients flush to 0"
     ),
     fix="Enable torch.amp.GradScaler around the backward and the optimizer step, or use bfloat16 autocast.",
-    fix_safety="Display-only: the scaler's calls belong in the script's own loop.",
+    fix_safety=("Safe, under fix --run (grad-scaler): a GradScaler the script made disabled is enabled on that line; "
+                "with none, one is made after the optimizer and wraps the script's one backward and optimizer step "
+                "(skipped where the loop has several). Verified by running the script again."),
     check=check,
 )

@@ -50,6 +50,51 @@ def with_move_source(finding: Finding, handled: Mapping[str, Any]) -> Finding:
     return _reworded(dataclasses.replace(finding, source=next(iter(moves.values()))), remedies)
 
 
+# torch factories whose device is the caller's free choice (no data to take it from): made in a model's own
+# method without device=, the tensor is on the CPU because that line said nothing.
+_FACTORIES = frozenset({"zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "linspace", "eye"})
+
+
+def with_made_source(finding: Finding, lineage: Mapping[str, Sequence[Any]], model: Any) -> Finding:
+    """A DD201 on a step input a method of the model made without device= (an LSTM's `init_hidden`
+    called from the script's loop) and nothing moved since: its source and its to-device remedy at
+    that factory call, where device= belongs (the tensor is then made where the model is), not at the
+    last line that handled it."""
+    if finding.code != "DD201":
+        return finding
+    made: dict[str, tuple[str, SourceLoc]] = {}
+    for r in finding.remedies:
+        chain = lineage.get(r.target, ()) if _moves(r) else ()
+        first = chain[0] if chain else None
+        if first is None or first.source is None or not first.detail.startswith("created by torch."):
+            continue
+        factory = first.detail.removeprefix("created by torch.")
+        if factory in _FACTORIES and all(s.device == first.device for s in chain) and _in_model_class(first.source, model):
+            made[r.target] = (factory, first.source)
+    if not made:
+        return finding
+    remedies = tuple(dataclasses.replace(r, target=f"created:aten.{made[r.target][0]}@", stage="model-code", source=made[r.target][1])
+                     if r.target in made else r for r in finding.remedies)
+    return _reworded(dataclasses.replace(finding, source=next(iter(made.values()))[1]), remedies)
+
+
+def _in_model_class(site: SourceLoc, model: Any) -> bool:
+    """Whether `site` is inside the source of one of the model's own (not torch's) module classes."""
+    from pathlib import Path
+
+    for cls in {type(m) for m in model.modules()} if model is not None else ():
+        if cls.__module__.startswith("torch."):
+            continue
+        try:
+            lines, start = inspect.getsourcelines(cls)
+            file = inspect.getsourcefile(cls)
+        except (TypeError, OSError):
+            continue
+        if file and Path(site.file).name == Path(file).name and start <= site.line < start + len(lines):
+            return True
+    return False
+
+
 def _moves(r: Remedy) -> bool:
     """Whether the remedy's strategy moves a tensor (to-device), as the strategy says."""
     from dtype_doctor.fix.strategies import STRATEGIES

@@ -25,6 +25,7 @@ from dtype_doctor.machine.libraries import after_import
 from dtype_doctor.machine.modes import push_function_mode, remove_function_mode, tensors_in
 from dtype_doctor.machine.user_code import display_path, first_outside_tool, first_user_frame, frames_above, is_user_file
 from dtype_doctor.numerics import device_name, dtype_name
+from dtype_doctor.trace.provenance import boundary_tensors
 
 Chain = tuple[LineageStep, ...]
 MAX_STEPS = 12
@@ -317,10 +318,10 @@ def named_inputs(model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str,
 
 def boundary_lineage(book: LineageBook, model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, Chain]:
     """Each tensor input of `model(*args, **kwargs)` by parameter name → its chain, ending at the boundary."""
-    named = named_inputs(model, args, kwargs)
+    named = boundary_tensors(named_inputs(model, args, kwargs))
     lineage: dict[str, Chain] = {}
     for name, value in named.items():
-        if isinstance(value, torch.Tensor) and book.chain(value):
+        if book.chain(value):
             boundary = LineageStep("model-boundary", dtype_name(value.dtype), book.device(value.device), tuple(value.shape))
             lineage[name] = book.made_of_values(name, book.chain(value)) + (boundary,)
     return lineage
@@ -329,8 +330,8 @@ def boundary_lineage(book: LineageBook, model: torch.nn.Module, args: tuple, kwa
 def handled_at_boundary(book: LineageBook, model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, Handled]:
     """Each tensor input of `model(*args, **kwargs)` by parameter name → the last user line that handled it."""
     found = {}
-    for name, value in named_inputs(model, args, kwargs).items():
-        if isinstance(value, torch.Tensor) and (handled := book.handled.get(value)) is not None:
+    for name, value in boundary_tensors(named_inputs(model, args, kwargs)).items():
+        if (handled := book.handled.get(value)) is not None:
             found[name] = as_handled(handled)
     return found
 

@@ -59,7 +59,7 @@ def as_simulated(trace: Trace, placement: Placement, target: torch.device, model
 class FindingSources:
     """The user's line each finding names, from what the run saw: the model reported (`reported`,
     the container of several), its ModelInfo, the models and loads watched, the conversions
-    logged, the lines that made tensors without device= (`created`) and handled step inputs."""
+    logged, the lines that made tensors without device= (`created`), handled step inputs and their lineage."""
 
     reported: torch.nn.Module
     info: ModelInfo
@@ -68,6 +68,7 @@ class FindingSources:
     conversions: Any  # run.conversions.ConversionLog
     created: dict[str, list[SourceLoc]]
     handled: dict[str, Any]
+    lineage: Any  # run.lineage's record of the step inputs' origins
 
     def placed(self, finding: Any) -> Any:
         """The finding with its source: its parameters' conversion or load, a created tensor's line,
@@ -84,9 +85,9 @@ class FindingSources:
     def _with_move_source(self, finding: Any) -> Any:
         """A device mismatch on a pipeline tensor names the last user line that handled it before the
         step took it: where the move the script dropped belongs."""
-        from dtype_doctor.run.created import with_move_source
+        from dtype_doctor.run.created import with_made_source, with_move_source
 
-        return with_move_source(finding, self.handled)
+        return with_made_source(with_move_source(finding, self.handled), self.lineage, self.reported)
 
     def _with_model_source(self, finding: Any) -> Any:
         """A finding about one of several models as a whole (DD801, DD802) names the user's line that gave

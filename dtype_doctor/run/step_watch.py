@@ -32,6 +32,7 @@ class StepWatch:
         self.scaler_calls: list[str] = []  # GradScaler methods called while tracing, in order
         self.zero_grad = False
         self.scaler: Any = None  # the enabled GradScaler whose scale() the step called
+        self.scaler_off: Any = None  # the user's line that made a disabled GradScaler (a SourceLoc), the last one
         self._optimizers: list[Any] = []  # weak references to the optimizers the script made
         self._saved: list[tuple[Any, str, Any]] = []
         self._handles: list[Any] = []
@@ -86,6 +87,10 @@ class StepWatch:
         """A GradScaler was made: counted when enabled; the methods a subclass overrides (ShardedGradScaler's
         scale, unscale_, update) are watched too, from then on."""
         self.scalers += bool(scaler.is_enabled())
+        if not scaler.is_enabled():
+            from dtype_doctor.machine.user_code import user_site
+
+            self.scaler_off = user_site(0) or self.scaler_off
         for cls in type(scaler).__mro__:
             if cls.__module__.startswith("torch.amp"):
                 break
@@ -189,6 +194,10 @@ def stopped_early(error: BaseException | None, failure: Any) -> str | None:
         return None  # coverage_of words the failure
     if error is None or isinstance(error, (StopScript, KeyboardInterrupt)):
         return None
+    from dtype_doctor.machine.control import UserCodeTimeout
+
+    if isinstance(error, UserCodeTimeout):  # the doctor's time limit, not the script's failure
+        return f"the script ran past --timeout and was stopped{user_frame(error)}, before its step ended (raise --timeout, or 0 for no limit)"
     if isinstance(error, SystemExit):
         return None if error.code in (None, 0) else f"the script exited with {error.code!r}"
     return f"the script raised {type(error).__name__}{user_frame(error)}: {first_line(error)}"

@@ -66,3 +66,18 @@ def tensor_attributes(model: Any) -> list[tuple[str, Any]]:
             if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter) and not key.startswith("__"):
                 found.append((f"{prefix}.{key}" if prefix else key, value))
     return found
+
+
+def boundary_tensors(named: Any) -> dict[str, Any]:
+    """The tensors among a forward's inputs by name (`named`: parameter name → value): a tensor by its name,
+    each tensor of a tuple or list by NAME[i] (an LSTM's `(h, c)` hidden state), so a finding on one names
+    it and its lineage reaches the line that made it."""
+    import torch
+
+    found: dict[str, Any] = {}
+    for key, value in named.items():
+        if isinstance(value, torch.Tensor):
+            found[key] = value
+        elif isinstance(value, (tuple, list)) and 0 < len(value) <= 8:
+            found.update({f"{key}[{i}]": v for i, v in enumerate(value) if isinstance(v, torch.Tensor)})
+    return found

@@ -23,7 +23,7 @@ from dtype_doctor.numerics import device_name, dtype_name, tensors_in
 from dtype_doctor.records import ModuleCall, OpCall, TensorMeta, in_modules
 from dtype_doctor.trace.dispatch import _NEVER_NUMBERS, _DispatchRecorder, _FunctionRecorder, _NoTorchFunction, _big_number
 from dtype_doctor.trace.opfacts import ARG_ROLES, facts
-from dtype_doctor.trace.provenance import Provenance, tensor_attributes
+from dtype_doctor.trace.provenance import Provenance, boundary_tensors, tensor_attributes
 from dtype_doctor.trace.several_models import SeveralModels
 from dtype_doctor.trace.values import PLAIN_TYPES, ValueProbe
 from dtype_doctor.trace.unseen import hook_module, unhook
@@ -593,12 +593,11 @@ class Recorder(SeveralModels):
             except TypeError:
                 named.update({f"arg{i}": a for i, a in enumerate(args)})
         self.boundary_inputs = []
-        for k, v in named.items():
-            if isinstance(v, torch.Tensor):
-                if (p := self.prov.get(v)) is not None and p.kind == "input":
-                    self.boundary_inputs.append(self.meta(v, "input", k))
-                else:
-                    self.boundary_inputs.append(self.tag_input(k, v))
+        for k, v in boundary_tensors(named).items():
+            if (p := self.prov.get(v)) is not None and p.kind == "input":
+                self.boundary_inputs.append(self.meta(v, "input", k))
+            else:
+                self.boundary_inputs.append(self.tag_input(k, v))
 
     # ------------------------------------------------------------------- modes
 

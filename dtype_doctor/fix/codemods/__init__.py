@@ -15,6 +15,8 @@ The modules are split by what they edit:
     placement   a model left on the CPU while its batch went to the GPU: MoveModelToBatchDevice
     precision   a training library's mixed precision: SetMixedPrecision
     tf32        the TF32 switches in one API: Tf32ToNewApi
+    scaler      float16 loss scaling: EnableGradScaler (a script's disabled GradScaler switched on), AddGradScaler (one added)
+    amp_dtype   the script's autocast in another half dtype: RetargetAutocast
     forward     a script's forward call site: WrapForwardInAutocast, MoveBatchToDevice,
                 CastBatch, LabelsToLong
     quant       a script's BitsAndBytesConfig(...): SetConfigKeyword
@@ -40,10 +42,15 @@ from dtype_doctor.fix.codemods.pipeline import SetUpPipeline
 from dtype_doctor.fix.codemods.placement import MoveModelToBatchDevice
 from dtype_doctor.fix.codemods.precision import SetMixedPrecision
 from dtype_doctor.fix.codemods.quant import SetConfigKeyword
+from dtype_doctor.fix.codemods.amp_dtype import RetargetAutocast
+from dtype_doctor.fix.codemods.scaler import AddGradScaler, EnableGradScaler
 from dtype_doctor.fix.codemods.tf32 import Tf32ToNewApi
 
 __all__ = [
     "EditResult",
+    "AddGradScaler",
+    "EnableGradScaler",
+    "RetargetAutocast",
     "Codemod",
     "RetargetCast",
     "SetUpPipeline",

@@ -284,5 +284,10 @@ class CastWhereMade(_CSTCodemod):
         to = f"{ctx.torch_name()}.{self.dtype}"
         if ctx.code(value).endswith(f".to({to})"):
             raise _Skip(f"{ctx.filename}:{self.line}: `{ctx.snippet(value, 40)}` is already cast to {to}")
+        # Where numpy's dtype enters (`torch.from_numpy(x)`, float64 by numpy's default): cast there, before any move.
+        entry = [n for n in ctx.nodes if isinstance(n, cst.Call) and (dotted(n.func) or "").endswith("from_numpy")
+                 and (n is value or any(a is value for a in ctx.ancestors(n)))]
+        if len(entry) == 1 and entry[0] is not value and self.dtype.startswith(("float", "bfloat")):
+            value = entry[0]
         ctx.replace(value, _method_call(value, "to", [cst.Arg(ctx.parse_expr(to))]))
         return f"{ctx.filename}:{self.line}: `{ctx.snippet(value, 40)}` now ends in .to({to})"

@@ -33,6 +33,8 @@ class MoveModelToBatchDevice(_CSTCodemod):
     def _edit(self, ctx: _Ctx) -> str:
         from dtype_doctor.fix.codemods.forward import _select_forward
 
+        if not self.line:  # no forward in this file (the model's own generate() calls it): after the set-up
+            return self._after_set_up(ctx, self._move(ctx))
         fwd = _select_forward(ctx, None, self.line)
         model = fwd.model
         move = self._move(ctx)
@@ -55,11 +57,34 @@ class MoveModelToBatchDevice(_CSTCodemod):
                 method = node.func.attr.value
                 if method == "cuda":
                     return ("cuda", ctx.code(node.args[0].value) if node.args else None)
+                made = next((a for a in node.args if a.keyword is not None and a.keyword.value == "device"), None)
+                if made is not None and method != "to":  # made there: `torch.tensor(ids, device=device)[None, ...]`
+                    return ("to", ctx.code(made.value))
                 if method == "to" and node.args and node.args[0].keyword in (None, "device"):
                     expr = ctx.code(node.args[0].value)
                     if not any(w in expr.rpartition(".")[2].lower() for w in _DTYPE_WORDS):
                         return ("to", expr)
         raise _Skip(f"{ctx.filename}:{self.moved_at}: no .to(device) or .cuda() there to say where the batch went")
+
+    def _after_set_up(self, ctx: _Ctx, move: tuple[str, str | None]) -> str:
+        """`model.to(device)` after the top-level statement that builds the model (a builder's call, in
+        an if/elif of several) and the calls that set it up right after it (`model.eval()`)."""
+        built = [n for n in ctx.nodes if isinstance(n, cst.Assign) and len(_targets(n)) == 1 and _builder(n.value) in self.builders
+                 and (self.moved_at is None or ctx.line(n) < self.moved_at)]
+        names = {_targets(n)[0] for n in built}
+        if len(names) != 1 or not next(iter(names)):
+            raise _Skip(f"{ctx.filename}: no one model built by {', '.join(self.builders) or 'a known builder'} before the batch")
+        model = names.pop()
+        body = list(ctx.module.body)
+        top = [i for i, stmt in enumerate(body) if any(ctx.covers(stmt, ctx.line(n)) for n in built)]
+        if not top:
+            raise _Skip(f"{ctx.filename}: the model `{model}` is built inside a function, not where the script runs")
+        at = top[-1]
+        while at + 1 < len(body) and _sets_up(body[at + 1], model):
+            at += 1
+        line = f"{model}.{_shown(move)}\n"
+        ctx.insert_after(body[at], [ctx.parse_stmt(line)])
+        return f"{ctx.filename}:{ctx.line(body[at])}: `{line.strip()}` after the model is built and set up: the model goes to the batch's device"
 
     def _built(self, ctx: _Ctx, call: cst.Call, model: str) -> cst.Assign | None:
         """The assignment that builds the model: the last `model = ...` before the forward in its
@@ -88,6 +113,15 @@ class MoveModelToBatchDevice(_CSTCodemod):
             return True
         return any(isinstance(n, cst.Assign) and root in _targets(n) and ctx.line(n) < ctx.line(at)
                    and _function_of(ctx, n) in (scope, None) for n in ctx.nodes)
+
+
+def _sets_up(stmt: cst.CSTNode, model: str) -> bool:
+    """`model.eval()` / `model.load_state_dict(...)`: one call of a method of the model, alone on its line."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)):
+        return False
+    call = stmt.body[0].value
+    return (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name)
+            and call.func.value.value == model)
 
 
 def _function_of(ctx: _Ctx, node: cst.CSTNode) -> cst.FunctionDef | None:

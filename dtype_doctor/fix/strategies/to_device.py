@@ -82,7 +82,12 @@ class ToDevice(
         if c.target == MODEL:
             # The model left on the CPU goes to the batch's device, as the script wrote it where it moved the batch.
             builders = (site.model_class, "from_pretrained") if site.model_class else ("from_pretrained",)
-            return one_attempt(site.call, [cm.MoveModelToBatchDevice(site.call_line or 0, c.source.line if c.source else None, builders)])
+            attempts = one_attempt(site.call, [cm.MoveModelToBatchDevice(site.call_line or 0, c.source.line if c.source else None, builders)])
+            batch = resolve(c.source)
+            if batch is not None and c.source is not None:
+                # The forward is the model's own (generate() calls it): the model moves where the script builds it.
+                attempts += one_attempt(batch, [cm.MoveModelToBatchDevice(0, c.source.line, builders)])
+            return attempts
         if c.target.startswith("created:"):
             # Made in the model's code without device=: device= where it is made, from what is in scope there.
             file = resolve(c.source)
