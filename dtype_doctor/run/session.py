@@ -28,7 +28,7 @@ import torch
 from dtype_doctor.records import Report, SourceLoc, Subject, TraceFailure
 from dtype_doctor.run.models import has_parameters, is_model_call
 from dtype_doctor.run.conversions import ConversionLog
-from dtype_doctor.records.errors import StopScript
+from dtype_doctor.records.errors import StopScript, first_line
 from dtype_doctor.machine.control import UserCodeTimeout
 from dtype_doctor.run.lineage import (
     Chain,
@@ -477,13 +477,10 @@ class RunSession:
 
             self._stopped = as_device(self._stopped, device_name(self.target))  # type: ignore[arg-type]
         report = self._report(failure)
-        # A time-out is the doctor's limit, not the script's failure: said as where the trace stopped, never a DD001.
         if failure is None and error is not None and not isinstance(error, (StopScript, SystemExit, KeyboardInterrupt, UserCodeTimeout)):
-            # Raised outside the model's forward (the loss, GradScaler, the optimizer). When no
-            # error-level finding explains it, the step is not clean: the trace stopped early.
+            # Raised outside the model's forward (the loss, GradScaler, the optimizer; a time-out is the doctor's limit, said in
+            # the coverage, never a DD001). When no error-level finding explains it, the step is not clean: the trace stopped early.
             if not report.at_or_above("error"):
-                from dtype_doctor.records.errors import first_line
-
                 failure = TraceFailure("other", f"{type(error).__name__}: {first_line(error)}", "", type(self.model).__name__, None, "training step")
                 report = self._report(failure)
         self.report = report
@@ -512,19 +509,18 @@ class RunSession:
         coverage = dataclasses.replace(coverage, compiled=self.compiles.regions(self._reported, {m.name for m in trace.modules}),
                                        skipped=tuple(self.models.repeats.items()), dropped_ops=self._session.recorder.dropped,
                                        not_simulated=tuple(self._simulation.not_simulated) if self._simulation else ())
+        loaded = None if self.models.several else self.loads.facts_of(self.model)
         trace = dataclasses.replace(trace, coverage=coverage, scaler=self.watch.scaler_class(), scaler_off=self.watch.scaler_off,
-                                    optimizers=self.watch.optimizer_groups(),
-                                    loaded=None if self.models.several else self.loads.facts_of(self.model),
-                                    precision=self.precision.state(), recompute=self.recompute.facts(),
-                                    resume=self.resume.facts())
+                                    optimizers=self.watch.optimizer_groups(), loaded=loaded, precision=self.precision.state(),
+                                    recompute=self.recompute.facts(), resume=self.resume.facts())
         if self.launch is not None:
             trace = launched(trace, self.launch)
         if self.trainer_args.launch is not None:  # the script's TrainingArguments: their precision and DeepSpeed config
             trace = dataclasses.replace(trace, launch=self.trainer_args.launch)
         request = TraceRequest(select=self.select, ignore=self.ignore, subject=Subject(model=self.label))
         report = report_from_trace(trace, self._reported, request)
-        sources = FindingSources(self._reported, self._info, self.models, self.loads, self._conversions, self.created, self._handled,
-                                 self._lineage)
+        sources = FindingSources(self._reported, self._info, self.models, self.loads, self._conversions, self.created,
+                                 self._handled, self._lineage)
         findings = tuple(sources.placed(f) for f in report.findings)
         environment = dict(report.environment)
         if self.placement.simulated or self.hide_cuda:
