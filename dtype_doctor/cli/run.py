@@ -83,10 +83,16 @@ def run_command(*, command: Command = None, steps: Steps = 1, keep_running: Keep
               file=sys.stderr)
     error = result.outcome.error
     if error is not None:
+        from dtype_doctor.machine.wording import as_device
         from dtype_doctor.records.errors import first_line
 
-        print(f"dtype-doctor: {script.display} raised {type(error).__name__}{user_frame(error)}: {first_line(error)}",
-              file=sys.stderr)
+        said = first_line(error)
+        if options.placement.simulated:  # the stand-in said as the device it stands for
+            from dtype_doctor.machine.placement import CUDA0
+
+            wanted = str(options.placement.device or "cuda")
+            said = as_device(said, CUDA0 if wanted == "cuda" else wanted) or said
+        print(f"dtype-doctor: {script.display} raised {type(error).__name__}{user_frame(error)}: {said}", file=sys.stderr)
     report = shown[-1] if shown else result.report
     code = reporting.exit_code(report)
     if code == 0 and keep_running and not findings.write_baseline:

@@ -50,6 +50,29 @@ def with_move_source(finding: Finding, handled: Mapping[str, Any]) -> Finding:
     return _reworded(dataclasses.replace(finding, source=next(iter(moves.values()))), remedies)
 
 
+def with_bound_source(finding: Finding, bound: Any, handled: Mapping[str, Any]) -> Finding:
+    """A DD201 on an input that reached the model by a plain name, or on a model that did: the
+    finding names the user's line that last bound that name (`data, target = data, target.to(device)`,
+    `model = Net()`): the line the dropped move belongs on. An input a user op handled later in that
+    function (or in another function: `get_batch`'s `pin_memory()`) keeps the handled line."""
+    if finding.code != "DD201":
+        return finding
+    from dtype_doctor.source.bindings import same_function
+
+    for r in finding.remedies:
+        if not _moves(r):
+            continue
+        if r.target == "model" and bound.model is not None:
+            return dataclasses.replace(finding, source=bound.model)
+        loc, seen = bound.inputs.get(r.target), handled.get(r.target)
+        if loc is None:
+            continue
+        if seen is None or seen.source is None or (seen.source.file == loc.file and seen.source.line < loc.line
+                                                   and same_function(loc.file, seen.source.line, loc.line)):
+            return dataclasses.replace(finding, source=loc)
+    return finding
+
+
 # torch factories whose device is the caller's free choice (no data to take it from): made in a model's own
 # method without device=, the tensor is on the CPU because that line said nothing.
 _FACTORIES = frozenset({"zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "linspace", "eye"})

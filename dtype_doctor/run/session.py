@@ -28,6 +28,7 @@ import torch
 from dtype_doctor.records import Report, SourceLoc, Subject, TraceFailure
 from dtype_doctor.run.models import has_parameters, is_model_call
 from dtype_doctor.run.conversions import ConversionLog
+from dtype_doctor.run.bindings import CallBindings, bound_at_call
 from dtype_doctor.records.errors import StopScript, first_line
 from dtype_doctor.machine.control import UserCodeTimeout
 from dtype_doctor.run.lineage import (
@@ -70,6 +71,8 @@ class StepCapture:
     conversions: ConversionLog = field(compare=False, repr=False)
     # Input name (and loss target) → the last user line that handled it before the step took it.
     handled: dict[str, Handled] = field(default_factory=dict, compare=False, repr=False)
+    # Where the user's code last bound the model and each input it passed (the line a dropped move belongs on).
+    bound: CallBindings = field(default_factory=CallBindings, compare=False, repr=False)
 
 
 class RunSession:
@@ -394,7 +397,7 @@ class RunSession:
         self._lineage = boundary_lineage(self.book, model, args, kwargs)
         self._handled.update(handled_at_boundary(self.book, model, args, kwargs))
         self.capture = StepCapture(model, named_inputs(model, args, kwargs), user_site(1), self._autocast_now(model),
-                                   self._conversions, self._handled)
+                                   self._conversions, self._handled, bound_at_call(model, args, kwargs))
         session.start()
         if self.models.pipeline is not None:  # a pipeline's component: its other components are the step's too
             self._several_models()
@@ -520,7 +523,7 @@ class RunSession:
         request = TraceRequest(select=self.select, ignore=self.ignore, subject=Subject(model=self.label))
         report = report_from_trace(trace, self._reported, request)
         sources = FindingSources(self._reported, self._info, self.models, self.loads, self._conversions, self.created,
-                                 self._handled, self._lineage)
+                                 self._handled, self._lineage, self.capture.bound if self.capture else CallBindings())
         findings = tuple(sources.placed(f) for f in report.findings)
         environment = dict(report.environment)
         if self.placement.simulated or self.hide_cuda:

@@ -69,6 +69,7 @@ class FindingSources:
     created: dict[str, list[SourceLoc]]
     handled: dict[str, Any]
     lineage: Any  # run.lineage's record of the step inputs' origins
+    bound: Any  # run.bindings.CallBindings: the lines that last bound the model and its inputs
 
     def placed(self, finding: Any) -> Any:
         """The finding with its source: its parameters' conversion or load, a created tensor's line,
@@ -85,9 +86,10 @@ class FindingSources:
     def _with_move_source(self, finding: Any) -> Any:
         """A device mismatch on a pipeline tensor names the last user line that handled it before the
         step took it: where the move the script dropped belongs."""
-        from dtype_doctor.run.created import with_made_source, with_move_source
+        from dtype_doctor.run.created import with_bound_source, with_made_source, with_move_source
 
-        return with_made_source(with_move_source(finding, self.handled), self.lineage, self.reported)
+        moved = with_bound_source(with_move_source(finding, self.handled), self.bound, self.handled)
+        return with_made_source(moved, self.lineage, self.reported)
 
     def _with_model_source(self, finding: Any) -> Any:
         """A finding about one of several models as a whole (DD801, DD802) names the user's line that gave

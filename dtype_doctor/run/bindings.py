@@ -1,0 +1,71 @@
+"""At the traced model call: the user's lines that last bound the model and each of its inputs.
+
+The lineage sees tensors through torch's ops; a batch the script forgot to move, or a model it
+never moved, has no op on the line that lost the move. The call's own frame holds the names
+(`output = model(data)`), so source.bindings can name where each was last bound, following a
+name that is a parameter of the user's function to the caller's argument (`train(model, ...)` →
+`model = Net()` in `main`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from dtype_doctor.machine.user_code import display_path, first_user_frame, frames_above, is_user_file
+from dtype_doctor.records import SourceLoc
+from dtype_doctor.source.bindings import call_at, last_binding, parameter_index
+
+_DEPTH = 3  # callers followed for a name that is a parameter
+
+
+@dataclass(frozen=True)
+class CallBindings:
+    """The model call's line, the line that last bound the called model's name, and each input's
+    (by the forward's parameter name)."""
+
+    call: SourceLoc | None = None
+    model: SourceLoc | None = None
+    inputs: dict[str, SourceLoc] = field(default_factory=dict)
+
+
+def bound_at_call(model: Any, args: tuple, kwargs: dict) -> CallBindings:
+    """Where the user's code bound what it passed to `model(*args, **kwargs)`; empty when the model
+    is called from a library (the Trainer) or the call is not a plain name's."""
+    frame = first_user_frame(frames_above(1))
+    if frame is None:
+        return CallBindings()
+    file = frame.f_code.co_filename
+    site = call_at(file, frame.f_lineno)
+    if site is None or site.callee is None:
+        return CallBindings()
+    try:
+        names = [p for p in inspect.signature(model.forward).parameters]
+    except (TypeError, ValueError):
+        names = []
+    passed = {names[i]: arg for i, arg in enumerate(site.positional[:len(args)]) if i < len(names) and arg}
+    passed.update({k: v for k, v in site.keywords if v and k in kwargs})
+    inputs = {param: loc for param, arg in passed.items() if (loc := _bound(frame, arg, _DEPTH)) is not None}
+    callee = _bound(frame, site.callee, _DEPTH) if "." not in site.callee else None
+    return CallBindings(SourceLoc(display_path(file), frame.f_lineno), callee, inputs)
+
+
+def _bound(frame: FrameType, name: str, depth: int) -> SourceLoc | None:
+    file, line = frame.f_code.co_filename, frame.f_lineno
+    found = last_binding(file, line, name)
+    if found is not None:
+        return SourceLoc(display_path(file), found)
+    param = parameter_index(file, line, name)
+    parent = frame.f_back
+    if param is None or depth == 0 or parent is None or not is_user_file(parent.f_code.co_filename):
+        return None
+    function, index = param
+    site = call_at(parent.f_code.co_filename, parent.f_lineno, callee=function)
+    if site is None:
+        return None
+    if index is not None and site.callee and "." in site.callee and frame.f_code.co_varnames[:1] in (("self",), ("cls",)):
+        index -= 1  # a method called on its object: `self` is not among the call's arguments
+    arg = site.positional[index] if index is not None and 0 <= index < len(site.positional) else dict(site.keywords).get(name)
+    return _bound(parent, arg, depth - 1) if arg else None
