@@ -4,6 +4,8 @@ name, on the line that lost its `.to(device)`, in the shape of pytorch/examples'
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 import torch
 
@@ -38,6 +40,14 @@ def test_a_batch_left_unmoved_is_named_at_the_line_that_dropped_its_move(tmp_pat
     assert code == 1 and [f["code"] for f in errors] == ["DD201"], err[-2000:]
     # not the for line that took the batch from the DataLoader: the next one, where `target` moved and `data` did not
     assert _named_at(errors[0], "loader_loop.py", _line_of(root, "loader_loop.py", dropped)), errors[0]["source"]
+    # and fixed there: the move goes back on that line, so the loss that reads `data` later is on the GPU too
+    code, report, err = _cli(["fix", "--run", *T4, "--write-patch", str(root / "fix.patch"), "-f", "json", "--",
+                              "python", "loader_loop.py"], capsys)
+    assert code == 0 and report["fix"]["verified"] is True, err[-2000:]
+    patch = (root / "fix.patch").read_text()
+    assert "+        data, target = data.to(device), target.to(device)" in patch, patch
+    subprocess.run(["git", "apply", "fix.patch"], cwd=root, check=True, capture_output=True)
+    assert _python(root, "loader_loop.py").returncode == 0
 
 
 def test_a_model_never_moved_is_named_where_it_was_made_through_the_callers_argument(tmp_path, capsys, monkeypatch) -> None:

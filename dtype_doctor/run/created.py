@@ -69,7 +69,9 @@ def with_bound_source(finding: Finding, bound: Any, handled: Mapping[str, Any]) 
             continue
         if seen is None or seen.source is None or (seen.source.file == loc.file and seen.source.line < loc.line
                                                    and same_function(loc.file, seen.source.line, loc.line)):
-            return dataclasses.replace(finding, source=loc)
+            # the move goes on that line too (`data, target = data.to(device), target.to(device)`)
+            remedies = tuple(dataclasses.replace(x, source=loc) if x is r else x for x in finding.remedies)
+            return _reworded(dataclasses.replace(finding, source=loc), remedies)
     return finding
 
 
