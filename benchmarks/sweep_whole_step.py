@@ -319,7 +319,7 @@ def simulated_optimizer_step(model: Any, gpu: str) -> Outcome:
         for p in params:
             p.grad = torch.empty_like(p)
     optimizer = torch.optim.AdamW(params, lr=1e-3, foreach=True)
-    session = TraceSession(model, simulated=True, probe_gpu=gpu, alias={"meta": "cuda:0"})
+    session = TraceSession(model, placement=decide("cuda", simulate=True, gpu=gpu), alias={"meta": "cuda:0"})
     failure = None
     with mode:
         session.start()

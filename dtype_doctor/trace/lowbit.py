@@ -19,7 +19,8 @@ def torchao_recipe(model: Any) -> MxRecipe | None:
     """The Linear layers whose weights torchao's MX/NVFP4 training swapped, or None."""
     linears, recipe, emulated = [], None, False
     for name, mod in model.named_modules():
-        weight = getattr(mod, "weight", None)
+        # the registered parameter, not the attribute: a parametrized weight (weight_norm) would run its parametrization
+        weight = mod._parameters.get("weight")
         kind = TORCHAO_WEIGHTS.get(type(weight).__name__)
         if kind is None or not hasattr(mod, "in_features"):
             continue
@@ -45,8 +46,6 @@ def te_recipe(recipe: Any, model: Any) -> MxRecipe | None:
         for n, m in model.named_modules()
         if type(m).__module__.startswith("transformer_engine") and hasattr(m, "in_features"))
     return MxRecipe("transformer_engine", kind, grad_format=fmt, linears=linears)
-
-
 
 
 def mx_recipe_of(model: Any) -> MxRecipe | None:
