@@ -204,3 +204,30 @@ def test_the_suite_scans_every_rendered_report_for_meta() -> None:
     report = Report((), Target("net", None, None, "meta", True, None, None, False), {}, trace)
     with pytest.raises(AssertionError, match="shows 'meta'"):
         render(report, "json")
+
+
+PINNED = """\
+import sys
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+model = torch.nn.Linear(4, 2).cuda()
+host = torch.randn(8, 4)
+loader = DataLoader(TensorDataset(host, torch.zeros(8)), batch_size=4, pin_memory=True)
+x, _ = next(iter(loader))
+print("pinned", host.is_pinned(), host.pin_memory().is_pinned(), x.is_pinned(), file=sys.stderr)
+model(x.to("cuda", non_blocking=True))
+"""
+
+
+def test_pinned_memory_reads_pinned_as_on_a_gpu_machine(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    # On a CUDA machine pin_memory() hands out a page-locked copy and DataLoader(pin_memory=True) pins its batches
+    # (torch/utils/data/_utils/pin_memory.py); the host tensor itself stays unpinned. Here there is no accelerator:
+    import torch
+
+    with pytest.raises(RuntimeError):
+        torch.randn(2).pin_memory()
+    (workdir / "train.py").write_text(PINNED)
+    code, report, err = _run(["run", "--simulate", "-f", "json", "--", "python", "train.py"], capsys)
+    assert code == 0 and report is not None and report["findings"] == [], err
+    assert "pinned False True True" in err

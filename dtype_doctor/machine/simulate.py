@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -127,6 +128,7 @@ class _CudaMode(TorchFunctionMode):
     def __init__(self, sim: "CudaSimulation") -> None:
         super().__init__()
         self.sim = sim
+        self.pinned: dict[int, weakref.ref] = {}  # what pin_memory() handed out, by id (tensors compare by value)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
@@ -155,7 +157,13 @@ class _CudaMode(TorchFunctionMode):
             if self.sim.indexed and target is not None and torch.device(target).type == "meta":
                 args = (self.sim.faked(args[0]), *args[1:])  # a plain meta tensor forgets its GPU; a fake one keeps it
         elif func is torch.Tensor.pin_memory:
-            return args[0]  # page-locked host memory is a CUDA-machine optimisation; the data is the same
+            # Page-locked host memory is a CUDA machine's: the data is the same, and the copy reads pinned, as there.
+            out = args[0].view_as(args[0])
+            self.pinned[id(out)] = weakref.ref(out, lambda _, key=id(out): self.pinned.pop(key, None))
+            return out
+        elif func is torch.Tensor.is_pinned and args:
+            held = self.pinned.get(id(args[0]))
+            return held is not None and held() is args[0]
         elif func is torch.Tensor.__getitem__ and len(args) == 2 and not _simulated(args[0]) and _simulated(args[1]) \
                 and args[1].dim() == 0:
             # A host table indexed by a CUDA scalar (a scheduler's alphas_cumprod[timestep]): torch reads the
