@@ -180,3 +180,14 @@ def test_one_rule_for_where_a_simulated_tensor_lives(build_cuda: str | None, mon
     assert simulated_home("cuda:1") == meta and stand_in_for(1) == meta
     # several GPUs: cuda:k on meta:k, as a device map's GPU indices and run --gpus N ask
     assert simulated_home(1, indexed=True) == torch.device("meta", 1) == stand_in_for(1, gpus=2)
+
+
+def test_trace_session_still_takes_probe_gpu_the_keyword_it_had_before_the_placement() -> None:
+    import torch
+
+    from dtype_doctor.machine.gpus import gpu_profile
+    from dtype_doctor.trace.session import TraceSession
+
+    old = TraceSession(torch.nn.Linear(2, 2), simulated=True, probe_gpu="t4")
+    new = TraceSession(torch.nn.Linear(2, 2), placement=decide("cuda", simulate=True, gpu="t4"))
+    assert old.simulated and old.predict is not None and old.predict.gpu == new.predict.gpu == gpu_profile("t4")

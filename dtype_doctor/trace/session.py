@@ -61,7 +61,12 @@ class TraceSession:
         alias: Mapping[str, str] | None = None,
         extra_modes: Iterable[TorchFunctionMode] = (),
         refusal: Callable[[Any], str | None] | None = None,
+        probe_gpu: str | None = None,
     ) -> None:
+        if probe_gpu is not None and placement is None:  # the keyword before the Placement carried the GPU (kept: public API)
+            from dtype_doctor.machine.placement import decide
+
+            placement = decide("cuda", simulate=True, gpu=probe_gpu)
         predict = None
         if simulated is None:  # the placement's, or real tensors without one
             simulated = placement is not None and placement.simulated
