@@ -7,8 +7,8 @@ Where the bug is one this CPU really has, PyTorch is the oracle: plain `python` 
 is checked under `--simulate` (a tensor left on the CPU meets a CUDA weight: CUDA's
 `Expected all tensors to be on the same device` check in TensorIterator / the LSTM's own `_check_input_device`).
 
-The xfail marks name defects the sweep found that are still open (benchmarks/SCRIPT_SWEEP.md's class S9); each
-is strict, so it turns into a failure the day the fix lands and the mark is removed (S1, S3, S5 and S6 were, on
+The xfail marks name defects the sweep found that are still open (benchmarks/SCRIPT_SWEEP.md's classes); each
+is strict, so it turns into a failure the day the fix lands and the mark is removed (S1, S3, S5, S6 and S9 were, on
 2026-11-28).
 """
 
@@ -84,8 +84,6 @@ def test_each_shape_runs_plainly_and_clean_under_run(script: str, tmp_path: Path
     assert code == 0 and report is not None and _errors(report) == [], err[-2000:]
 
 
-@pytest.mark.xfail(strict=True, reason="S9: int32 targets made in a Dataset's __getitem__ and passed to a loss the "
-                                       "script calls: DD104 is found but names no source line (lineage: none)")
 def test_int32_targets_made_in_getitem_are_found_there_and_fixed_there(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     # minGPT's adder shape: the dataset's __getitem__ makes the targets (int32 here); cross_entropy refuses them.

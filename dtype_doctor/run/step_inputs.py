@@ -44,7 +44,12 @@ class StepInputs(TorchFunctionMode):
         tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
         if len(tensors) < 2:
             return
-        new = [t for t in tensors if s.book.chain(t) and not s._session.recorder.knows(t)]
+        # A pipeline tensor (one with a lineage) the step has not made; a loss target the step reshaped first
+        # (`y.reshape(-1)`) is the recorder's too, and still the pipeline's target (never one named an input).
+        rec = s._session.recorder
+        targets = [t for n, t in named_operands(func, args, kwargs) if n == "target" and isinstance(t, torch.Tensor)]
+        new = [t for t in tensors if s.book.chain(t) and (not rec.knows(t) or (
+            any(t is x for x in targets) and getattr(rec.prov.get(t), "kind", None) != "input"))]
         if not new or len(new) == len(tensors):
             return  # pipeline tensors among themselves (collate, stacking): not the step using them
         from_pipeline = [(n, t) for n, t in named_operands(func, args, kwargs) if any(t is x for x in new)]
