@@ -33,8 +33,16 @@ class CallBindings:
 
 def bound_at_call(model: Any, args: tuple, kwargs: dict) -> CallBindings:
     """Where the user's code bound what it passed to `model(*args, **kwargs)`; empty when the model
-    is called from a library (the Trainer) or the call is not a plain name's."""
-    frame = first_user_frame(frames_above(1))
+    is called from a library (the Trainer) or the call is not a plain name's. Never raises: naming
+    a line must not break the script."""
+    try:
+        return _bound_at_call(model, args, kwargs)
+    except Exception:  # noqa: BLE001
+        return CallBindings()
+
+
+def _bound_at_call(model: Any, args: tuple, kwargs: dict) -> CallBindings:
+    frame = first_user_frame(frames_above(2))
     if frame is None:
         return CallBindings()
     file = frame.f_code.co_filename
