@@ -156,14 +156,8 @@ class _CudaMode(TorchFunctionMode):
             target = args[1] if len(args) > 1 and _is_device_arg(args[1]) else kwargs.get("device")
             if self.sim.indexed and target is not None and torch.device(target).type == "meta":
                 args = (self.sim.faked(args[0]), *args[1:])  # a plain meta tensor forgets its GPU; a fake one keeps it
-        elif func is torch.Tensor.pin_memory:
-            # Page-locked host memory is a CUDA machine's: the data is the same, and the copy reads pinned, as there.
-            out = args[0].view_as(args[0])
-            self.pinned[id(out)] = weakref.ref(out, lambda _, key=id(out): self.pinned.pop(key, None))
-            return out
-        elif func is torch.Tensor.is_pinned and args:
-            held = self.pinned.get(id(args[0]))
-            return held is not None and held() is args[0]
+        elif (func is torch.Tensor.pin_memory or func is torch.Tensor.is_pinned) and args:
+            return self._pinned(func, args[0])
         elif func is torch.Tensor.__getitem__ and len(args) == 2 and not _simulated(args[0]) and _simulated(args[1]) \
                 and args[1].dim() == 0:
             # A host table indexed by a CUDA scalar (a scheduler's alphas_cumprod[timestep]): torch reads the
@@ -204,6 +198,16 @@ class _CudaMode(TorchFunctionMode):
             self.sim.memory.saw(out)
         return self.sim.place(out) if placed else out
 
+
+    def _pinned(self, func: Any, t: torch.Tensor) -> Any:
+        """Page-locked host memory is a CUDA machine's: pin_memory() hands out a copy (the same data) that
+        reads pinned, as there; is_pinned() answers for the copies handed out."""
+        if func is torch.Tensor.is_pinned:
+            held = self.pinned.get(id(t))
+            return held is not None and held() is t
+        out = t.view_as(t)
+        self.pinned[id(out)] = weakref.ref(out, lambda _, key=id(out): self.pinned.pop(key, None))
+        return out
 
     def _call(self, func: Any, args: tuple, kwargs: dict) -> Any:
         if not self.sim.indexed:
