@@ -74,7 +74,7 @@ def _named_at(finding: dict, script: str, line: int) -> bool:
     return Path(str(source.get("file"))).name == script and source.get("line") == line
 
 
-@pytest.mark.parametrize("script", ["accel_loop.py", "lstm_lm.py", "rope_lm.py", "list_batch.py"])
+@pytest.mark.parametrize("script", ["accel_loop.py", "lstm_lm.py", "rope_lm.py", "list_batch.py", "gan_loop.py", "poly_fit.py"])
 def test_each_shape_runs_plainly_and_clean_under_run(script: str, tmp_path: Path, capsys: pytest.CaptureFixture,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     root = _workspace(tmp_path, script)

@@ -186,3 +186,61 @@ def test_fp16_autocast_with_no_gradscaler_gets_one_around_the_scripts_backward_a
     code, report, err = _cli(["run", *T4, "-f", "json", "--", "python", "amp_loop.py"], capsys)
     assert code == 0 and _errors(report) == [], report["findings"]
     assert _python(root, "amp_loop.py").returncode == 0
+
+
+def test_float64_numpy_data_that_fails_before_the_model_is_named_where_made_and_cast_there(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The plain call first: float64 data meets the script's float32 weights in a matmul of its own, before any model.
+    with pytest.raises(RuntimeError):
+        torch.zeros(2, 3, dtype=torch.float64).mm(torch.zeros(3, 1))
+    made = "    points = torch.from_numpy(np.random.rand(size).astype(np.float32))"
+    float64 = "    points = torch.from_numpy(np.random.rand(size))"
+    root = _workspace(tmp_path, "poly_fit.py", made, float64)
+    monkeypatch.chdir(root)
+    assert _python(root, "poly_fit.py").returncode != 0  # the script fails plainly, on any machine
+    line = _line_of(root, "poly_fit.py", float64)
+    code, report, err = _cli(["run", "-f", "json", "--", "python", "poly_fit.py"], capsys)
+    assert code == 1 and report is not None, err[-2000:]
+    errors = _errors(report)
+    assert [f["code"] for f in errors] == ["DD101"] and _named_at(errors[0], "poly_fit.py", line), errors
+    assert {t["name"]: t["dtype"] for t in errors[0]["tensors"]} == {"W_true": "float32", "x": "float64"}
+    code, report, err = _cli(["fix", "--run", "--write-patch", str(root / "fix.patch"), "-f", "json", "--",
+                              "python", "poly_fit.py"], capsys)
+    assert code == 0 and report["fix"]["verified"] is True, err[-2000:]
+    subprocess.run(["git", "apply", "fix.patch"], cwd=root, check=True, capture_output=True)
+    assert _python(root, "poly_fit.py").returncode == 0
+    assert "torch.float32" in (root / "poly_fit.py").read_text().splitlines()[line - 1]
+
+
+def test_an_error_before_the_model_that_is_no_dtype_error_is_said_as_the_script_raised(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A shape error of the script's own, before the model: no finding is made up for it (exit 2, the error named).
+    with pytest.raises(RuntimeError):
+        torch.zeros(2, 3).mm(torch.zeros(2, 1))
+    root = _workspace(tmp_path, "poly_fit.py", "W_true = torch.randn(DEGREE, 1)", "W_true = torch.randn(DEGREE + 1, 1)")
+    monkeypatch.chdir(root)
+    code, report, err = _cli(["run", "-f", "json", "--", "python", "poly_fit.py"], capsys)
+    assert code == 2 and report is None and "raised RuntimeError before calling a model" in err, err[-2000:]
+
+
+def test_float64_noise_into_a_second_model_of_the_step_is_named_where_made_and_cast_there(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The plain call first: float64 noise into the generator's float32 Linear.
+    with pytest.raises(RuntimeError):
+        torch.nn.Linear(4, 2)(torch.zeros(1, 4, dtype=torch.float64))
+    made = "    noise = torch.randn(real.size(0), nz, device=device)"
+    float64 = "    noise = torch.from_numpy(__import__('numpy').random.randn(real.size(0), nz)).to(device)"
+    root = _workspace(tmp_path, "gan_loop.py", made, float64)
+    monkeypatch.chdir(root)
+    assert _python(root, "gan_loop.py").returncode != 0
+    line = _line_of(root, "gan_loop.py", float64)
+    code, report, err = _cli(["run", "-f", "json", "--", "python", "gan_loop.py"], capsys)
+    errors = _errors(report)
+    # The generator joins the step second: its input is named as the loop made it, not as a tensor of the step.
+    assert [f["code"] for f in errors] == ["DD101"] and _named_at(errors[0], "gan_loop.py", line), errors
+    code, report, err = _cli(["fix", "--run", "--write-patch", str(root / "fix.patch"), "-f", "json", "--",
+                              "python", "gan_loop.py"], capsys)
+    assert code == 0 and report["fix"]["verified"] is True, err[-2000:]
+    subprocess.run(["git", "apply", "fix.patch"], cwd=root, check=True, capture_output=True)
+    assert "torch.float32" in (root / "gan_loop.py").read_text().splitlines()[line - 1]
+    assert _python(root, "gan_loop.py").returncode == 0

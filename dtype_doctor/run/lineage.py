@@ -47,6 +47,15 @@ class Handled(NamedTuple):
     call: str  # what that line called: ".pin_memory()", "torch.stack"
 
 
+class Raised(NamedTuple):
+    """The last torch call of the script's that raised outside any model: what it was given. A
+    script that stops there (`x.mm(w)` on float64 data) is judged from it (run/before_model.py)."""
+
+    error: BaseException
+    op: str  # the torch function's name: "mm", "linear", "__matmul__"
+    operands: tuple[torch.Tensor, ...]
+
+
 class LineageBook:
     """Tensor → the chain of steps that made it; column name → the chain a map function gave it."""
 
@@ -61,6 +70,7 @@ class LineageBook:
         self.is_step_tensor: Callable[[torch.Tensor], bool] = lambda t: False
         # A simulated run's stand-in device is named as the device it stands for ("meta" → "cuda:0").
         self.device_alias = device_alias or {}
+        self.raised: Raised | None = None
 
     def device(self, d: torch.device) -> str:
         name = device_name(d)
@@ -237,7 +247,12 @@ class LineageMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except Exception as error:
+            if not self.book.is_paused():
+                self.book.raised = Raised(error, getattr(func, "__name__", ""), tuple(tensors_in(args, kwargs)))
+            raise
         if not self.book.is_paused() and not _is_property(func):
             try:
                 self.book.observe(func, args, kwargs, out)
@@ -342,9 +357,18 @@ def as_handled(noted: tuple[tuple[str, int], Any]) -> Handled:
     return Handled(SourceLoc(display_path(file), line), _func_name(func))
 
 
-def step_input_lineage(book: LineageBook, t: torch.Tensor, consumer: str, name: str = "") -> Chain:
-    """The chain of a pipeline tensor the step uses outside the model, ending where the step takes it (a loss)."""
-    last = LineageStep("loss", dtype_name(t.dtype), book.device(t.device), tuple(t.shape), f"used by {consumer} outside the model")
+def joined_inputs(book: LineageBook, model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, torch.Tensor]:
+    """The pipeline tensors a model joining the step takes by parameter name (a GAN generator's noise
+    made by the script's loop): those with a chain, none computed by the step (the first model's outputs)."""
+    named = boundary_tensors(named_inputs(model, args, kwargs))
+    return {name: t for name, t in named.items() if book.chain(t) and not (t.grad_fn is not None and book.is_step_tensor(t))}
+
+
+def step_input_lineage(book: LineageBook, t: torch.Tensor, consumer: str, name: str = "", *, boundary: bool = False) -> Chain:
+    """The chain of a pipeline tensor the step uses outside the model, ending where the step takes it (a
+    loss), or at the boundary of a model joining the step (`boundary`)."""
+    said = f"taken by {consumer}" if boundary else f"used by {consumer} outside the model"
+    last = LineageStep("model-boundary" if boundary else "loss", dtype_name(t.dtype), book.device(t.device), tuple(t.shape), said)
     return book.made_of_values(name, book.chain(t)) + (last,)
 
 

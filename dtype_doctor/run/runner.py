@@ -166,6 +166,12 @@ def _without_a_model_report(command: ScriptCommand, outcome: ScriptOutcome, sess
         if refused_read is not None:  # a TF32 read PyTorch refused: the two APIs mixed (DD114)
             reported(refused_read)
             return RunResult(command, refused_read, outcome, 0)
+        from dtype_doctor.run.before_model import raised_report
+
+        raised = raised_report(session.book, error, command, options)
+        if raised is not None:  # a torch call of the script's own refused dtypes or devices before any model call
+            reported(raised)
+            return RunResult(command, raised, outcome, 0)
         where = user_frame(error)
         from dtype_doctor.machine.fake_packages import not_simulated
 

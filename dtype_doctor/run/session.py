@@ -35,8 +35,10 @@ from dtype_doctor.run.lineage import (
     Chain,
     Handled,
     LineageBook,
+    as_handled,
     LineageMode,
     boundary_lineage,
+    joined_inputs,
     handled_at_boundary,
     named_inputs,
     patch_datasets,
@@ -328,6 +330,8 @@ class RunSession:
             self.grads.arm(holder.module, holder.name)  # a model joining the step: its gradients too
         rec.adopt(holder.module, holder.name, model=holder.module is module)
         rec.adopt(module, holder.name, model=True)  # its forward is a model's, named under its holder
+        for input_name, t in joined_inputs(self.book, module, args, kwargs).items():  # a GAN generator's noise
+            self.tag_step_input(input_name, t, holder.name, boundary=True)
         name = rec.module_name(module) or holder.name
         if holder.name not in models.sites:
             models.sites[holder.name] = user_site(2)
@@ -421,8 +425,8 @@ class RunSession:
             return dtype_name(torch.get_autocast_dtype(kind))
         return None
 
-    def tag_step_input(self, name: str, t: torch.Tensor, consumer: str) -> None:
-        """A pipeline tensor used by the step outside the model (a loss target): name it, keep its lineage."""
+    def tag_step_input(self, name: str, t: torch.Tensor, consumer: str, *, boundary: bool = False) -> None:
+        """A pipeline tensor the step uses outside the model (a loss target) or a model joining it takes: named, with its lineage."""
         assert self._session is not None
         rec = self._session.recorder
         taken = set(self._lineage) | {m.name for m in rec.boundary_inputs}
@@ -430,11 +434,8 @@ class RunSession:
         while unique in taken:
             unique, i = f"{name}_{i}", i + 1
         rec.tag_input(unique, t)
-        self._lineage[unique] = step_input_lineage(self.book, t, consumer, name)
-        handled = self.book.handled.get(t)
-        if handled is not None:
-            from dtype_doctor.run.lineage import as_handled
-
+        self._lineage[unique] = step_input_lineage(self.book, t, consumer, name, boundary=boundary)
+        if (handled := self.book.handled.get(t)) is not None:
             self._handled[unique] = as_handled(handled)
 
     def note_creation(self, factory: str) -> None:
