@@ -139,6 +139,10 @@ def test_a_list_batch_left_on_the_cpu_is_moved_where_the_script_moves_it(
     moved = "            batch = [t.to(self.device) for t in batch]"
     root = _workspace(tmp_path, "list_batch.py", moved, "            batch = [t for t in batch]")
     monkeypatch.chdir(root)
+    code, report, err = _cli(["run", *T4, "-f", "json", "--", "python", "list_batch.py"], capsys)
+    # The model takes `x` from `x, y = batch`; the move was dropped where `batch` was made, one line up.
+    line = _line_of(root, "list_batch.py", "batch = [t for t in batch]")
+    assert code == 1 and any(_named_at(f, "list_batch.py", line) for f in _errors(report)), report["findings"]
     code, report, err = _cli(["fix", "--run", *T4, "--write-patch", str(root / "fix.patch"), "-f", "json", "--",
                               "python", "list_batch.py"], capsys)
     assert code == 0 and report is not None and report["fix"]["verified"] is True, err[-2000:]

@@ -16,7 +16,7 @@ from typing import Any
 
 from dtype_doctor.machine.user_code import display_path, first_user_frame, frames_above, is_user_file
 from dtype_doctor.records import SourceLoc
-from dtype_doctor.source.bindings import call_at, last_binding, parameter_index
+from dtype_doctor.source.bindings import assigned_at, call_at, last_binding, parameter_index, unpacked_from
 
 _DEPTH = 3  # callers followed for a name that is a parameter
 
@@ -64,7 +64,7 @@ def _bound(frame: FrameType, name: str, depth: int) -> SourceLoc | None:
     file, line = frame.f_code.co_filename, frame.f_lineno
     found = last_binding(file, line, name)
     if found is not None:
-        return SourceLoc(display_path(file), found)
+        return SourceLoc(display_path(file), _unpacked(file, found, name))
     param = parameter_index(file, line, name)
     parent = frame.f_back
     if param is None or depth == 0 or parent is None or not is_user_file(parent.f_code.co_filename):
@@ -77,3 +77,15 @@ def _bound(frame: FrameType, name: str, depth: int) -> SourceLoc | None:
         index -= 1  # a method called on its object: `self` is not among the call's arguments
     arg = site.positional[index] if index is not None and 0 <= index < len(site.positional) else dict(site.keywords).get(name)
     return _bound(parent, arg, depth - 1) if arg else None
+
+
+def _unpacked(file: str, line: int, name: str) -> int:
+    """`x, y = batch` names no move; the assignment that made `batch` (`batch = [t for t in batch]`,
+    where the `.to(device)` was dropped) does. Followed through plain names while each is assigned."""
+    for _ in range(_DEPTH):
+        source = unpacked_from(file, line, name)
+        earlier = last_binding(file, line, source) if source else None
+        if earlier is None or not assigned_at(file, earlier):
+            return line
+        line, name = earlier, source
+    return line

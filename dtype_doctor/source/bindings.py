@@ -69,6 +69,26 @@ def last_binding(path: str, line: int, name: str) -> int | None:
     return None
 
 
+def unpacked_from(path: str, line: int, name: str) -> str | None:
+    """When the statement on `line` binds `name` by unpacking or renaming another plain name
+    (`x, y = batch`, `inputs = batch`): that name, whose own binding is where a move belongs."""
+    tree = _parsed(path)
+    if tree is None:
+        return None
+    for node in _own_nodes(_scope_at(tree, line)):
+        if isinstance(node, ast.Assign) and node.lineno == line and isinstance(node.value, ast.Name):
+            if node.value.id != name and any(isinstance(n, ast.Name) and n.id == name for t in node.targets for n in ast.walk(t)):
+                return node.value.id
+    return None
+
+
+def assigned_at(path: str, line: int) -> bool:
+    """Whether the statement on `line` is an assignment (not a loop's or a `with`'s target)."""
+    tree = _parsed(path)
+    return tree is not None and any(isinstance(n, (ast.Assign, ast.AnnAssign)) and n.lineno == line
+                                    for n in _own_nodes(_scope_at(tree, line)))
+
+
 def parameter_index(path: str, line: int, name: str) -> tuple[str, int | None] | None:
     """When `name` is a parameter of the function holding `line`: (the function's name, its
     positional index or None for keyword-only)."""
