@@ -189,3 +189,37 @@ def test_diagnose_reports_carry_coverage_and_stand_ins() -> None:
     assert [(s["what"], s["value"]) for s in d["stand_ins"]] == [("Tensor.__bool__", "False")]
     real = dtype_doctor.diagnose(Net(), {"input": torch.randn(2, 4)}, train=True).to_dict()
     assert real["stand_ins"] == [] and real["coverage"]["complete"] is True
+
+
+# trl's GRPO after generate: a completion mask made on the device, copied to the host, each row selected by it.
+MASKED_ROWS = """\
+import torch
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 8).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(2, 4, 8, device=device)
+loss = model(x).pow(2).mean()
+ids = model(x).argmax(-1).detach()
+is_eos = ids == 7
+eos_idx = torch.full((2,), 4, dtype=torch.long, device=device)
+eos_idx[is_eos.any(dim=1)] = is_eos.int().argmax(dim=1)[is_eos.any(dim=1)]
+mask = (torch.arange(4, device=device).expand(2, -1) <= eos_idx.unsqueeze(1)).int()
+completions = [c[m].tolist() for c, m in zip(ids.cpu(), mask.bool().cpu())]
+print("last tokens", [c[-1] for c in completions])
+loss.backward()
+optimizer.step()
+"""
+
+
+def test_a_mask_copied_to_the_host_selects_every_element(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    (workdir / "train.py").write_text(MASKED_ROWS)
+    # On the real CPU every row keeps at least its first token (eos_idx >= 0), so `c[-1]` exists.
+    code, report, out = _run(["run", "-f", "json", "--", "python", "train.py"], capsys)
+    assert code == 0 and "last tokens" in out, out[-2000:]
+    # Simulated, the mask holds no values: an all-False stand-in would empty each row and `c[-1]` raise IndexError.
+    code, report, out = _run(["run", "--simulate", "-f", "json", "--", "python", "train.py"], capsys)
+    assert code == 0 and "last tokens [0, 0]" in out, out[-2000:]
+    assert not [f for f in report["findings"] if f["severity"] == "error"]
+    assert any(s["what"] == "Tensor.cpu" and s["value"] == "a [2, 4] bool tensor of True" for s in report["stand_ins"])

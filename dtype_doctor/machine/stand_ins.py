@@ -13,7 +13,8 @@ a healthy run takes:
   number, so a generation loop ends at its length limit, as it does where no EOS is met;
   another condition is False under `any` and a bare `if`, True under `all`;
 - any other float reads 1.0 (finite), an int scalar 1 (a count: never a zero divisor), the
-  elements of a `.tolist()` / `.cpu()` / `.numpy()` copy 0 (a valid index) or 1.0;
+  elements of a `.tolist()` / `.cpu()` / `.numpy()` copy 0 (a valid index) or 1.0, a boolean mask's True
+  (every element selected, as boolean indexing on the simulated GPU selects);
 - data-dependent sizes (`nonzero`, `masked_select`, boolean indexing, `unique`) take every
   element (the largest size the op can give), keeping autograd through the selection.
 
@@ -153,8 +154,13 @@ class StandIns:
             return self._took(what, value, why)
         copy = self.host_copy(t)
         fill = copy.flatten()[0].item() if copy.numel() else None
-        self._took(what, f"a {list(t.shape)} {str(t.dtype).removeprefix('torch.')} tensor of {fill}",
-                   self.value(t)[1] if t in self._known or t.dtype == torch.bool else "elements a valid index (0) or finite (1.0)")
+        if _is_mask(t, self._known):
+            why = MASK_WHY
+        elif t in self._known or t.dtype == torch.bool:
+            why = self.value(t)[1]
+        else:
+            why = "elements a valid index (0) or finite (1.0)"
+        self._took(what, f"a {list(t.shape)} {str(t.dtype).removeprefix('torch.')} tensor of {fill}", why)
         if func is torch.Tensor.tolist:
             return copy.tolist()
         if func is torch.Tensor.numpy:
@@ -163,7 +169,9 @@ class StandIns:
 
     def host_copy(self, t: torch.Tensor) -> torch.Tensor:
         """A CPU tensor of `t`'s shape and dtype holding its stand-in values."""
-        if t in self._known or t.dtype == torch.bool or t.is_floating_point():
+        if _is_mask(t, self._known):
+            fill = True
+        elif t in self._known or t.dtype == torch.bool or t.is_floating_point():
             fill = self.value(t)[0]
         else:
             fill = 0
@@ -242,3 +250,13 @@ def sized(func: Any, args: tuple, kwargs: dict, stand_ins: StandIns) -> Any:
             extra.append(torch.empty((n,), dtype=torch.long, device=x.device))
         return (values, *extra) if extra else values
     return NotImplemented
+
+
+MASK_WHY = "a mask taken as selecting every element, as boolean indexing does on the simulated GPU"
+
+
+def _is_mask(t: torch.Tensor, known: Any) -> bool:
+    """A boolean tensor of elements copied to the host: a mask (`c[m]` for each row), which selects every
+    element, as a data-dependent size does; an all-False stand-in would empty every selection (trl's GRPO
+    then indexes `ids[-1]` of an empty completion). A single condition stays a condition."""
+    return t.dtype == torch.bool and t.dim() > 0 and t.numel() > 1 and t not in known
