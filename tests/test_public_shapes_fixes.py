@@ -135,6 +135,9 @@ def test_bfloat16_autocast_on_a_t4_is_fixed_by_running_the_scripts_autocast_in_f
     code, report, err = _cli(["fix", "--run", *T4, "--fail-on", "warning", "--write-patch", str(root / "fix.patch"),
                               "-f", "json", "--", "python", "amp_loop.py"], capsys)
     assert report is not None and any(f["code"] == "DD107" for f in report["findings"]), err[-2000:]
+    # Named where the script made the autocast it enters (`ctx = ...`, entered by `with ctx:` around the call).
+    line = _line_of(root, "amp_loop.py", pinned)
+    assert all(_named_at(f, "amp_loop.py", line) for f in report["findings"] if f["code"] == "DD107"), report["findings"]
     assert code == 0 and report["fix"]["verified"] is True, err[-2000:]
     patch = (root / "fix.patch").read_text()
     assert "+ctx = nullcontext() if device_type == \"cpu\" else torch.amp.autocast(device_type=device_type, dtype=torch.float16)" in patch, patch

@@ -16,7 +16,7 @@ from typing import Any
 
 from dtype_doctor.machine.user_code import display_path, first_user_frame, frames_above, is_user_file
 from dtype_doctor.records import SourceLoc
-from dtype_doctor.source.bindings import assigned_at, call_at, last_binding, parameter_index, unpacked_from
+from dtype_doctor.source.bindings import assigned_at, autocast_entered, call_at, last_binding, parameter_index, unpacked_from
 
 _DEPTH = 3  # callers followed for a name that is a parameter
 
@@ -29,6 +29,7 @@ class CallBindings:
     call: SourceLoc | None = None
     model: SourceLoc | None = None
     inputs: dict[str, SourceLoc] = field(default_factory=dict)
+    autocast: SourceLoc | None = None  # the line that made the autocast a `with` around the call entered
 
 
 def bound_at_call(model: Any, args: tuple, kwargs: dict) -> CallBindings:
@@ -57,7 +58,9 @@ def _bound_at_call(model: Any, args: tuple, kwargs: dict) -> CallBindings:
     passed.update({k: v for k, v in site.keywords if v and k in kwargs})
     inputs = {param: loc for param, arg in passed.items() if (loc := _bound(frame, arg, _DEPTH)) is not None}
     callee = _bound(frame, site.callee, _DEPTH) if "." not in site.callee else None
-    return CallBindings(SourceLoc(display_path(file), frame.f_lineno), callee, inputs)
+    made = autocast_entered(file, frame.f_lineno)
+    autocast = SourceLoc(display_path(file), made) if made is not None else None
+    return CallBindings(SourceLoc(display_path(file), frame.f_lineno), callee, inputs, autocast)
 
 
 def _bound(frame: FrameType, name: str, depth: int) -> SourceLoc | None:

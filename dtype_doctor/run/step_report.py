@@ -74,7 +74,18 @@ class FindingSources:
     def placed(self, finding: Any) -> Any:
         """The finding with its source: its parameters' conversion or load, a created tensor's line,
         a moved tensor's line, a whole model's dtype line, in that order of precedence."""
-        return self._with_model_source(self._with_move_source(self._with_creation_source(self._with_parameter_source(finding))))
+        placed = self._with_model_source(self._with_move_source(self._with_creation_source(self._with_parameter_source(finding))))
+        return self._with_autocast_source(placed)
+
+    def _with_autocast_source(self, finding: Any) -> Any:
+        """A half dtype the script's autocast chose (DD107: bfloat16 autocast on a T4) names the line that
+        made that autocast (`ctx = ... torch.amp.autocast(..., dtype=torch.bfloat16)`), where its dtype is."""
+        made = getattr(self.bound, "autocast", None)
+        if finding.source is not None or made is None or finding.code != "DD107":
+            return finding
+        if not any(r.strategy == "autocast" for r in finding.remedies):
+            return finding
+        return dataclasses.replace(finding, source=made)
 
     def _with_creation_source(self, finding: Any) -> Any:
         """A finding on a tensor the model's code made without device= names the user's line that

@@ -82,6 +82,34 @@ def unpacked_from(path: str, line: int, name: str) -> str | None:
     return None
 
 
+def autocast_entered(path: str, line: int) -> int | None:
+    """The line that made the autocast a `with` around `line` entered: the `with torch.autocast(...)`
+    itself, or the assignment of the name it entered (`ctx = nullcontext() if cpu else torch.amp.autocast(...)`
+    ... `with ctx:`); the innermost such `with`; None when no `with` around the line enters one."""
+    tree = _parsed(path)
+    if tree is None:
+        return None
+    withs = [n for n in ast.walk(tree) if isinstance(n, (ast.With, ast.AsyncWith)) and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    for node in sorted(withs, key=lambda n: n.lineno, reverse=True):
+        for item in node.items:
+            if _makes_autocast(item.context_expr):
+                return item.context_expr.lineno
+            if isinstance(item.context_expr, ast.Name):
+                made = last_binding(path, node.lineno, item.context_expr.id)
+                value = _assigned_value(tree, made) if made is not None else None
+                if value is not None and _makes_autocast(value):
+                    return made
+    return None
+
+
+def _makes_autocast(node: ast.expr) -> bool:
+    return any(isinstance(n, ast.Call) and (_dotted(n.func) or "").rpartition(".")[2] == "autocast" for n in ast.walk(node))
+
+
+def _assigned_value(tree: ast.Module, line: int) -> ast.expr | None:
+    return next((n.value for n in ast.walk(tree) if isinstance(n, ast.Assign) and n.lineno == line), None)
+
+
 def assigned_at(path: str, line: int) -> bool:
     """Whether the statement on `line` is an assignment (not a loop's or a `with`'s target)."""
     tree = _parsed(path)
