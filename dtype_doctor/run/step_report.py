@@ -83,8 +83,6 @@ class FindingSources:
         made = getattr(self.bound, "autocast", None)
         if finding.source is not None or made is None or finding.code != "DD107":
             return finding
-        if not any(r.strategy == "autocast" for r in finding.remedies):
-            return finding
         return dataclasses.replace(finding, source=made)
 
     def _with_creation_source(self, finding: Any) -> Any:
