@@ -79,6 +79,14 @@ TRAINER_HALF_LOAD = Bug(
     "AutoModelForSequenceClassification.from_pretrained(model_dir)",
     "AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=torch.float16)",
 )
+# The map function makes the token ids Python floats (gralora_finetuning.py's shape): the collator's tokenizer.pad refuses them.
+FLOAT_IDS_IN_MAP = Bug(
+    "accelerate_nlp.py",
+    "        return tokenizer(examples[\"text\"], truncation=True, max_length=32)\n",
+    "        out = tokenizer(examples[\"text\"], truncation=True, max_length=32)\n"
+    "        out[\"input_ids\"] = [[float(t) for t in ids] for ids in out[\"input_ids\"]]\n"
+    "        return out\n",
+)
 SEQUENTIAL_HALF = Bug("sequential_loop.py", "model.to(device)\n", "model.to(device)\nmodel.half()\n")
 
 

@@ -60,6 +60,10 @@ CASES = {
         (rs.TRAINER_HALF_LOAD,), rs.TRAINER, "t4", ("DD401",), "trainer_classify.py",
         ("+model = AutoModelForSequenceClassification.from_pretrained(model_dir)",),
     ),
+    "float-ids-in-map@cpu": Case(
+        (rs.FLOAT_IDS_IN_MAP,), rs.ACCELERATE, "cpu", ("DD103",), "accelerate_nlp.py",
+        ('+        out["input_ids"] = [[int(t) for t in ids] for ids in out["input_ids"]]',), "input_ids made of float32 values",
+    ),
     "half-sequential@cpu": Case((rs.SEQUENTIAL_HALF,), rs.SEQUENTIAL, "cpu", ("DD101",), "sequential_loop.py", SEQ),
     "half-sequential@t4": Case((rs.SEQUENTIAL_HALF,), rs.SEQUENTIAL, "t4", ("DD101",), "sequential_loop.py", SEQ),
 }

@@ -71,8 +71,9 @@ def check(trace: Trace) -> Iterator[Finding]:
         )
     failure = trace.failure
     # The trace stopped at a refusal no op recorded, raised outside any op (a fake kernel's own
-    # wording of a refusal the probe recorded counts as recorded: the same op).
-    if failure is not None and failure.kind in ("dtype", "device") and not any(
+    # wording of a refusal the probe recorded counts as recorded: the same op). A batch's collation that
+    # refused float token ids before any kernel ran is DD103's to explain.
+    if failure is not None and failure.kind in ("dtype", "device") and failure.phase != "collate" and not any(
         op.error and (op.error == failure.message or (failure.op is not None and op.op == failure.op)) for op in trace.ops
     ):
         yield RULE.finding(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.records import Finding, OpCall, TensorMeta, Trace
+from dtype_doctor.records.tensors import FLOATING
 from dtype_doctor.ops.operands import required_dtype
 from dtype_doctor.rules._common import base_op, cast_remedies, describe, refused, source_of, stage_of
 from dtype_doctor.rules.base import Rule
@@ -40,7 +41,12 @@ def rejected_indices(op: OpCall) -> list[TensorMeta]:
     return [t for t in op.by_role("index") if t.dtype not in accepted]
 
 
+# The batch columns a model looks up as indices (embeddings): never floating.
+INDEX_COLUMNS = ("input_ids", "token_type_ids", "position_ids", "decoder_input_ids")
+
+
 def check(trace: Trace) -> Iterator[Finding]:
+    yield from _refused_in_collation(trace)
     seen: set[tuple] = set()
     for op in trace.ops:
         if op.phase != "forward" or not refused(op):
@@ -85,3 +91,22 @@ RULE = Rule(
     check=check,
     rejects=lambda op: bool(rejected_indices(op)),
 )
+
+
+def _refused_in_collation(trace: Trace) -> Iterator[Finding]:
+    """Token ids the user's map function made floating, refused where the batch is collated (a
+    tokenizer's `pad` raises on floats) before any model ran: the trace's inputs are those columns."""
+    failure = trace.failure
+    if failure is None or failure.phase != "collate":
+        return
+    for t in trace.inputs:
+        if t.role == "index" and t.is_floating:
+            yield RULE.finding(
+                f"{t.name} made of {t.dtype} values: token ids must be integers, and the batch's collation refused them",
+                module_type=failure.module_type,
+                stage=stage_of(trace, t, rejected=lambda d: d in FLOATING),
+                tensors=(t,),
+                source=source_of(trace, t),
+                pytorch_error=failure.message,
+                remedies=cast_remedies(trace, (t,), "int64", lambda d: d in FLOATING),
+            )

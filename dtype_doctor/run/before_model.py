@@ -20,7 +20,7 @@ from dtype_doctor.machine.user_code import display_path, is_user_file
 from dtype_doctor.numerics import dtype_name
 from dtype_doctor.records import Report, Target
 from dtype_doctor.records.errors import first_line
-from dtype_doctor.records.tensors import OpCall, TensorMeta
+from dtype_doctor.records.tensors import FLOATING, OpCall, TensorMeta
 from dtype_doctor.records.trace import Coverage, ModelInfo, Trace, TraceFailure
 from dtype_doctor.run.lineage import Chain, LineageBook, Raised, sources_of
 
@@ -35,9 +35,12 @@ def raised_report(book: LineageBook, error: BaseException, command: "ScriptComma
     """The report of the torch call that stopped the script before any model call, when the rules
     name a dtype or device problem in it; None for any other error."""
     raised = book.raised
-    if raised is None or not _caused_by(error, raised.error):
+    if raised is not None and _caused_by(error, raised.error):
+        trace = raised_trace(book, raised, simulated=options.placement.simulated)
+    elif (collated := collation_trace(book, error, simulated=options.placement.simulated)) is not None:
+        trace = collated
+    else:
         return None
-    trace = raised_trace(book, raised, simulated=options.placement.simulated)
     from dtype_doctor.diagnosis import environment, judged
 
     # Only a dtype or device problem the rules name; DD001 (a failure for another reason) stays the script's error.
@@ -78,6 +81,35 @@ def raised_trace(book: LineageBook, raised: Raised, *, simulated: bool = False) 
     return Trace((OpCall(0, op, "", WHERE, tuple(metas), error=message),), (), ModelInfo(WHERE, ()), tuple(metas),
                  lineage=lineage, sources=sources_of(lineage), device=devices[0] if devices else "cpu", simulated=simulated,
                  failure=failure, coverage=coverage, values="not measured: the script stopped before calling a model")
+
+
+def collation_trace(book: LineageBook, error: BaseException, *, simulated: bool = False) -> Trace | None:
+    """A library refused the batch (a tokenizer's `pad` on float token ids) while a column the model
+    looks up as indices holds floating values the user's map function made: those columns, their lines."""
+    from dtype_doctor.rules.dd103_index_dtype import INDEX_COLUMNS
+
+    frame = _user_frame(error)
+    last = _innermost(error)
+    if last is None or is_user_file(last.f_code.co_filename):
+        return None  # the user's own line raised: not a library's refusal of the batch
+    made = {k: step for k, step in book.values.items() if k in INDEX_COLUMNS and step.dtype in FLOATING}
+    if not made:
+        return None
+    inputs = tuple(TensorMeta(step.dtype or "float32", "cpu", (), "index", k, f"input:{k}") for k, step in made.items())
+    line = f"{display_path(frame.f_code.co_filename)}:{frame.f_lineno}" if frame is not None else ""
+    message = f"{type(error).__name__}: {first_line(error)}"
+    failure = TraceFailure("dtype", message, line, WHERE, None, phase="collate")
+    coverage = Coverage((), ("forward",), 0, 0, 0, stopped=f"the batch's collation raised{' at ' + line if line else ''} before calling a model")
+    lineage = {k: (step,) for k, step in made.items()}
+    return Trace((), (), ModelInfo(WHERE, ()), inputs, lineage=lineage, sources=sources_of(lineage), simulated=simulated,
+                 failure=failure, coverage=coverage, values="not measured: the script stopped before calling a model")
+
+
+def _innermost(error: BaseException) -> Any:
+    last = None
+    for frame, _ in traceback.walk_tb(error.__traceback__):
+        last = frame
+    return last
 
 
 def _aten_name(name: str) -> str:
