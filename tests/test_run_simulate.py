@@ -97,6 +97,30 @@ def test_a_batch_left_on_the_cpu_is_found_only_when_the_target_is_cuda(workdir: 
     assert finding["source"] == {"file": script, "line": 6}  # where the batch was made
 
 
+# nanoGPT's sample.py with `model.to(device)` dropped: the prompt made on the GPU, the model's tables on the CPU.
+MODEL_LEFT_BEHIND = """\
+import torch
+
+model = torch.nn.Embedding(10, 4)
+model.eval()
+idx = torch.tensor([[1, 2]], device="cuda")
+with torch.no_grad():
+    print(model(idx).shape)
+"""
+
+
+def test_a_cuda_index_into_a_cpu_table_is_refused_as_cuda_refuses_it(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    import torch
+
+    # The meta stand-in does not refuse it: a meta index into a CPU table returns a CPU tensor of uninitialised
+    # values. CUDA's generated wrapper checks the common device of self and index (check_and_update_common_device,
+    # wrapper_CUDA__index_select) and refuses, so the simulation must say so itself.
+    assert torch.nn.functional.embedding(torch.tensor([1], device="meta"), torch.randn(10, 4)).device.type == "cpu"
+    code, report, _ = _run(["run", "--simulate", "-f", "json", "--", "python", _script(workdir, MODEL_LEFT_BEHIND)], capsys)
+    assert code == 1 and _codes(report) == ["DD201"], report["findings"]
+    assert {t["device"] for t in report["findings"][0]["tensors"]} == {"cpu", "cuda:0"}
+
+
 # fp32 activations meet an fp16 weight outside autocast: refused on CPU and CUDA alike.
 AGREE = """\
 import torch

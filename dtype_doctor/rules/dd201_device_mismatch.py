@@ -78,7 +78,12 @@ def check(trace: Trace) -> Iterator[Finding]:
             key = ("", stray.origin, stray.device)
         else:
             key = (home, stray.device, source) if source is not None else (home, op.module, stray.origin or stray.name, stray.device)
-        if key in seen or (op.phase not in ("forward", "loss") and (home, stray.device) in seen):
+        # An activation the model computed (from its own weights, or of no known origin) on the stray device
+        # is where the trace's repair of an earlier refusal put it: that refusal's finding, not another
+        # (PyTorch stops at the first).
+        computed = stray.name is None and (stray.origin is None or stray.origin.startswith(("param:", "buffer:")))
+        consequence = computed and (home, stray.device) in seen
+        if key in seen or consequence or (op.phase not in ("forward", "loss") and (home, stray.device) in seen):
             continue
         seen.update((key, (home, stray.device)))
         stage = stage_of(trace, stray, what="device")

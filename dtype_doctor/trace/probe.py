@@ -53,14 +53,8 @@ class KernelProbe:
     def __call__(self, func: Any, args: tuple, kwargs: dict, op: OpCall) -> str | None:
         self.last_accepted = False
         self.last_output_dtypes = None
-        if self.cuda and op.op.split(".")[:2] in (["aten", "embedding"], ["aten", "index_select"]):
-            # Meta kernels do not check devices here; CUDA's index_select refuses a CPU index (seen on an H100).
-            gpu = next((t.device for t in op.operands if t.role != "index" and t.device != "cpu"), None)
-            if gpu is not None and any(t.role == "index" and t.device == "cpu" and not t.is_scalar for t in op.operands):
-                # meta:k stands for cuda:k (several GPUs); a bare meta is named by machine/wording.py
-                where = f"cuda:{gpu.split(':')[1]}" if gpu.startswith("meta:") else gpu
-                return (f"Expected all tensors to be on the same device, but got index is on cpu, different from other "
-                        f"tensors on {where} (when checking argument in method wrapper_CUDA__index_select)")
+        if self.cuda and (refusal := index_device_refusal(op)) is not None:
+            return refusal
         if self.cuda and isinstance(func, torch._ops.OpOverload):
             # A backward reads what its forward saved, in the dtype CUDA's forward saved it.
             refusal, args, kwargs = self._as_cpu_saved(func, args, kwargs)
@@ -253,6 +247,27 @@ _AGNOSTIC = frozenset(
      "sym_numel", "sym_storage_offset", "_unsafe_view", "set_", "resize_", "new_zeros", "new_ones", "new_full"}
 )
 
+
+
+def index_device_refusal(op: OpCall) -> str | None:
+    """CUDA's refusal of an embedding / index_select whose table and index sit on two devices; meta kernels
+    check no devices here. CUDA's index_select refuses a CPU index (seen on an H100), and a CUDA index into a
+    CPU table (a model left on the CPU, fed the GPU batch) as any op on two devices (the generated wrapper's
+    check_and_update_common_device), where a meta index into a CPU table returns uninitialised CPU values."""
+    if op.op.split(".")[:2] not in (["aten", "embedding"], ["aten", "index_select"]):
+        return None
+    gpu = next((t.device for t in op.operands if t.role != "index" and t.device != "cpu"), None)
+    if gpu is not None and any(t.role == "index" and t.device == "cpu" and not t.is_scalar for t in op.operands):
+        # meta:k stands for cuda:k (several GPUs); a bare meta is named by machine/wording.py
+        where = f"cuda:{gpu.split(':')[1]}" if gpu.startswith("meta:") else gpu
+        return (f"Expected all tensors to be on the same device, but got index is on cpu, different from other "
+                f"tensors on {where} (when checking argument in method wrapper_CUDA__index_select)")
+    index = next((t.device for t in op.operands if t.role == "index" and t.device != "cpu" and not t.is_scalar), None)
+    if index is not None and any(t.role != "index" and t.device == "cpu" and not t.is_scalar for t in op.operands):
+        where = f"cuda:{index.split(':')[1]}" if index.startswith("meta:") else index
+        return (f"Expected all tensors to be on the same device, but found at least two devices, cpu and {where}! "
+                "(when checking argument for argument index in method wrapper_CUDA__index_select)")
+    return None
 
 def _signature(func: Any, args: tuple, kwargs: dict) -> tuple:
     def one(x: Any) -> Any:
