@@ -79,6 +79,13 @@ TRAINER_HALF_LOAD = Bug(
     "AutoModelForSequenceClassification.from_pretrained(model_dir)",
     "AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=torch.float16)",
 )
+# The half dtype chosen in a variable and loaded by name (diffusers' train_llada2.py's shape).
+TRAINER_HALF_LOAD_BY_NAME = Bug(
+    "trainer_classify.py",
+    "model = AutoModelForSequenceClassification.from_pretrained(model_dir)",
+    "load_dtype = torch.float16 if torch.cuda.is_available() else torch.float32\n"
+    "model = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=load_dtype)",
+)
 # The map function makes the token ids Python floats (gralora_finetuning.py's shape): the collator's tokenizer.pad refuses them.
 FLOAT_IDS_IN_MAP = Bug(
     "accelerate_nlp.py",

@@ -214,3 +214,15 @@ def test_an_edit_the_rerun_rejects_is_shown_and_the_next_is_tried(tmp_path: Path
     assert rejected["rerun"].startswith("DD201 is still reported: GPT: targets is on cpu")
     patch = (root / "fix.patch").read_text()
     assert '"cpu"' not in patch and "y.pin_memory().to(device, non_blocking=True)" in patch
+
+
+def test_a_half_dtype_loaded_by_name_is_named_where_it_was_chosen(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # `from_pretrained(..., dtype=load_dtype)`: the line that chose float16 is the assignment, not the load.
+    root = rs.workspace(tmp_path / "project", rs.TRAINER_HALF_LOAD_BY_NAME)
+    monkeypatch.chdir(root)
+    code, out, err = _cli(["run", "--simulate", "--gpu", "t4", "-f", "json", "--", *rs.TRAINER.command()], capsys)
+    report = json.loads(out)
+    line = next(i for i, text in enumerate((root / "trainer_classify.py").read_text().splitlines(), 1) if text.startswith("load_dtype ="))
+    half = [f for f in report["findings"] if f["code"] == "DD401"]
+    assert code == 1 and half and half[0]["source"] == {"file": "trainer_classify.py", "line": line}, report["findings"]

@@ -124,7 +124,9 @@ class FindingSources:
         sources = (self.conversions.source_for(self.reported, name, dtype=t.dtype) for t, name in held)
         # the load only for the finding's own weights: an input made from another model's weights is not theirs
         loads = (self._load_site(name, t.dtype) for t, name in held if t.role in ("weight", "bias", "buffer"))
-        source = next((s for s in sources if s is not None), None) or next((s for s in loads if s is not None), None)
+        from dtype_doctor.run.bindings import dtype_decided_at
+
+        source = next((s for s in sources if s is not None), None) or dtype_decided_at(next((s for s in loads if s is not None), None))
         return dataclasses.replace(finding, source=source) if source is not None else finding
 
     def _load_site(self, name: str, dtype: str) -> Any:
