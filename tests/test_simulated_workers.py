@@ -11,7 +11,9 @@ bind, their tracebacks spilled onto the terminal and the run waited until the sc
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -44,9 +46,16 @@ def test_the_plain_run_traces_the_step_with_its_workers(here: Path, capsys: pyte
 
 @pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
 def test_simulated_workers_feed_the_simulated_gpu(method: str, here: Path, capsys: pytest.CaptureFixture) -> None:
+    """DataLoader warns "'pin_memory' argument is set as true but no accelerator is found" where
+    `torch.accelerator.is_available()` is False (torch/utils/data/dataloader.py:656) and pins nothing;
+    on the simulated GPU it is True, as on a GPU machine: no warning, and the batches read pinned."""
     persistent = ["persistent"] if method != "fork" else []
-    code, out, err = _run(["run", "--simulate", "--gpu", "a100", "-f", "json", "--", "python", "loader_workers.py",
-                           method, *persistent], capsys)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        code, out, err = _run(["run", "--simulate", "--gpu", "a100", "-f", "json", "--", "python", "loader_workers.py",
+                               method, *persistent], capsys)
+    assert not [w for w in seen if "no accelerator is found" in str(w.message)]
+    assert "batch from the workers: cpu torch.float32 pinned" in err
     report = json.loads(out)
     assert code == 0 and "batch from the workers: cpu torch.float32" in err and "step on cuda:0" in err
     assert report["coverage"]["phases"]["backward"] and report["coverage"]["phases"]["optimizer"]
@@ -64,3 +73,32 @@ def test_a_worker_that_fails_is_said_in_one_line(here: Path, capsys: pytest.Capt
     assert code == 2 and "Traceback" not in err
     [line] = [ln for ln in err.splitlines() if "DataLoader worker process" in ln]
     assert "failed under the simulation: TypeError: cannot pickle '_thread.lock' object" in line
+
+
+def test_a_worker_that_hangs_blocks_a_plain_loader(tmp_path: Path) -> None:
+    """The hang is the dataset's, as on any machine: the plain loader, given a timeout of its own, gives up
+    (dataloader.py _get_data: "DataLoader timed out after N seconds"); without one it waits for ever."""
+    import subprocess
+    import sys
+
+    shutil.copy(SCRIPT, tmp_path / "loader_workers.py")
+    probe = ("import sys; sys.argv = ['x', 'fork', 'hang']; import loader_workers as s; from torch.utils.data import DataLoader\n"
+             "try:\n    next(iter(DataLoader(s.Rows(), batch_size=4, num_workers=2, collate_fn=s.collate, timeout=1)))\n"
+             "except RuntimeError as e:\n    print(e)")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert "DataLoader timed out after 1 seconds" in done.stdout
+
+
+@pytest.mark.parametrize(("method", "timeout"), [("fork", 4), ("spawn", 10), ("forkserver", 10)])
+def test_a_worker_that_hangs_is_named_before_the_timeout(method: str, timeout: int, here: Path,
+                                                         capsys: pytest.CaptureFixture) -> None:
+    """The loader's wait ends a moment before the run's --timeout would stop it inside DataLoader: one line names
+    the worker that owes the batch and where it is (its own stack), and the run stops as a timeout does."""
+    persistent = ["persistent"] if method == "spawn" else []
+    code, out, err = _run(["run", "--simulate", "--gpu", "a100", "--timeout", str(timeout), "--", "python",
+                           "loader_workers.py", method, "hang", *persistent], capsys)
+    assert code == 2 and "Traceback" not in err and "Fatal Python error" not in err and 'File "' not in err
+    [line] = [ln for ln in err.splitlines() if "DataLoader worker" in ln]
+    assert re.search(rf"ran past --timeout {timeout} s and was stopped at loader_workers\.py:\d+, waiting on DataLoader "
+                     rf"worker process 0 \(pid \d+, {method}\) for [\d.]+ s, which was at loader_workers\.py:\d+ in __getitem__",
+                     line), line

@@ -5,7 +5,8 @@ Inside `user_code(label, timeout)`:
 - `sys.exit()` (SystemExit) is bad input, exit 2, named with the user's file and line;
 - Ctrl-C (KeyboardInterrupt) is exit 130, with where the user's code was;
 - after `timeout` seconds (SIGALRM, main thread only) the code is stopped where it is and the
-  error names that place. 0 or None: no limit.
+  error names that place. 0 or None: no limit. `time_left()` says how long until then, so a wait
+  that can say more than "stopped" (a DataLoader worker that delivers nothing) ends just before.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import contextlib
 import signal
 import sys
 import threading
+import time
 from typing import Any, Iterator
 
 from dtype_doctor.records.errors import DoctorError, InputError, StopScript
@@ -30,7 +32,19 @@ class Interrupted(DoctorError):
 
 class UserCodeTimeout(BaseException):
     """Raised into the user's code when its time is up. A BaseException, so the user's own
-    `except Exception:` does not swallow it."""
+    `except Exception:` does not swallow it. `waiting`: what the code was waiting on, when that
+    is known ("waiting on DataLoader worker process 1 (pid 12, fork), at data.py:9 in __getitem__")."""
+
+    def __init__(self, waiting: str = "") -> None:
+        super().__init__(waiting)
+        self.waiting = waiting
+
+
+def stop_waiting(waiting: str) -> None:
+    """Stop the running block now, as its time limit is about to, saying what it was waiting on (the limit is
+    spent: the timer is cancelled, so it cannot fire again while the stop is reported)."""
+    disarm()
+    raise UserCodeTimeout(waiting)
 
 
 def check_timeout(timeout: float | None) -> None:
@@ -60,8 +74,16 @@ def where(tb: Any = None, frame: Any = None) -> str:
 
 def disarm() -> None:
     """End the time limit of the running block early (a script's traced steps are done)."""
+    _active.deadline = None
     if getattr(_active, "timer", False) and hasattr(signal, "setitimer"):
         signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def time_left() -> tuple[float, float] | None:
+    """(seconds until this thread's running block is stopped, its --timeout); None where nothing will stop it
+    (no limit, the limit disarmed, another thread than the one the limit watches)."""
+    deadline = getattr(_active, "deadline", None)
+    return None if deadline is None else (deadline[0] - time.monotonic(), deadline[1])
 
 
 class HorizonReached(StopScript):
@@ -99,12 +121,14 @@ def user_code(label: str, timeout: float | None = DEFAULT_TIMEOUT) -> Iterator[N
     _active.on, _active.timer = True, timer
     try:
         if timer:
+            _active.deadline = (time.monotonic() + float(timeout), float(timeout))  # type: ignore[arg-type]
             signal.setitimer(signal.ITIMER_REAL, float(timeout))  # type: ignore[arg-type]
         with contextlib.redirect_stdout(sys.stderr):
             yield
-    except UserCodeTimeout:
-        at = stopped[0] if stopped else ""
-        raise InputError(f"{label} ran past --timeout {timeout:g} s and was stopped{at or ' in it'}"
+    except UserCodeTimeout as exc:
+        at = stopped[0] if stopped else where(exc.__traceback__)
+        waiting = f", {exc.waiting}" if exc.waiting else ""
+        raise InputError(f"{label} ran past --timeout {timeout:g} s and was stopped{at or ' in it'}{waiting}"
                          " (raise --timeout, or 0 for no limit)") from None
     except SystemExit as exc:
         raise InputError(f"{label} called {_exit_words(exc.code)}{where(exc.__traceback__)}; "
@@ -116,4 +140,5 @@ def user_code(label: str, timeout: float | None = DEFAULT_TIMEOUT) -> Iterator[N
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old_handler)
         _active.on = _active.timer = _active.horizon = False
+        _active.deadline = None
         sys.stdout.flush()

@@ -20,16 +20,29 @@ What a child writes to stderr (a traceback, a warning) goes to a file the parent
 the user's terminal: a child that failed stops the loader's wait at once with one line naming
 the worker and its error (the parent would otherwise wait on a worker that never delivers);
 what a child printed otherwise is said in one line each when the run ends.
+
+A worker that is alive and delivers nothing (a `__getitem__` that blocks) would hold the loader's
+wait until the run's --timeout stops the script somewhere in DataLoader. The wait is bounded by
+that limit instead: a moment before it (a tenth of --timeout, 0.5 to 2 s), the parent asks the
+worker that owes the awaited batch where it is (faulthandler's dump of its stack, armed in every
+child on SIGUSR1 into its captured stderr), ends it, and stops the run as its --timeout would, in
+one line: "waiting on DataLoader worker process 1 (pid N, spawn) for 12.0 s, which was at
+data.py:9 in __getitem__". With --timeout 0 (no limit) the wait is as unbounded as the script's.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import signal
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 _TRACEBACK = "Traceback (most recent call last)"
+_ASK_WHERE = getattr(signal, "SIGUSR1", None)  # a child dumps its stack on it (faulthandler)
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<fn>\S+)', re.M)
 _CURRENT: "Children | None" = None
 
 
@@ -74,6 +87,10 @@ def _capture_stderr(folder: str) -> None:
     os.close(fd)
     # Python's stderr too, which need not be fd 2 (a test's capture, a notebook's stream): tracebacks print there.
     sys.stderr = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+    if _ASK_WHERE is not None:
+        import faulthandler
+
+        faulthandler.register(_ASK_WHERE, file=sys.stderr, all_threads=True)  # the parent asks where a hung worker is
 
 
 def last_line(text: str) -> str:
@@ -92,6 +109,7 @@ class Children:
         self.reported: set[int] = set()
         self._saved: list[tuple[Any, str, Any]] = []
         self._hook: Any = None
+        self._waits: dict[int, tuple[int, float]] = {}  # id(loader iterator) → (the batch it awaits, since when)
 
     def arms(self) -> ChildArms:
         return ChildArms(self.disk.state() if self.disk is not None else None, self.capture, self.device, self.gpu, self.gpus)
@@ -147,18 +165,69 @@ class Children:
 
     def _bounded(self, original: Callable[..., Any]) -> Callable[..., Any]:
         children = self
+        from dtype_doctor.machine.control import time_left
 
-        def _try_get_data(it: Any, *args: Any, **kwargs: Any) -> Any:
+        def _try_get_data(it: Any, timeout: float = 5.0) -> Any:
+            left = time_left()
+            if left is not None:  # wake in time to say which worker the run waited on
+                timeout = max(0.05, min(timeout, left[0] - _margin(left[1])))
+            started = children._waits.setdefault(id(it), (it._rcvd_idx, time.monotonic()))
+            if started[0] != it._rcvd_idx:
+                started = children._waits[id(it)] = (it._rcvd_idx, time.monotonic())
             try:
-                got = original(it, *args, **kwargs)
+                got = original(it, timeout)
             except RuntimeError:
                 children.raise_failed(it)  # a worker died: its own error, not only "exited unexpectedly"
                 raise
             if not got[0]:
                 children.raise_failed(it)
+                left = time_left()
+                if left is not None and left[0] <= _margin(left[1]):
+                    children.stop_hung(it, time.monotonic() - started[1])
             return got
 
         return _try_get_data
+
+    def stop_hung(self, it: Any, waited: float) -> None:
+        """The run's --timeout is all but spent on the loader `it`'s wait: stop it, naming the worker that owes the
+        batch and where that worker is."""
+        from dtype_doctor.machine.control import stop_waiting
+
+        info = it._task_info.get(it._rcvd_idx) if hasattr(it, "_task_info") else None
+        workers = list(getattr(it, "_workers", ()))
+        if not info or len(info) != 1 or not 0 <= info[0] < len(workers):
+            stop_waiting(f"waiting on its DataLoader workers for {waited:.1f} s")
+        k = info[0]
+        w = workers[k]
+        at = self._where(w.pid)
+        self.reported.add(w.pid)
+        if w.is_alive():
+            w.terminate()  # its batch never comes; the loader's shutdown would wait on it again
+        stop_waiting(f"waiting on DataLoader worker process {k} (pid {w.pid}, {_method(w)}) for {waited:.1f} s"
+                     + (f", which was at {at}" if at else ""))
+
+    def _where(self, pid: int | None) -> str:
+        """Where the child `pid` is now: the innermost frame of the user's files in its stack, else its innermost frame."""
+        if pid is None or _ASK_WHERE is None:
+            return ""
+        before = len(self._read(pid))
+        try:
+            os.kill(pid, _ASK_WHERE)
+        except OSError:
+            return ""
+        frames: list[re.Match[str]] = []
+        for _ in range(40):  # the dump is written by the child's signal handler: a few ms
+            time.sleep(0.025)
+            frames = list(_FRAME.finditer(self._read(pid)[before:]))
+            if frames:
+                break
+        from dtype_doctor.machine.user_code import display_path, is_user_file
+
+        if not frames:
+            return ""
+        mine = [f for f in frames if is_user_file(f["file"])]
+        f = (mine or frames)[0]
+        return f"{display_path(f['file']) if mine else os.path.basename(f['file'])}:{f['line']} in {f['fn']}"
 
     def raise_failed(self, it: Any) -> None:
         """RuntimeError in one line when one of the loader `it`'s workers wrote a traceback."""
@@ -171,7 +240,7 @@ class Children:
             k, w, text = failed[0]
             self.reported.update(f[1].pid for f in failed)
             more = f" (and {len(failed) - 1} more worker{'s' if len(failed) > 2 else ''})" if len(failed) > 1 else ""
-            raise RuntimeError(f"DataLoader worker process {k} (pid {w.pid}, {getattr(w, '_start_method', None) or 'fork'}) "
+            raise RuntimeError(f"DataLoader worker process {k} (pid {w.pid}, {_method(w)}) "
                                f"failed under the simulation: {last_line(text)}{more}") from None
 
     def _read(self, pid: int | None) -> str:
@@ -210,6 +279,15 @@ class Children:
         import shutil
 
         shutil.rmtree(self.capture, ignore_errors=True)
+
+
+def _margin(timeout: float) -> float:
+    """How long before the run's --timeout a loader's wait ends to say what it waited on."""
+    return min(2.0, max(0.5, timeout / 10))
+
+
+def _method(worker: Any) -> str:
+    return getattr(worker, "_start_method", None) or "fork"
 
 
 def _with_modes(loop: Callable[..., Any]) -> Callable[..., Any]:

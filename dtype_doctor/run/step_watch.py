@@ -197,7 +197,9 @@ def stopped_early(error: BaseException | None, failure: Any) -> str | None:
     from dtype_doctor.machine.control import UserCodeTimeout
 
     if isinstance(error, UserCodeTimeout):  # the doctor's time limit, not the script's failure
-        return f"the script ran past --timeout and was stopped{user_frame(error)}, before its step ended (raise --timeout, or 0 for no limit)"
+        waiting = f", {error.waiting}" if error.waiting else ""  # what it waited on (a DataLoader worker, machine/workers.py)
+        return (f"the script ran past --timeout and was stopped{user_frame(error)}{waiting}, before its step ended "
+                "(raise --timeout, or 0 for no limit)")
     if isinstance(error, SystemExit):
         return None if error.code in (None, 0) else f"the script exited with {error.code!r}"
     return f"the script raised {type(error).__name__}{user_frame(error)}: {first_line(error)}"

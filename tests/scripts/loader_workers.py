@@ -3,15 +3,17 @@
 mnist/main.py:107-112 passes {'num_workers': 1, 'pin_memory': True, 'shuffle': True} to its DataLoaders when
 an accelerator is there, and its train() moves each batch with data.to(device) (main.py:39). Here two workers,
 the start method and persistence from the command line: python loader_workers.py fork|spawn|forkserver [persistent]
-[unpicklable]; "unpicklable" puts a lock in each sample, which no worker can send to the main process.
+[unpicklable] [hang]; "unpicklable" puts a lock in each sample, which no worker can send to the main process;
+"hang" makes worker 0's __getitem__ block (a read from a mount that stopped answering), so its batch never comes.
 """
 
 import sys
 import threading
+import time
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 with open("started.log", "a") as log:  # the top level: a spawned worker imports the script again and runs it
     log.write(f"{__name__}\n")
@@ -25,6 +27,8 @@ class Rows(Dataset):
         row = {"x": torch.full((8,), float(i)), "y": i % 4}
         if "unpicklable" in sys.argv:
             row["lock"] = threading.Lock()
+        if "hang" in sys.argv and get_worker_info().id == 0:
+            time.sleep(600)
         return row
 
 
