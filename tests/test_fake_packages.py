@@ -85,12 +85,12 @@ def test_flash_attention_in_bfloat16_on_an_a100_trains(here: Path, capsys: pytes
 
 def test_a_cuda_only_package_not_faked_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture) -> None:
-    if importlib.util.find_spec("xformers") is not None:
-        pytest.skip("xformers is installed")
+    if importlib.util.find_spec("apex") is not None:
+        pytest.skip("apex is installed")
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "uses_xformers.py").write_text("import torch\nimport xformers.ops\n")
+    (tmp_path / "uses_apex.py").write_text("import torch\nimport apex.optimizers\n")
     with pytest.raises(SystemExit) as exit_info:
-        run(["run", "--simulate", "--", "python", "uses_xformers.py"])
+        run(["run", "--simulate", "--", "python", "uses_apex.py"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2
-    assert "No module named 'xformers'" in err and "CUDA-only package that --simulate does not simulate" in err
+    assert "No module named 'apex'" in err and "CUDA-only package that --simulate does not simulate" in err

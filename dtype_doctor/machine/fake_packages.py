@@ -5,9 +5,11 @@ flash-attn package, which installs only beside a CUDA toolkit; on the runner tra
 at load ("the package for FlashAttention2 doesn't seem to be installed") and the GPU's verdict
 never comes. While a simulation runs, the packages below are visible as installed, the way
 transformers, diffusers and peft look for them: a module spec (`importlib.util.find_spec`), a
-distribution with its version (`importlib.metadata.version`, `packages_distributions()`), and the
-functions they import. Each fake runs what its package runs on the target, within the limits its
-source states, and refuses what it refuses with its own words:
+distribution with its version (`importlib.metadata.version`, `.metadata`, `packages_distributions()`),
+and the names they import. Each fake runs what its package runs on the target, within the limits its
+source states, and refuses what it refuses with its own words; what needs the package's own compiled
+kernels (a kernel from the Hugging Face Hub, a block-diagonal xFormers bias) is refused as not
+simulated: the call stops the script there and the report's `coverage.not_simulated` names it.
 
 - flash-attn 2 (`flash_attn`, `flash_attn.bert_padding`), version 2.8.3: csrc/flash_attn/flash_api.cpp
   `mha_fwd` / `mha_varlen_fwd` check the GPU ("FlashAttention only supports Ampere GPUs or
@@ -16,16 +18,17 @@ source states, and refuses what it refuses with its own words:
   must be on CUDA device") and the head dim ("FlashAttention forward only supports head dimension
   at most 256"). The attention itself is torch's own flash kernel (`aten._flash_attention_forward`,
   the same algorithm and layout, with its backward), run on the simulated tensors.
+- `kernels` (the Hugging Face kernel hub, machine/fake_kernels.py) and `xformers` (machine/fake_xformers.py).
 
-Packages that cannot be faked faithfully (their kernels have no torch equivalent to run on the
-simulated tensors) stay absent, as libraries' availability checks find them on the runner; a
-script that imports one stops with its ImportError and the reason named (NOT_FAKED,
+Packages that cannot be faked at all stay absent, as libraries' availability checks find them on the
+runner; a script that imports one stops with its ImportError and the reason named (NOT_FAKED,
 `not_simulated`). A package that is really installed is imported as it is: the finder comes after
 Python's own.
 
 The fakes exist only while the simulation is armed: nothing is written to site-packages, and
-transformers' cached answers (`is_flash_attn_2_available`, the distribution map, the loaded flash
-functions) are cleared on arming and disarming, so a real run afterwards sees the real machine.
+transformers' and diffusers' cached answers (`is_flash_attn_2_available`, `is_kernels_available`,
+diffusers' `_xformers_available`, the distribution map, the loaded flash functions) are recomputed on
+arming and disarming, so a real run afterwards sees the real machine.
 """
 
 from __future__ import annotations
@@ -37,12 +40,13 @@ import sys
 import types
 from typing import Any, Callable, Iterator
 
-# (distribution, version, top-level module) of each package faked here.
-FAKED = {"flash_attn": ("flash-attn", "2.8.3")}
+from dtype_doctor.machine.fake_package import FakePackage, Refuse
+
 # CUDA-only packages transformers, diffusers, peft, accelerate and trl look for, not faked: (why).
 NOT_FAKED = {
     "flash_attn_interface": "FlashAttention-3 (Hopper kernels)",
-    "xformers": "xFormers (CUDA attention and fused kernels)",
+    # Faking these "installed" changes what libraries do on every run, not only the script's call: transformers'
+    # HfDeepSpeedConfig subclasses DeepSpeed's config class, and Trainer imports Liger's patches when it is found.
     "liger_kernel": "Liger Kernel (Triton kernels for CUDA)",
     "deepspeed": "DeepSpeed (CUDA ops, built at install)",
     "apex": "NVIDIA Apex (fused CUDA kernels)",
@@ -134,14 +138,34 @@ def pad_input(hidden_states: Any, indices: Any, batch: int, seqlen: int) -> Any:
     return out.view(batch, seqlen, *hidden_states.shape[1:])
 
 
-def _flash_attn_modules() -> dict[str, dict[str, Any]]:
+def _flash_attn_modules(refuse: Refuse) -> dict[str, dict[str, Any]]:
     kernels = {"flash_attn_func": flash_attn_func, "flash_attn_varlen_func": flash_attn_varlen_func,
                "flash_attn_with_kvcache": flash_attn_with_kvcache}
     return {
-        "flash_attn": {"__version__": FAKED["flash_attn"][1], **kernels},
+        "flash_attn": {"__version__": FLASH_ATTN.version, **kernels},
         "flash_attn.flash_attn_interface": dict(kernels),
         "flash_attn.bert_padding": {"pad_input": pad_input, "unpad_input": unpad_input},
     }
+
+
+FLASH_ATTN = FakePackage("flash_attn", "flash-attn", "2.8.3", _flash_attn_modules)
+
+
+def packages() -> tuple[FakePackage, ...]:
+    """Every package faked while a simulation runs."""
+    from dtype_doctor.machine.fake_kernels import KERNELS
+    from dtype_doctor.machine.fake_xformers import XFORMERS
+
+    return FLASH_ATTN, KERNELS, XFORMERS
+
+
+def refused_here(name: str) -> Callable[..., Any]:
+    """The refusal outside a simulation (a fake used directly): a RuntimeError naming the call."""
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"{name} is not simulated (dtype-doctor --simulate)")
+
+    return refused
 
 
 class _Distribution(importlib.metadata.Distribution):
@@ -159,8 +183,8 @@ class _Distribution(importlib.metadata.Distribution):
 
 
 class _Loader(importlib.abc.Loader):
-    def __init__(self, attrs: dict[str, Any], package: bool) -> None:
-        self.attrs, self.package = attrs, package
+    def __init__(self, attrs: dict[str, Any], package: bool, refuse: Refuse | None) -> None:
+        self.attrs, self.package, self.refuse = attrs, package, refuse
 
     def create_module(self, spec: Any) -> types.ModuleType | None:
         return None
@@ -170,26 +194,43 @@ class _Loader(importlib.abc.Loader):
         module.__dtype_doctor_fake__ = True  # type: ignore[attr-defined]
         if self.package:
             module.__path__ = []  # type: ignore[attr-defined]
+        refuse = self.refuse
+        if refuse is not None:  # every other name of the module: importable, refused when called
+
+            def __getattr__(name: str) -> Any:
+                if name.startswith("__") and name.endswith("__"):
+                    raise AttributeError(name)
+                return refuse(f"{module.__name__}.{name}")
+
+            module.__getattr__ = __getattr__  # type: ignore[attr-defined]
 
 
 class CudaOnlyPackages(importlib.abc.MetaPathFinder):
-    """`with CudaOnlyPackages():` — the fakes importable and installed, the others named, until exit."""
+    """`with CudaOnlyPackages(refuse):` — the fakes importable and installed, the others named, until exit.
+    `refuse` makes the callable a not-simulated name becomes (CudaSimulation.refusal: the report names the call)."""
 
-    def __init__(self) -> None:
-        self.modules = _flash_attn_modules()
+    def __init__(self, refuse: Refuse = refused_here) -> None:
+        self.packages = packages()
+        self.refuse = refuse
+        self.modules: dict[str, dict[str, Any]] = {}
+        for fake in self.packages:
+            self.modules.update(fake.modules(refuse))
+        self.refusing = {fake.top for fake in self.packages if fake.refuses_rest}
         self._imported: list[str] = []
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname in self.modules:
-            package = any(m.startswith(fullname + ".") for m in self.modules)
+        refusing = fullname.split(".")[0] in self.refusing
+        if fullname in self.modules or refusing:
+            package = refusing or any(m.startswith(fullname + ".") for m in self.modules)
             self._imported.append(fullname)
-            return importlib.machinery.ModuleSpec(fullname, _Loader(self.modules[fullname], package), is_package=package)
+            loader = _Loader(self.modules.get(fullname, {}), package, self.refuse if refusing else None)
+            return importlib.machinery.ModuleSpec(fullname, loader, is_package=package)
         return None
 
     def find_distributions(self, context: Any = importlib.metadata.DistributionFinder.Context()) -> Iterator[Any]:
-        for top, (name, version) in FAKED.items():
-            if context.name is None or _normal(context.name) == _normal(name):
-                yield _Distribution(name, version, top)
+        for fake in self.packages:
+            if context.name is None or _normal(context.name) == _normal(fake.distribution):
+                yield _Distribution(fake.distribution, fake.version, fake.top)
 
     def __enter__(self) -> "CudaOnlyPackages":
         sys.meta_path.append(self)  # after Python's own finders: a package really installed is the real one
@@ -219,7 +260,8 @@ def _normal(name: str) -> str:
 
 
 def _forget_answers() -> None:
-    """transformers' cached package answers, and the flash functions it loaded: recomputed on the next ask."""
+    """transformers' cached package answers, the flash functions it loaded and diffusers' import-time answers:
+    recomputed on the next ask."""
     utils = sys.modules.get("transformers.utils.import_utils")
     for fn in vars(utils).values() if utils is not None else ():
         clear: Callable[[], None] | None = getattr(fn, "cache_clear", None)
@@ -230,3 +272,13 @@ def _forget_answers() -> None:
         for name in ("_loaded_implementation", "_flash_fn", "_flash_varlen_fn", "_flash_with_kvcache_fn", "_pad_fn",
                      "_unpad_fn", "_process_flash_kwargs_fn", "_process_with_kvcache_kwargs_fn"):
             setattr(flash, name, None)
+    diffusers = sys.modules.get("diffusers.utils.import_utils")
+    ask = getattr(diffusers, "_is_package_available", None)
+    for fake in packages() if callable(ask) else ():
+        if hasattr(diffusers, f"_{fake.top}_available"):  # diffusers asks once, at its import
+            try:
+                available, version = ask(fake.top)  # type: ignore[misc]
+            except Exception:  # noqa: BLE001 - diffusers' own answer stays
+                continue
+            setattr(diffusers, f"_{fake.top}_available", available)
+            setattr(diffusers, f"_{fake.top}_version", version)

@@ -477,7 +477,7 @@ class CudaSimulation:
         from dtype_doctor.machine.cuda_api import patches
         from dtype_doctor.machine.cuda_surface import generator_class, raw_stream, surface_answers
 
-        for owner, attr, value in patches(surface_answers(self.gpu, self.current, self.memory), self._refusal):
+        for owner, attr, value in patches(surface_answers(self.gpu, self.current, self.memory), self.refusal):
             self._set(owner, attr, value)
         self._set(torch, "Generator", generator_class(self.current))  # torch.Generator(device="cuda")
         # bitsandbytes hands the current stream's raw handle to its kernels.
@@ -492,7 +492,7 @@ class CudaSimulation:
                 if original is not None:
                     self._set(module, name, lambda _original=original: [*_original(), STAND_IN.type])
 
-    def _refusal(self, name: str) -> Callable[..., Any]:
+    def refusal(self, name: str) -> Callable[..., Any]:
         """A CUDA function the simulation does not answer (machine/cuda_api.py): the call is named in the
         report's coverage and stops the script there, as a value no stand-in can give does."""
 

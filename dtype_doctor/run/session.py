@@ -194,7 +194,7 @@ class RunSession:
             self._arms.enter_context(Children(self.disk, str(self.target), self.placement.gpu, self.placement.gpus))
             from dtype_doctor.machine.fake_packages import CudaOnlyPackages
 
-            self._arms.enter_context(CudaOnlyPackages())  # flash-attn as the target has it (machine/fake_packages.py)
+            self._arms.enter_context(CudaOnlyPackages(self._simulation.refusal))  # flash-attn, kernels… (machine/fake_packages.py)
         elif self.hide_cuda:
             self._arms.enter_context(_hidden_cuda())
         original = torch.nn.Module.__call__
