@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import sys
-import warnings
 import weakref
 from typing import Any, Callable
 
@@ -37,6 +36,7 @@ from dtype_doctor.machine.cuda_surface import device_index
 from dtype_doctor.machine.gpus import GpuProfile
 from dtype_doctor.machine.modes import tensors_in
 from dtype_doctor.machine.module_moves import is_cuda
+from dtype_doctor.machine.sim_patches import METHOD_WRAPPER as _METHOD_WRAPPER, LibraryPatches, read_by_script as _read_by_script, simulated as _simulated
 
 
 
@@ -90,7 +90,6 @@ def _is_device_arg(a: Any) -> bool:
 
 # Reads of where a tensor lives: the script reads a simulated tensor as the CUDA tensor it stands for.
 _GETTERS = {torch._C.TensorBase.__dict__[name]: name for name in ("device", "is_cuda", "is_meta")}
-_METHOD_WRAPPER = type(torch._C.TensorBase.__dict__["device"].__get__)
 
 
 def _where_read(func: Any) -> str | None:
@@ -100,21 +99,6 @@ def _where_read(func: Any) -> str | None:
     if func is torch._C.TensorBase.get_device:
         return "get_device"
     return "type" if func is torch._C.TensorBase.type else None
-
-
-def _read_by_script(frame: Any, func: Any = None) -> bool:
-    """Whether the code that read a tensor's device is the script's or a library's (not torch's, not the
-    doctor's). A mode above this one that hands the very read on (its __torch_function__, or a helper of
-    it such as the recorder's `_opened`, calling `func`) is passed over; a mode's own reads, made for its
-    own work, are the doctor's or torch's."""
-    while frame is not None and func is not None and is_tool_file(frame.f_code.co_filename) \
-            and _same_read(frame.f_locals.get("func"), func):
-        frame = frame.f_back
-    return frame is not None and not is_tool_file(frame.f_code.co_filename)
-
-
-def _same_read(a: Any, b: Any) -> bool:
-    return a is b or (type(a) is _METHOD_WRAPPER and type(b) is _METHOD_WRAPPER and a.__self__ is b.__self__)
 
 
 def _names_meta(device: Any) -> bool:
@@ -252,13 +236,6 @@ def _to_host(args: tuple, kwargs: dict) -> bool:
     return False
 
 
-_ABSENT = object()
-
-
-def _simulated(t: Any) -> bool:
-    return isinstance(t, torch.Tensor) and t.device.type == STAND_IN.type
-
-
 def _simulated_any(args: tuple, kwargs: dict) -> bool:
     for a in (*args, *kwargs.values()):
         if _simulated(a) or (isinstance(a, (list, tuple)) and any(_simulated(x) for x in a)):
@@ -327,7 +304,7 @@ class CudaSimulation:
         self.memory = SimulatedMemory(self.sees_cuda, self.cuda_index, self.current)
         self._import_hooks: tuple[Any, ...] = ()
         self._mode = _CudaMode(self)
-        self._saved: list[tuple[Any, str, Any]] = []
+        self.patches = LibraryPatches(self)  # what it changes in torch and the libraries (machine/sim_patches.py)
         self.not_simulated: list[str] = []  # the CUDA functions the script called that the simulation does not answer
 
     def faked(self, t: Any) -> Any:
@@ -420,14 +397,14 @@ class CudaSimulation:
 
     def __enter__(self) -> "CudaSimulation":
         build_cuda = torch.version.cuda  # this build's own, before the simulation answers a CUDA build's
-        self._patch_cuda()
-        self._patch_module_moves()
+        self.patches.cuda()
+        self.patches.module_moves()
         from dtype_doctor.machine.libraries import patch_bitsandbytes
 
-        self._import_hooks = patch_bitsandbytes(self.on_cuda, self._set, build_cuda)
-        self._patch_autocast()
-        self._patch_transformers()
-        self._patch_load()
+        self._import_hooks = patch_bitsandbytes(self.on_cuda, self.patches.set, build_cuda)
+        self.patches.autocast()
+        self.patches.transformers()
+        self.patches.load()
         from dtype_doctor.machine.modes import push_function_mode
 
         push_function_mode(self._mode)
@@ -436,7 +413,7 @@ class CudaSimulation:
         self._env = os.environ.get("HF_DEACTIVATE_ASYNC_LOAD")
         os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = "1"
         if self.indexed:
-            self._patch_fake_device()
+            self.patches.fake_device()
             from dtype_doctor.machine.accelerate_hooks import accelerate_on_fakes
 
             self._accelerate = accelerate_on_fakes(self.faked)
@@ -457,40 +434,7 @@ class CudaSimulation:
             os.environ.pop("HF_DEACTIVATE_ASYNC_LOAD", None)
         else:
             os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = self._env
-        import torch.serialization as serialization
-
-        entry = getattr(self, "_restore_entry", None)
-        if entry is not None and entry in serialization._package_registry:
-            serialization._package_registry.remove(entry)
-        for owner, name, original in reversed(self._saved):
-            if original is _ABSENT:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, original)
-        self._saved.clear()
-
-    def _set(self, owner: Any, name: str, value: Any) -> None:
-        self._saved.append((owner, name, owner.__dict__.get(name, getattr(owner, name, _ABSENT))))
-        setattr(owner, name, value)
-
-    def _patch_cuda(self) -> None:
-        from dtype_doctor.machine.cuda_api import patches
-        from dtype_doctor.machine.cuda_surface import generator_class, raw_stream, surface_answers
-
-        for owner, attr, value in patches(surface_answers(self.gpu, self.current, self.memory), self.refusal):
-            self._set(owner, attr, value)
-        self._set(torch, "Generator", generator_class(self.current))  # torch.Generator(device="cuda")
-        # bitsandbytes hands the current stream's raw handle to its kernels.
-        self._set(torch._C, "_cuda_getCurrentRawStream", raw_stream)
-        # The optimizers pick their foreach and fused kernels for CUDA devices, as on a GPU.
-        import torch.optim.optimizer as optimizer
-        import torch.utils._foreach_utils as foreach
-
-        for module in (foreach, optimizer):
-            for name in ("_get_foreach_kernels_supported_devices", "_get_fused_kernels_supported_devices"):
-                original = getattr(module, name, None)
-                if original is not None:
-                    self._set(module, name, lambda _original=original: [*_original(), STAND_IN.type])
+        self.patches.disarm()
 
     def refusal(self, name: str) -> Callable[..., Any]:
         """A CUDA function the simulation does not answer (machine/cuda_api.py): the call is named in the
@@ -504,142 +448,3 @@ class CudaSimulation:
             self.data_read(f"{name} (not simulated)", limit=name, unanswered=True)
 
         return not_simulated
-
-    def _patch_fake_device(self) -> None:
-        """Several GPUs: cuda:k lives on fake tensors on meta:k, whose `device` is a Python property of
-        their own (no torch function sees it read). The script reads it as cuda:k, as `where_read` answers."""
-        from torch._subclasses.fake_tensor import FakeTensor
-
-        stand_in = FakeTensor.__dict__["device"]
-        sim = self
-
-        def device(t: Any) -> torch.device:
-            d = stand_in.__get__(t)
-            if d.type != STAND_IN.type or not _read_by_script(sys._getframe(1)) or not sim.sees_cuda(t):
-                return d
-            return torch.device("cuda", sim.cuda_index(t))
-
-        self._set(FakeTensor, "device", property(device))
-
-    def _patch_load(self) -> None:
-        """`torch.load(f, map_location="cuda")`, or a checkpoint saved on a GPU: its storages land on the
-        stand-in without their data, as a model moved to CUDA does (a CPU-only build refuses CUDA storages)."""
-        import torch.serialization as serialization
-
-        sim = self
-
-        def restore(storage: Any, location: str) -> Any:
-            if isinstance(location, str) and location.split(":")[0] == "cuda":
-                return torch.UntypedStorage(storage.nbytes(), device=sim.stand_in(location))
-            return None
-
-        entry = (19, lambda storage: None, restore)  # before torch's own cuda entry (20)
-        registry = serialization._package_registry
-        registry.insert(0, entry)
-        registry.sort(key=lambda e: e[0])
-        self._restore_entry = entry
-
-    def _patch_module_moves(self) -> None:
-        from dtype_doctor.machine.module_moves import patch_module_moves
-
-        patch_module_moves(self._set, swap=not self.indexed)
-
-    def _patch_transformers(self) -> None:
-        """Transformers skips its value checks (`if padding_mask.all():`, made to pick a faster kernel)
-        on fake tensors, as under torch.compile; the stand-in tensors are fake tensors too."""
-        module = sys.modules.get("transformers.utils.import_utils")
-        if module is None:
-            try:
-                import transformers.utils.import_utils as module  # type: ignore[no-redef]
-            except ImportError:  # pragma: no cover - transformers is a dependency
-                return
-        original = module.is_fake_tensor
-
-        def is_fake_tensor(x: Any) -> bool:
-            return _simulated(x) or original(x)
-
-        self._set(module, "is_fake_tensor", is_fake_tensor)
-        self._patch_storage_ptr()
-        self._patch_checkpoint()
-
-    def _patch_checkpoint(self) -> None:
-        """Activation checkpointing takes the autocast its recompute re-enters from the device type of the
-        checkpointed function's tensors: a simulated CUDA tensor's is CUDA, as on the GPU, so the recompute
-        runs under the same CUDA autocast as its forward (read as `meta`, it ran without, in float32)."""
-        import torch.utils.checkpoint as checkpoint
-
-        original = checkpoint._infer_device_type
-
-        def infer_device_type(*args: Any) -> str:
-            found = original(*args)
-            if found == STAND_IN.type and any(isinstance(t, torch.Tensor) and self.sees_cuda(t) for t in tensors_in(args, {})):
-                return "cuda"
-            return found
-
-        self._set(checkpoint, "_infer_device_type", infer_device_type)
-
-    def _patch_storage_ptr(self) -> None:
-        """save_pretrained and safetensors find tied weights by their storages' addresses; a simulated
-        tensor's storage has none (every one reads 0, so every same-sized weight looked shared and
-        save_pretrained refused): each storage is told apart by its own identity instead."""
-        import importlib
-
-        for name in ("safetensors.torch", "transformers.pytorch_utils"):
-            try:
-                module = importlib.import_module(name)
-            except ImportError:
-                continue
-            original = getattr(module, "storage_ptr", None)
-            if original is None:
-                continue
-
-            def storage_ptr(tensor: torch.Tensor, _original: Any = original) -> int:
-                return tensor.untyped_storage()._cdata if _simulated(tensor) else _original(tensor)
-
-            self._set(module, "storage_ptr", storage_ptr)
-
-    def _patch_autocast(self) -> None:
-        from torch.amp import autocast_mode
-
-        cls = autocast_mode.autocast
-        original_init, original_enter, original_exit = cls.__init__, cls.__enter__, cls.__exit__
-        sim = self
-
-        def __init__(self: Any, device_type: str, dtype: torch.dtype | None = None, enabled: bool = True, cache_enabled: bool | None = None) -> None:
-            # "meta" is the stand-in: code that asks a tensor for its device type (x.device.type) means CUDA.
-            if device_type not in ("cuda", STAND_IN.type):
-                return original_init(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
-            # What torch's own __init__ sets, without its "CUDA is not available: disabling".
-            self.device = "cuda"
-            self.fast_dtype = dtype if dtype is not None else torch.get_autocast_dtype("cuda")
-            self._cache_enabled = cache_enabled if cache_enabled is not None else torch.is_autocast_cache_enabled()
-            self.custom_backend_name = torch._C._get_privateuse1_backend_name()
-            self._dd_simulated = True
-            # torch asks is_bf16_supported() with emulation, which every CUDA 11+ GPU passes.
-            if enabled and self.fast_dtype == torch.bfloat16 and sim.gpu is not None and not sim.gpu.bf16_supported():
-                raise RuntimeError("Current CUDA Device does not support bfloat16. Please switch dtype to float16.")
-            if enabled and self.fast_dtype not in (torch.float16, torch.bfloat16):
-                warnings.warn(f"In CUDA autocast, but the target dtype {self.fast_dtype} is not supported. Disabling autocast.", stacklevel=2)
-                enabled = False
-            self._enabled = enabled
-
-        def __enter__(self: Any) -> Any:
-            # torch's own __enter__ sets CUDA autocast's thread-local state, which a CPU-only build
-            # keeps too: model code that reads it (torch.is_autocast_enabled("cuda")) sees a GPU's answer.
-            out = original_enter(self)
-            if getattr(self, "_dd_simulated", False):
-                sim.amp.append(self.fast_dtype if self._enabled else None)
-                sim.on_amp(sim.amp_dtype)
-            return out
-
-        def __exit__(self: Any, *exc: Any) -> Any:
-            out = original_exit(self, *exc)
-            if getattr(self, "_dd_simulated", False):
-                if sim.amp:
-                    sim.amp.pop()
-                sim.on_amp(sim.amp_dtype)
-            return out
-
-        self._set(cls, "__init__", __init__)
-        self._set(cls, "__enter__", __enter__)
-        self._set(cls, "__exit__", __exit__)
