@@ -32,15 +32,15 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from dtype_doctor.records import HeldWrite, SourceLoc
+from dtype_doctor.machine.disk_layers import REAL, Layers, copy_file, real_open as _open, real_rmtree as _rmtree
+from dtype_doctor.records import SourceLoc
 
 # The real functions, taken before any patch: the overlay's own work goes through these.
 _open = builtins.open
-_REAL = {name: getattr(os, name) for name in ("open", "stat", "lstat", "replace", "rename", "remove", "unlink", "rmdir",
+REAL = {name: getattr(os, name) for name in ("open", "stat", "lstat", "replace", "rename", "remove", "unlink", "rmdir",
                                               "mkdir", "listdir", "chmod", "utime", "truncate", "scandir", "statvfs",
                                               "access", "readlink", "symlink", "link")}
 _mkdtemp, _mkstemp_inner = tempfile.mkdtemp, tempfile._mkstemp_inner  # type: ignore[attr-defined]
-_rmtree = shutil.rmtree
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 # Writers and readers in compiled code that open a path themselves: (module, attribute, index of the path argument,
@@ -60,13 +60,7 @@ COMPILED: tuple[tuple[str, str, int, str, str], ...] = (
 )
 
 
-@dataclass(frozen=True)
-class _Written:
-    key: str  # the absolute path the script named
-    source: SourceLoc | None
-
-
-class Overlay:
+class Overlay(Layers):
     """`with Overlay() as disk:` — while armed, the process's file writes go to `disk.root`.
 
     `held()` lists what was written (the report's `writes`); `keep(dir)` copies it there;
@@ -74,133 +68,9 @@ class Overlay:
     """
 
     def __init__(self, site: Callable[[], SourceLoc | None] = lambda: None) -> None:
-        self.site = site
-        self.root = ""
-        self.written: dict[str, _Written] = {}  # key → the last write's source, in first-write order
-        self.hidden: set[str] = set()  # whiteouts: user paths the script removed or moved away
-        self._pause = 0
-        self._made = False  # the scratch layer holds something: reads and listings look there
-        self._exempt: tuple[str, ...] = ()
-        # What tempfile made in the system's temp directory (multiprocessing's socket folder, a library's
-        # NamedTemporaryFile): a fresh name no user file had, real, so C code (a socket's bind) finds it.
-        self._owned: set[str] = set()
-        self._owned_under: tuple[str, ...] = ()
-        self._saved: list[tuple[Any, str, Any]] = []
-        self._hooks: list[Any] = []
-
-    # ------------------------------------------------------------ paths
-
-    def _key(self, path: Any) -> str | None:
-        if isinstance(path, int):
-            return None  # a file descriptor: already open
-        try:
-            return os.path.abspath(os.fsdecode(os.fspath(path)))
-        except TypeError:
-            return None
-
-    def _passes(self, key: str | None) -> bool:
-        """Written as it is: not a path, the doctor writing, scratch itself, a cache or a device."""
-        return key is None or self._pause > 0 or not self.root or key.startswith(self._exempt) \
-            or f"{os.sep}__pycache__{os.sep}" in key or key in self._owned or key.startswith(self._owned_under)
-
-    def scratch(self, key: str) -> str:
-        return os.path.join(self.root, os.path.splitdrive(key)[1].lstrip(os.sep))
-
-    def _hidden(self, key: str) -> bool:
-        return any(key == h or key.startswith(h + os.sep) for h in self.hidden)
-
-    def _upper(self, key: str) -> os.stat_result | None:
-        try:
-            return _REAL["lstat"](self.scratch(key))
-        except OSError:
-            return None
-
-    def _lower(self, key: str) -> os.stat_result | None:
-        if self._hidden(key):
-            return None
-        try:
-            return _REAL["stat"](key)
-        except OSError:
-            return None
-
-    def _visible(self, key: str) -> bool:
-        return self._upper(key) is not None or self._lower(key) is not None
-
-    def _is_dir(self, key: str) -> bool:
-        up, low = self._upper(key), self._lower(key)
-        return (up is not None and stat.S_ISDIR(up.st_mode)) or (up is None and low is not None and stat.S_ISDIR(low.st_mode))
-
-    def _in_upper(self, key: str) -> bool:
-        up = self._upper(key)
-        return up is not None and not stat.S_ISDIR(up.st_mode)
-
-    def _touched(self) -> bool:
-        return self._made or bool(self.written or self.hidden)
-
-    @staticmethod
-    def _missing(path: Any) -> FileNotFoundError:
-        return FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), os.fsdecode(os.fspath(path)))
-
-    # ------------------------------------------------------------ routing
-
-    def read_path(self, path: Any) -> Any:
-        """The path a read of `path` opens: the scratch copy when the script wrote one."""
-        key = self._key(path)
-        if self._passes(key) or not self._touched():
-            return path
-        assert key is not None
-        if self._in_upper(key) or (self._upper(key) is not None and self._lower(key) is None):
-            return self.scratch(key)  # a file the script wrote, or a directory it made
-        if self._hidden(key):
-            raise self._missing(path)
-        return path
-
-    def write_path(self, path: Any, *, update: bool = False, exclusive: bool = False) -> Any:
-        """The path a write of `path` opens: its place in scratch, made ready (`update`: the user's
-        content copied up first, as for "a" and "r+")."""
-        key = self._key(path)
-        if self._passes(key):
-            return path
-        assert key is not None
-        if exclusive and self._visible(key):
-            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fsdecode(os.fspath(path)))
-        if self._is_dir(key):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fsdecode(os.fspath(path)))
-        parent = os.path.dirname(key)
-        if not self._is_dir(parent):
-            raise self._missing(path)
-        target = self.scratch(key)
-        self._mirror(parent)
-        if update and self._upper(key) is None and self._lower(key) is not None:
-            with _open(key, "rb") as src, _open(target, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-        self._note(key)
-        return target
-
-    def _mirror(self, parent: str) -> None:
-        """The scratch directories down to `parent`, which the script's view already has."""
-        missing = []
-        d = parent
-        while self._upper(d) is None:
-            missing.append(d)
-            up = os.path.dirname(d)
-            if up == d:
-                break
-            d = up
-        self._made = True
-        for d in reversed(missing):
-            try:
-                _REAL["mkdir"](self.scratch(d))
-            except FileExistsError:
-                pass
-
-    def _note(self, key: str) -> None:
-        self.written.pop(key, None)  # the last write's line; order by the first write stays below
-        self.written[key] = _Written(key, self.site())
-
-    def _forget(self, key: str) -> None:
-        for k in [k for k in self.written if k == key or k.startswith(key + os.sep)]:
-            del self.written[k]
+        super().__init__(site)
+        self._saved: list[tuple[Any, str, Any]] = []  # the os and io functions armed, to put back
+        self._hooks: list[Any] = []  # the import hooks that route compiled writers
 
     # ------------------------------------------------------------ the script's os functions
 
@@ -219,50 +89,50 @@ class Overlay:
                 path = self.write_path(path, update=not flags & os.O_TRUNC, exclusive=bool(flags & os.O_EXCL and flags & os.O_CREAT))
             else:
                 path = self.read_path(path)
-        return _REAL["open"](path, flags, mode, dir_fd=dir_fd)
+        return REAL["open"](path, flags, mode, dir_fd=dir_fd)
 
     def stat(self, path: Any, *, dir_fd: int | None = None, follow_symlinks: bool = True) -> os.stat_result:
-        real = _REAL["stat"] if follow_symlinks else _REAL["lstat"]
-        key = self._key(path)
-        if dir_fd is not None or self._passes(key) or not self._touched():
+        real = REAL["stat"] if follow_symlinks else REAL["lstat"]
+        key = self.path_key(path)
+        if dir_fd is not None or self.passes(key) or not self.touched():
             return real(path, dir_fd=dir_fd) if follow_symlinks else real(path, dir_fd=dir_fd)
         assert key is not None
-        if self._upper(key) is not None and (self._in_upper(key) or self._lower(key) is None):
+        if self.upper(key) is not None and (self.in_upper(key) or self.lower(key) is None):
             return real(self.scratch(key))
-        if self._hidden(key):
-            raise self._missing(path)
+        if self.is_hidden(key):
+            raise self.missing(path)
         return real(path)
 
     def lstat(self, path: Any, *, dir_fd: int | None = None) -> os.stat_result:
         return self.stat(path, dir_fd=dir_fd, follow_symlinks=False)
 
     def listdir(self, path: Any = ".") -> list:
-        key = self._key(path)
-        if self._passes(key) or not self._touched():
-            return _REAL["listdir"](path)
+        key = self.path_key(path)
+        if self.passes(key) or not self.touched():
+            return REAL["listdir"](path)
         assert key is not None
-        if not self._is_dir(key):
-            if self._visible(key):
+        if not self.is_dir(key):
+            if self.visible(key):
                 raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), os.fsdecode(os.fspath(path)))
-            raise self._missing(path)
-        names = set(_REAL["listdir"](key)) if self._lower(key) is not None else set()
-        names = {n for n in names if not self._hidden(os.path.join(key, n))}
-        if self._upper(key) is not None:
-            names |= set(_REAL["listdir"](self.scratch(key)))
+            raise self.missing(path)
+        names = set(REAL["listdir"](key)) if self.lower(key) is not None else set()
+        names = {n for n in names if not self.is_hidden(os.path.join(key, n))}
+        if self.upper(key) is not None:
+            names |= set(REAL["listdir"](self.scratch(key)))
         out = sorted(names)
         return [os.fsencode(n) for n in out] if isinstance(path, bytes) else out
 
     def scandir(self, path: Any = ".") -> Any:
-        key = self._key(path)
-        if self._passes(key) or not self._touched():
-            return _REAL["scandir"](path)
+        key = self.path_key(path)
+        if self.passes(key) or not self.touched():
+            return REAL["scandir"](path)
         from dtype_doctor.machine.disk_listing import merged
 
         return merged(path, self.listdir(path), self.stat)
 
     def resolved(self, name: str) -> Callable[..., Any]:
         """os.statvfs / os.access / os.readlink: asked of the file the script would open (its scratch copy)."""
-        real = _REAL[name]
+        real = REAL[name]
 
         def ask(path: Any, *args: Any, **kwargs: Any) -> Any:
             out = real(path if kwargs.get("dir_fd") is not None else self.read_path(path), *args, **kwargs)
@@ -276,18 +146,18 @@ class Overlay:
              follow_symlinks: bool = True) -> None:
         """os.link: the new name holds the same bytes, in scratch (a hard link to a user's file would let a
         later write through it change the user's file)."""
-        if src_dir_fd is not None or dst_dir_fd is not None or self._passes(self._key(dst)):
-            return _REAL["link"](src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd, follow_symlinks=follow_symlinks)
-        _copy(self.read_path(src), self.write_path(dst, exclusive=True))
+        if src_dir_fd is not None or dst_dir_fd is not None or self.passes(self.path_key(dst)):
+            return REAL["link"](src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd, follow_symlinks=follow_symlinks)
+        copy_file(self.read_path(src), self.write_path(dst, exclusive=True))
 
     def symlink(self, src: Any, dst: Any, target_is_directory: bool = False, *, dir_fd: int | None = None) -> None:
         """os.symlink: the link in scratch, to the file the script's view names (a relative target from the link's folder)."""
-        key = self._key(dst)
-        if dir_fd is not None or self._passes(key):
-            return _REAL["symlink"](src, dst, target_is_directory, dir_fd=dir_fd)
+        key = self.path_key(dst)
+        if dir_fd is not None or self.passes(key):
+            return REAL["symlink"](src, dst, target_is_directory, dir_fd=dir_fd)
         assert key is not None
         target = os.fsdecode(src)
-        _REAL["symlink"](self.read_path(os.path.join(os.path.dirname(key), target)), self.write_path(dst, exclusive=True))
+        REAL["symlink"](self.read_path(os.path.join(os.path.dirname(key), target)), self.write_path(dst, exclusive=True))
 
     def temporary(self, make: Callable[..., Any], dir_at: int) -> Callable[..., Any]:
         """tempfile.mkdtemp / its mkstemp: a fresh name in the system's temp directory is made for real
@@ -295,128 +165,128 @@ class Overlay:
 
         def made(*args: Any, **kwargs: Any) -> Any:
             where = kwargs.get("dir", args[dir_at] if len(args) > dir_at else None)
-            key = self._key(where) if where is not None else None
-            if key is not None and key != self._key(tempfile.gettempdir()) and not self._passes(key):
+            key = self.path_key(where) if where is not None else None
+            if key is not None and key != self.path_key(tempfile.gettempdir()) and not self.passes(key):
                 return make(*args, **kwargs)  # a temporary file among the user's: the overlay's
             with self.paused():
                 out = make(*args, **kwargs)
-            owned = self._key(out if isinstance(out, (str, bytes)) else out[1])
+            owned = self.path_key(out if isinstance(out, (str, bytes)) else out[1])
             if owned is not None:
-                self._owned.add(owned)
-                self._owned_under += (owned + os.sep,)
+                self.owned.add(owned)
+                self.owned_under += (owned + os.sep,)
             return out
 
         return made
 
     def mkdir(self, path: Any, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
-        key = self._key(path)
-        if dir_fd is not None or self._passes(key):
-            return _REAL["mkdir"](path, mode, dir_fd=dir_fd)
+        key = self.path_key(path)
+        if dir_fd is not None or self.passes(key):
+            return REAL["mkdir"](path, mode, dir_fd=dir_fd)
         assert key is not None
-        if self._visible(key):
+        if self.visible(key):
             raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fsdecode(os.fspath(path)))
-        if not self._is_dir(os.path.dirname(key)):
-            raise self._missing(path)
-        self._mirror(os.path.dirname(key))
-        _REAL["mkdir"](self.scratch(key), mode)
+        if not self.is_dir(os.path.dirname(key)):
+            raise self.missing(path)
+        self.mirror(os.path.dirname(key))
+        REAL["mkdir"](self.scratch(key), mode)
 
     def replace(self, src: Any, dst: Any, *, src_dir_fd: int | None = None, dst_dir_fd: int | None = None) -> None:
-        s, d = self._key(src), self._key(dst)
-        if src_dir_fd is not None or dst_dir_fd is not None or (self._passes(s) and self._passes(d)):
-            return _REAL["replace"](src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+        s, d = self.path_key(src), self.path_key(dst)
+        if src_dir_fd is not None or dst_dir_fd is not None or (self.passes(s) and self.passes(d)):
+            return REAL["replace"](src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
         assert s is not None and d is not None
-        if not self._visible(s):
-            raise self._missing(src)
-        if self._is_dir(d) and not self._is_dir(s):
+        if not self.visible(s):
+            raise self.missing(src)
+        if self.is_dir(d) and not self.is_dir(s):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fsdecode(os.fspath(dst)))
-        if not self._is_dir(os.path.dirname(d)):
-            raise self._missing(dst)
-        self._mirror(os.path.dirname(d))
-        target = self.scratch(d) if not self._passes(d) else d
-        if not self._passes(d) and self._upper(d) is not None and self._is_dir(d):
+        if not self.is_dir(os.path.dirname(d)):
+            raise self.missing(dst)
+        self.mirror(os.path.dirname(d))
+        target = self.scratch(d) if not self.passes(d) else d
+        if not self.passes(d) and self.upper(d) is not None and self.is_dir(d):
             _rmtree(self.scratch(d))
-        moved = self._upper(s) is not None and not self._passes(s)
+        moved = self.upper(s) is not None and not self.passes(s)
         if moved:
-            _REAL["replace"](self.scratch(s), target)
-        elif self._passes(s):
-            _REAL["replace"](src, target)  # out of a cache or a temp area of the doctor's: the file is the script's now
-        elif self._is_dir(s):
-            shutil.copytree(s, target, copy_function=_copy, dirs_exist_ok=True)
+            REAL["replace"](self.scratch(s), target)
+        elif self.passes(s):
+            REAL["replace"](src, target)  # out of a cache or a temp area of the doctor's: the file is the script's now
+        elif self.is_dir(s):
+            shutil.copytree(s, target, copy_function=copy_file, dirs_exist_ok=True)
         else:
-            _copy(s, target)
-        if not self._passes(s):
-            if self._lower(s) is not None:
+            copy_file(s, target)
+        if not self.passes(s):
+            if self.lower(s) is not None:
                 self.hidden.add(s)
             written = [k for k in self.written if k == s or k.startswith(s + os.sep)]
             for k in written:
                 del self.written[k]
-                if not self._passes(d):
-                    self._note(d + k[len(s):])
-        if not self._passes(d):
-            if self._is_dir(d):
+                if not self.passes(d):
+                    self.note(d + k[len(s):])
+        if not self.passes(d):
+            if self.is_dir(d):
                 for dirpath, _dirs, files in os.walk(self.scratch(d)):
                     for f in files:
                         rel = os.path.relpath(os.path.join(dirpath, f), self.scratch(d))
                         if os.path.join(d, rel) not in self.written:
-                            self._note(os.path.join(d, rel))
+                            self.note(os.path.join(d, rel))
             else:
-                self._note(d)
+                self.note(d)
 
     def remove(self, path: Any, *, dir_fd: int | None = None) -> None:
-        key = self._key(path)
-        if dir_fd is not None or self._passes(key):
-            return _REAL["remove"](path, dir_fd=dir_fd)
+        key = self.path_key(path)
+        if dir_fd is not None or self.passes(key):
+            return REAL["remove"](path, dir_fd=dir_fd)
         assert key is not None
-        if self._is_dir(key):
+        if self.is_dir(key):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fsdecode(os.fspath(path)))
-        if not self._visible(key):
-            raise self._missing(path)
-        if self._upper(key) is not None:
-            _REAL["remove"](self.scratch(key))
-            self._forget(key)
-        if self._lower(key) is not None:
+        if not self.visible(key):
+            raise self.missing(path)
+        if self.upper(key) is not None:
+            REAL["remove"](self.scratch(key))
+            self.forget(key)
+        if self.lower(key) is not None:
             self.hidden.add(key)
 
     def rmdir(self, path: Any, *, dir_fd: int | None = None) -> None:
-        key = self._key(path)
-        if dir_fd is not None or self._passes(key):
-            return _REAL["rmdir"](path, dir_fd=dir_fd)
+        key = self.path_key(path)
+        if dir_fd is not None or self.passes(key):
+            return REAL["rmdir"](path, dir_fd=dir_fd)
         assert key is not None
-        if not self._is_dir(key):
-            raise self._missing(path) if not self._visible(key) else NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
+        if not self.is_dir(key):
+            raise self.missing(path) if not self.visible(key) else NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
         if self.listdir(key):
             raise OSError(errno.ENOTEMPTY, os.strerror(errno.ENOTEMPTY), os.fsdecode(os.fspath(path)))
-        if self._upper(key) is not None:
-            _REAL["rmdir"](self.scratch(key))
-        if self._lower(key) is not None:
+        if self.upper(key) is not None:
+            REAL["rmdir"](self.scratch(key))
+        if self.lower(key) is not None:
             self.hidden.add(key)
 
     def rmtree(self, path: Any, ignore_errors: bool = False, onerror: Any = None, **kwargs: Any) -> None:
-        key = self._key(path)
-        if self._passes(key):
+        key = self.path_key(path)
+        if self.passes(key):
             return _rmtree(path, ignore_errors, onerror, **kwargs)
         assert key is not None
-        if not self._is_dir(key):
+        if not self.is_dir(key):
             if ignore_errors:
                 return None
-            raise self._missing(path) if not self._visible(key) else NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
-        if self._upper(key) is not None:
+            raise self.missing(path) if not self.visible(key) else NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
+        if self.upper(key) is not None:
             _rmtree(self.scratch(key))
-        self._forget(key)
-        if self._lower(key) is not None:
+        self.forget(key)
+        if self.lower(key) is not None:
             self.hidden.add(key)
 
     def metadata(self, name: str) -> Callable[..., Any]:
         """os.chmod / os.utime / os.truncate: on a file the script wrote, its scratch copy; a user's file is copied up first."""
-        real = _REAL[name]
+        real = REAL[name]
 
         def change(path: Any, *args: Any, **kwargs: Any) -> Any:
-            key = self._key(path)
-            if kwargs.get("dir_fd") is not None or self._passes(key):
+            key = self.path_key(path)
+            if kwargs.get("dir_fd") is not None or self.passes(key):
                 return real(path, *args, **kwargs)
             assert key is not None
-            if self._is_dir(key):
-                if self._upper(key) is None:
+            if self.is_dir(key):
+                if self.upper(key) is None:
                     return None  # a user's directory keeps its mode and times
                 return real(self.scratch(key), *args, **kwargs)
             return real(self.write_path(path, update=True), *args, **kwargs)
@@ -430,23 +300,19 @@ class Overlay:
         import atexit
 
         atexit.register(self.cleanup)  # the scratch goes with the process, whatever ended the run
-        self._exempt = tuple(os.path.join(os.path.abspath(p), "") for p in (self.root, *_library_caches()))
+        self.exempt = tuple(os.path.join(os.path.abspath(p), "") for p in (self.root, *_library_caches()))
         return self._arm()
-
-    def state(self) -> tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-        """What a child process needs to see this file system: (scratch, exempt, hidden, owned)."""
-        return self.root, self._exempt, tuple(self.hidden), tuple(self._owned)
 
     @classmethod
     def joined(cls, state: tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]) -> "Overlay":
         """The parent's overlay, armed in a spawned child: its writes land in the parent's scratch (which
         the parent lists and removes); the child never removes it."""
         disk = cls()
-        disk.root, disk._exempt, hidden, owned = state
+        disk.root, disk.exempt, hidden, owned = state
         disk.hidden = set(hidden)
-        disk._owned = set(owned)
-        disk._owned_under = tuple(o + os.sep for o in owned)
-        disk._made = True
+        disk.owned = set(owned)
+        disk.owned_under = tuple(o + os.sep for o in owned)
+        disk.made = True
         return disk._arm()
 
     def _arm(self) -> "Overlay":
@@ -470,30 +336,12 @@ class Overlay:
         for module, attr, index, keyword, kind in COMPILED:
             by_module.setdefault(module, []).append((attr, index, keyword, kind))
         for module, rows in by_module.items():
-            hook = after_import(module, lambda m, rows=rows: self._route_compiled(m, rows))
+            hook = after_import(module, lambda m, rows=rows: _route_compiled(self, m, rows))
             if hook is not None:
                 self._hooks.append(hook)
         _install_net()
         _ARMED = self
         return self
-
-    def _route_compiled(self, module: Any, rows: list[tuple[str, int, str, str]]) -> None:
-        for attr, index, keyword, kind in rows:
-            owner_name, _, attr = attr.rpartition(".")
-            owner = getattr(module, owner_name, None) if owner_name else module
-            original = getattr(owner, attr, None) if owner is not None else None
-            if original is None:
-                continue
-
-            def routed(*args: Any, _original: Any = original, _index: int = index, _keyword: str = keyword, _kind: str = kind, **kwargs: Any) -> Any:
-                route = self.write_path if _kind == "write" else self.read_path
-                if len(args) > _index and isinstance(args[_index], (str, bytes, os.PathLike)):
-                    args = (*args[:_index], route(args[_index]), *args[_index + 1:])
-                elif isinstance(kwargs.get(_keyword), (str, bytes, os.PathLike)):
-                    kwargs[_keyword] = route(kwargs[_keyword])
-                return _original(*args, **kwargs)
-
-            self._set(owner, attr, routed)
 
     def _set(self, owner: Any, name: str, value: Any) -> None:
         self._saved.append((owner, name, getattr(owner, name)))
@@ -510,76 +358,24 @@ class Overlay:
             setattr(owner, name, original)
         self._saved.clear()
 
-    def paused(self) -> "_Paused":
-        return _Paused(self)
+def _route_compiled(disk: Overlay, module: Any, rows: list[tuple[str, int, str, str]]) -> None:
+    """The compiled writers and readers of `module` (COMPILED's rows) given the path the overlay routes."""
+    for attr, index, keyword, kind in rows:
+        owner_name, _, attr = attr.rpartition(".")
+        owner = getattr(module, owner_name, None) if owner_name else module
+        original = getattr(owner, attr, None) if owner is not None else None
+        if original is None:
+            continue
 
-    # ------------------------------------------------------------ what was written
+        def routed(*args: Any, _original: Any = original, _index: int = index, _keyword: str = keyword, _kind: str = kind, **kwargs: Any) -> Any:
+            route = disk.write_path if _kind == "write" else disk.read_path
+            if len(args) > _index and isinstance(args[_index], (str, bytes, os.PathLike)):
+                args = (*args[:_index], route(args[_index]), *args[_index + 1:])
+            elif isinstance(kwargs.get(_keyword), (str, bytes, os.PathLike)):
+                kwargs[_keyword] = route(kwargs[_keyword])
+            return _original(*args, **kwargs)
 
-    def held(self) -> tuple[HeldWrite, ...]:
-        """The files the script wrote that are still there at the end: path as the user named it, size, line."""
-        return tuple(w for _key, w in self._held())
-
-    def _held(self) -> list[tuple[str, HeldWrite]]:
-        from dtype_doctor.machine.user_code import display_path
-
-        out = []
-        for key, w in {**self.written, **self._children_wrote()}.items():
-            try:
-                size = _REAL["stat"](self.scratch(key)).st_size
-            except OSError:
-                continue
-            shown = os.path.join(display_path(os.path.dirname(key)), os.path.basename(key))  # a link is named, not followed
-            out.append((key, HeldWrite(os.path.normpath(shown), size, w.source)))
-        return out
-
-    def _children_wrote(self) -> dict[str, _Written]:
-        """Files in scratch this process did not write: a child process's (a DataLoader worker's), no line."""
-        found: dict[str, _Written] = {}
-        if not self.root:
-            return found
-        for dirpath, _dirs, files in os.walk(self.root):
-            for f in files:
-                key = os.sep + os.path.relpath(os.path.join(dirpath, f), self.root)
-                if key not in self.written:
-                    found[key] = _Written(key, None)
-        return found
-
-    def keep(self, directory: str) -> list[str]:
-        """Copy the held files into `directory`, each at its path as the report names it (relative
-        to the working directory, or the absolute path below `directory`)."""
-        kept = []
-        with self.paused():
-            for key, w in self._held():
-                target = os.path.join(directory, os.path.splitdrive(w.path)[1].lstrip(os.sep))
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                _copy(self.scratch(key), target)
-                kept.append(target)
-        return kept
-
-    def cleanup(self) -> None:
-        if self.root:
-            _rmtree(self.root, ignore_errors=True)
-            self.root = ""
-            import atexit
-
-            atexit.unregister(self.cleanup)
-
-
-class _Paused:
-    def __init__(self, disk: Overlay) -> None:
-        self.disk = disk
-
-    def __enter__(self) -> None:
-        self.disk._pause += 1
-
-    def __exit__(self, *exc: Any) -> None:
-        self.disk._pause -= 1
-
-
-def _copy(src: str, dst: str) -> str:
-    with _open(src, "rb") as a, _open(dst, "wb") as b:
-        shutil.copyfileobj(a, b)
-    return dst
+        disk._set(owner, attr, routed)
 
 
 def _library_caches() -> list[str]:
@@ -638,9 +434,9 @@ def _audit(event: str, args: tuple) -> None:
     else:
         return
     for p in paths:
-        key = disk._key(p)
-        if key is not None and not disk._passes(key):
-            if event == "open" and disk._is_dir(key):
+        key = disk.path_key(p)
+        if key is not None and not disk.passes(key):
+            if event == "open" and disk.is_dir(key):
                 continue  # io.open(dir, opener=...): the opener's os.open names the file, and is routed
             raise PermissionError(errno.EACCES, f"dtype-doctor --simulate holds back writes to the user's files, and this one "
                                   f"({event}) reached the file system past its overlay", os.fsdecode(os.fspath(p)))

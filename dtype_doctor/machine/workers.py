@@ -202,7 +202,14 @@ class Children:
         at = self._where(w.pid)
         self.reported.add(w.pid)
         if w.is_alive():
-            w.terminate()  # its batch never comes; the loader's shutdown would wait on it again
+            # Its batch never comes, and the loader's shutdown would wait on it again: ended here, once the loader no
+            # longer watches its workers (DataLoader's SIGCHLD handler would raise "killed by signal" into the script).
+            from torch.utils.data._utils import signal_handling
+
+            if getattr(it, "_worker_pids_set", False):
+                signal_handling._remove_worker_pids(id(it))
+                it._worker_pids_set = False
+            w.terminate()
         stop_waiting(f"waiting on DataLoader worker process {k} (pid {w.pid}, {_method(w)}) for {waited:.1f} s"
                      + (f", which was at {at}" if at else ""))
 
