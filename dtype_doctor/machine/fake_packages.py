@@ -8,8 +8,7 @@ transformers, diffusers and peft look for them: a module spec (`importlib.util.f
 distribution with its version (`importlib.metadata.version`, `.metadata`, `packages_distributions()`),
 and the names they import. Each fake runs what its package runs on the target, within the limits its
 source states, and refuses what it refuses with its own words; what needs the package's own compiled
-kernels (a kernel from the Hugging Face Hub, a block-diagonal xFormers bias) is refused as not
-simulated: the call stops the script there and the report's `coverage.not_simulated` names it.
+kernels (a block-diagonal xFormers bias) is refused as not simulated: the call stops the script there and the report's `coverage.not_simulated` names it.
 
 - flash-attn 2 (`flash_attn`, `flash_attn.bert_padding`), version 2.8.3: csrc/flash_attn/flash_api.cpp
   `mha_fwd` / `mha_varlen_fwd` check the GPU ("FlashAttention only supports Ampere GPUs or
@@ -18,7 +17,7 @@ simulated: the call stops the script there and the report's `coverage.not_simula
   must be on CUDA device") and the head dim ("FlashAttention forward only supports head dimension
   at most 256"). The attention itself is torch's own flash kernel (`aten._flash_attention_forward`,
   the same algorithm and layout, with its backward), run on the simulated tensors.
-- `kernels` (the Hugging Face kernel hub, machine/fake_kernels.py) and `xformers` (machine/fake_xformers.py).
+- `xformers` (machine/fake_xformers.py).
 
 Packages that cannot be faked at all stay absent, as libraries' availability checks find them on the
 runner; a script that imports one stops with its ImportError and the reason named (NOT_FAKED,
@@ -47,6 +46,9 @@ NOT_FAKED = {
     "flash_attn_interface": "FlashAttention-3 (Hopper kernels)",
     # Faking these "installed" changes what libraries do on every run, not only the script's call: transformers'
     # HfDeepSpeedConfig subclasses DeepSpeed's config class, and Trainer imports Liger's patches when it is found.
+    # The kernel hub: bitsandbytes and transformers call get_kernel on their own whenever it is installed (a CPU
+    # gemm for 4-bit, MoE and FP8 kernels) and fall back when it fails; faked, each such call stopped clean scripts.
+    "kernels": "the Hugging Face kernel hub (CUDA kernels fetched from the Hub)",
     "liger_kernel": "Liger Kernel (Triton kernels for CUDA)",
     "deepspeed": "DeepSpeed (CUDA ops, built at install)",
     "apex": "NVIDIA Apex (fused CUDA kernels)",
@@ -153,10 +155,9 @@ FLASH_ATTN = FakePackage("flash_attn", "flash-attn", "2.8.3", _flash_attn_module
 
 def packages() -> tuple[FakePackage, ...]:
     """Every package faked while a simulation runs."""
-    from dtype_doctor.machine.fake_kernels import KERNELS
     from dtype_doctor.machine.fake_xformers import XFORMERS
 
-    return FLASH_ATTN, KERNELS, XFORMERS
+    return FLASH_ATTN, XFORMERS
 
 
 def refused_here(name: str) -> Callable[..., Any]:

@@ -1,10 +1,9 @@
-"""xFormers and the Hugging Face `kernels` hub under `--simulate` (machine/fake_xformers.py, machine/fake_kernels.py).
+"""xFormers under `--simulate` (machine/fake_xformers.py).
 
-Neither installs on this CPU runner (xFormers' CUDA kernels build beside a CUDA toolkit; `kernels` fetches CUDA
-kernels from the Hub), so a script that imports them stops at its import here, where the GPU machine it is meant
-for runs it. Under the simulation they are installed as the target has them: xFormers' memory-efficient attention
-runs torch's copy of its CUTLASS kernel after the checks xFormers' dispatch makes (bfloat16 only from compute
-capability 8.0, xformers/ops/fmha/cutlass.py), and what needs a kernel from the Hub is named as not simulated.
+It does not install on this CPU runner (its CUDA kernels build beside a CUDA toolkit), so a script that imports it
+stops at its import here, where the GPU machine it is meant for runs it. Under the simulation it is installed as the
+target has it: its memory-efficient attention runs torch's copy of its CUTLASS kernel after the checks xFormers'
+dispatch makes (bfloat16 only from compute capability 8.0, xformers/ops/fmha/cutlass.py).
 """
 
 from __future__ import annotations
@@ -30,8 +29,7 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, dict, str
 
 @pytest.fixture
 def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for name in ("xformers_attention.py", "hub_kernel.py"):
-        shutil.copy(SCRIPTS / name, tmp_path / name)
+    shutil.copy(SCRIPTS / "xformers_attention.py", tmp_path / "xformers_attention.py")
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -50,15 +48,3 @@ def test_xformers_attention_runs_where_the_target_runs_it_and_is_refused_where_i
     code, report, err = _run(["run", "--simulate", "--gpu", "t4", "-f", "json", "--",
                               "python", "xformers_attention.py", "bfloat16"], capsys)
     assert code == 1 and "No operator found for `memory_efficient_attention_forward`" in err, err[-2000:]
-
-
-@pytest.mark.skipif(importlib.util.find_spec("kernels") is not None, reason="kernels is really installed")
-def test_a_kernel_from_the_hub_is_named_as_not_simulated(here: Path, capsys: pytest.CaptureFixture) -> None:
-    from transformers.utils import is_kernels_available
-
-    assert not is_kernels_available()  # this machine has no `kernels`; the script's GPU machine does
-    code, report, err = _run(["run", "--simulate", "-f", "json", "--", "python", "hub_kernel.py"], capsys)
-    assert "kernels available True" in err, err[-2000:]
-    assert report["coverage"]["not_simulated"] == ["kernels.get_kernel"], report["coverage"]
-    assert not [f for f in report["findings"] if f["severity"] == "error"]
-    assert not is_kernels_available()  # and after the simulation, the real machine again
