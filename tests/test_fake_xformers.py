@@ -9,22 +9,14 @@ dispatch makes (bfloat16 only from compute capability 8.0, xformers/ops/fmha/cut
 from __future__ import annotations
 
 import importlib.util
-import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from dtype_doctor.cli.main import run
+from helpers_cli import run_json as _run
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
-
-
-def _run(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, dict, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        run(argv)
-    captured = capsys.readouterr()
-    return exit_info.value.code, json.loads(captured.out), captured.err
 
 
 @pytest.fixture
