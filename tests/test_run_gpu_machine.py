@@ -231,3 +231,25 @@ def test_pinned_memory_reads_pinned_as_on_a_gpu_machine(workdir: Path, capsys: p
     code, report, err = _run(["run", "--simulate", "-f", "json", "--", "python", "train.py"], capsys)
     assert code == 0 and report is not None and report["findings"] == [], err
     assert "pinned False True True" in err
+
+
+PRINTED = """\
+import sys
+import torch
+
+model = torch.nn.Linear(4, 2).to(0)
+x = torch.randn(3, 4).to(0)
+logits = model(x)
+print("logits", logits, file=sys.stderr)
+print("at", logits.device, logits.is_cuda, file=sys.stderr)
+logits.sum().backward()
+"""
+
+
+def test_a_tensor_printed_during_the_step_reads_as_cuda(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    # On a GPU machine `print(logits)` ends in device='cuda:0'; the stand-in must never show as meta, before the
+    # step, in it (where the trace opens torch functions) or after.
+    (workdir / "train.py").write_text(PRINTED)
+    code, report, err = _run(["run", "--simulate", "-f", "json", "--", "python", "train.py"], capsys)
+    assert code == 0 and report is not None, err
+    assert "device='cuda:0')" in err and "meta" not in err and "at cuda:0 True" in err, err

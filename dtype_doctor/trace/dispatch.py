@@ -127,7 +127,7 @@ class _FunctionRecorder(TorchFunctionMode):
             simulated = self.rec.predict is not None and not self.rec._suspended
             if func is torch.Tensor.__bool__ and simulated:
                 return self._assumed_condition(func, args, kwargs)
-            if (amp is not None and amp.enabled) or simulated:
+            if ((amp is not None and amp.enabled) or simulated) and func not in _SHOWN:
                 return self._opened(func, args, kwargs)
             return func(*args, **kwargs)
         name, arg_names = watched
@@ -194,6 +194,9 @@ class _FunctionRecorder(TorchFunctionMode):
 
 
 _SETITEM = torch.Tensor.__setitem__
+# How a tensor is printed: no op of the step's, and the simulation below answers it with the device the script
+# sees (`print(logits)` reads cuda:0, never the meta stand-in), so it is handed on, not opened.
+_SHOWN = frozenset({torch.Tensor.__repr__, torch.Tensor.__format__})
 _HAS_TORCH_FUNCTION = ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic")
 _TRANSPARENT: dict[Any, Any] = {}
 
