@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from dtype_doctor.trace.recorder import Recorder
 
 # The doctor's own reads of tensor metadata with torch functions off: no function mode sees them.
-_NoTorchFunction = torch._C.DisableTorchFunction
+NoTorchFunction = torch._C.DisableTorchFunction
 
 
 # Functions whose dtype checks run before dispatch: conv checks input/bias types, SDPA
@@ -55,14 +55,14 @@ _FUNCTIONS_TO_WATCH = {
 _MODE_DEPENDENT = frozenset({torch.max_pool1d, torch.nn.functional.max_pool1d})
 
 # Operand types that are never a Python number (a number's own subclass, numpy.float64, is not here).
-_NEVER_NUMBERS = frozenset({torch.Tensor, torch.nn.Parameter, list, tuple, type(None), bool, str, torch.dtype, torch.device, torch.Size})
+NEVER_NUMBERS = frozenset({torch.Tensor, torch.nn.Parameter, list, tuple, type(None), bool, str, torch.dtype, torch.device, torch.Size})
 
 
-def _big_number(v: Any) -> bool:
+def big_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) > FP16_MAX
 
 
-class _DispatchRecorder(TorchDispatchMode):
+class DispatchRecorder(TorchDispatchMode):
     def __init__(self, rec: Recorder) -> None:
         super().__init__()
         self.rec = rec
@@ -96,7 +96,7 @@ class _DispatchRecorder(TorchDispatchMode):
         return self.rec.record(func, name, args, kwargs, inside, "aten")
 
 
-class _FunctionRecorder(TorchFunctionMode):
+class FunctionRecorder(TorchFunctionMode):
     def __init__(self, rec: Recorder) -> None:
         super().__init__()
         self.rec = rec
@@ -120,7 +120,7 @@ class _FunctionRecorder(TorchFunctionMode):
             finally:
                 self.rec._suspended -= 1
         watched = _FUNCTIONS_TO_WATCH.get(func)
-        if watched is None and func is torch.Tensor.__setitem__ and len(args) == 3 and _big_number(args[2]):
+        if watched is None and func is torch.Tensor.__setitem__ and len(args) == 3 and big_number(args[2]):
             # `scores[...] = 2**30`: the number becomes a half tensor (inf) before dispatch.
             watched = ("torch.Tensor.__setitem__", ("self", "key", "value"))
         if watched is None:
