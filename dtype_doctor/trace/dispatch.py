@@ -74,6 +74,8 @@ class DispatchRecorder(TorchDispatchMode):
             rec.writes.before(func, args, kwargs)
         if rec._suspended:
             return func(*args, **kwargs)
+        if rec.shared and (shared := rec.shared_run(func, args, kwargs))[0]:
+            return shared[1]  # an op of a layer identical to one traced (trace/layer_share.py)
         if rec._unkept is not None and rec._in_root and rec.predict is None and rec.amp is None and rec.writes is None:
             # Inside a model's repeated call, whose ops are dropped: run as is; only an op that raises
             # goes through record() below, to be repaired as the first call's was.
@@ -127,6 +129,8 @@ class FunctionRecorder(TorchFunctionMode):
             simulated = self.rec.predict is not None and not self.rec._suspended
             if func is torch.Tensor.__bool__ and simulated:
                 return self._assumed_condition(func, args, kwargs)
+            if rec.shared and not (amp is not None and amp.enabled):
+                return func(*args, **kwargs)  # a shared layer's: nothing inside it is recorded
             if (amp is not None and amp.enabled) or simulated:
                 return self._opened(func, args, kwargs)
             return func(*args, **kwargs)

@@ -22,6 +22,7 @@ from dtype_doctor.records.errors import first_line
 from dtype_doctor.numerics import device_name, dtype_name
 from dtype_doctor.records import ModuleCall, OpCall, TensorMeta
 from dtype_doctor.trace.dispatch import DispatchRecorder, FunctionRecorder, NoTorchFunction
+from dtype_doctor.trace.layer_share import SharedRuns
 from dtype_doctor.trace.module_hooks import ModuleHooks
 from dtype_doctor.trace.op_attrs import call_attrs
 from dtype_doctor.trace.opfacts import ARG_ROLES, facts
@@ -49,7 +50,7 @@ class _Site:
     autocast: str | None
 
 
-class Recorder(ValueWatch, ModuleHooks, RepairedRuns, SeveralModels):
+class Recorder(ValueWatch, ModuleHooks, RepairedRuns, SharedRuns, SeveralModels):
     """Collects ModuleCall and OpCall records; `modes()` gives the context to run under. Its value
     statistics (trace/value_watch.py), module hooks (trace/module_hooks.py) and repaired runs
     (trace/repaired_runs.py) are methods it inherits, on its own state."""
@@ -196,6 +197,8 @@ class Recorder(ValueWatch, ModuleHooks, RepairedRuns, SeveralModels):
     ) -> Any:
         """Record one op and run it; `refusal` is an error the target would raise that this
         machine would not (CUDA autocast's banned functions), handled as a predicted one."""
+        if self.shared and refusal is None and (shared := self.shared_run(func, args, kwargs, run))[0]:
+            return shared[1]  # an op of a layer identical to one traced (trace/layer_share.py)
         site = self._site(func, args, kwargs)
         predicted = refusal or (
             self.predict(func, args, kwargs, OpCall(0, op_name, site.module, site.module_type, site.operands,
