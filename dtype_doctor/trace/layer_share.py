@@ -19,6 +19,7 @@ carry the origins the template's had. Any layer that differs in any of these is 
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import re
 import textwrap
@@ -63,6 +64,8 @@ def _value_key(v: Any, depth: int = 0) -> Hashable:
         return (type(v).__name__, tuple(_value_key(x, depth + 1) for x in v))
     if depth < 4 and isinstance(v, dict):
         return ("dict", tuple((str(k), _value_key(x, depth + 1)) for k, x in v.items()))
+    if depth < 4 and isinstance(v, functools.partial):  # one per layer (an activation's approximate="tanh")
+        return ("partial", id(v.func), _value_key(v.args, depth + 1), _value_key(v.keywords, depth + 1))
     return ("object", type(v).__qualname__, id(v))
 
 

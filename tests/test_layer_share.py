@@ -1,0 +1,78 @@
+"""Simulated scans share the work of identical layers (trace/layer_share.py, docs/report.md
+`coverage.shared_layers`): the trace with sharing is the trace without it, and a layer that
+differs is traced."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dtype_doctor
+
+transformers = pytest.importorskip("transformers")
+
+
+def _llama(layers: int = 4) -> torch.nn.Module:
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
+
+
+def _gemma2(layers: int = 4) -> torch.nn.Module:
+    config = transformers.Gemma2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                                       num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+                                       sliding_window=4)
+    torch.manual_seed(0)
+    return transformers.Gemma2ForCausalLM(config).to(torch.bfloat16).eval()
+
+
+def _ids() -> dict[str, torch.Tensor]:
+    return {"input_ids": torch.arange(16).reshape(2, 8) % 64}
+
+
+def _both(model: torch.nn.Module) -> tuple[object, object]:
+    shared = dtype_doctor.diagnose(model, _ids(), simulate=True, device="cuda", gpu="a100")
+    whole = dtype_doctor.diagnose(model, _ids(), simulate=True, device="cuda", gpu="a100", share_layers=False)
+    return shared, whole
+
+
+def _found(report: object) -> set[tuple[str, str | None]]:
+    return {(f.code, f.module) for f in report.findings}  # type: ignore[attr-defined]
+
+
+def _shared(report: object) -> dict[str, str]:
+    return {d["layer"]: d["same_as"] for d in report.to_dict()["coverage"].get("shared_layers", [])}  # type: ignore[attr-defined]
+
+
+def test_identical_layers_are_shared_and_the_trace_is_the_one_without_sharing() -> None:
+    shared, whole = _both(_llama())
+    assert _shared(shared) == {f"model.layers.{i}": "model.layers.0" for i in (1, 2, 3)}
+    assert _shared(whole) == {}
+    assert shared.trace.ops == whole.trace.ops and shared.trace.modules == whole.trace.modules
+    assert _found(shared) == _found(whole)
+
+
+def test_a_middle_layer_in_half_precision_is_traced_and_found() -> None:
+    model = _llama()
+    model.model.layers[2].half()
+    hidden = torch.ones(1, 32, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError):  # what the layer's first projection does on a real device
+        torch.nn.functional.linear(hidden, model.model.layers[2].self_attn.q_proj.weight)
+    shared, whole = _both(model)
+    assert "model.layers.2" not in _shared(shared)
+    assert any(m and m.startswith("model.layers.2.") for _, m in _found(shared)), _found(shared)
+    assert _found(shared) == _found(whole)
+    assert [op for op in shared.trace.ops if op.error] == [op for op in whole.trace.ops if op.error]
+
+
+def test_alternating_sliding_window_layers_are_shared_only_within_their_type() -> None:
+    model = _gemma2()
+    types = model.config.layer_types
+    assert len(set(types)) == 2  # sliding and full attention alternate
+    shared, whole = _both(model)
+    pairs = _shared(shared)
+    assert pairs, "the layers of one type are identical: shared"
+    for layer, same_as in pairs.items():
+        assert types[int(layer.rsplit(".", 1)[1])] == types[int(same_as.rsplit(".", 1)[1])], (layer, same_as)
+    assert shared.trace.ops == whole.trace.ops and _found(shared) == _found(whole)
