@@ -76,3 +76,37 @@ def test_alternating_sliding_window_layers_are_shared_only_within_their_type() -
     for layer, same_as in pairs.items():
         assert types[int(layer.rsplit(".", 1)[1])] == types[int(same_as.rsplit(".", 1)[1])], (layer, same_as)
     assert shared.trace.ops == whole.trace.ops and _found(shared) == _found(whole)
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        return y.to(torch.float16) if self.layer_idx == 2 else y  # decided by its index: not the same call
+
+
+class _Stack(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(_Block(i) for i in range(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_a_layer_whose_forward_reads_its_index_is_never_shared() -> None:
+    model = _Stack()
+    x = {"x": torch.ones(2, 8)}
+    with pytest.raises(RuntimeError):  # layer 3's matmul on layer 2's half output, as PyTorch refuses it
+        model(**x)
+    shared = dtype_doctor.diagnose(model, x, simulate=True, device="cuda", gpu="a100")
+    whole = dtype_doctor.diagnose(model, x, simulate=True, device="cuda", gpu="a100", share_layers=False)
+    assert _shared(shared) == {}
+    assert shared.trace.ops == whole.trace.ops
+    assert any(m == "layers.3.lin" for _, m in _found(shared)), _found(shared)

@@ -72,20 +72,21 @@ def _value_key(v: Any, depth: int = 0) -> Hashable:
 def _reads_layer_idx(mod: torch.nn.Module) -> bool:
     """Whether any forward in `mod` reads `self.layer_idx` other than as a call's argument (a cache
     update takes it; `if self.layer_idx % 2` or `layer_types[self.layer_idx]` decides by it)."""
-    for sub in mod.modules():
-        try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(type(sub).forward)))
-        except (OSError, TypeError, SyntaxError):
-            return True  # unreadable: not provably unread
-        passed = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call):
-                passed.update(id(a) for a in node.args)
-                passed.update(id(k.value) for k in node.keywords)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and node.attr == "layer_idx" and id(node) not in passed:
-                return True
-    return False
+    return any(_forward_reads_layer_idx(type(sub)) for sub in mod.modules())
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_reads_layer_idx(cls: type) -> bool:
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls.forward)))
+    except (OSError, TypeError, SyntaxError):
+        return True  # unreadable: not provably unread
+    passed = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            passed.update(id(a) for a in node.args)
+            passed.update(id(k.value) for k in node.keywords)
+    return any(isinstance(node, ast.Attribute) and node.attr == "layer_idx" and id(node) not in passed for node in ast.walk(tree))
 
 
 def static_signature(mod: torch.nn.Module) -> Hashable | None:
