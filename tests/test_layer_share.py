@@ -110,3 +110,22 @@ def test_a_layer_whose_forward_reads_its_index_is_never_shared() -> None:
     assert _shared(shared) == {}
     assert shared.trace.ops == whole.trace.ops
     assert any(m == "layers.3.lin" for _, m in _found(shared)), _found(shared)
+
+
+def test_the_cli_says_which_layers_it_shared_and_no_share_layers_traces_them_all(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+    from pathlib import Path
+
+    from dtype_doctor.cli.main import run
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    coverage = {}
+    for flag in ("--share-layers", "--no-share-layers"):
+        capsys.readouterr()
+        with pytest.raises(SystemExit):
+            run(["scan", str(fixtures / "models" / "llama-tiny"), str(fixtures / "data" / "text-cls"), "--simulate",
+                 "--dtype", "bfloat16", "-f", "json", flag])
+        coverage[flag] = json.loads(capsys.readouterr().out)["coverage"]
+    assert coverage["--share-layers"]["shared_layers"] == [{"layer": "model.layers.1", "same_as": "model.layers.0"}]
+    assert "shared_layers" not in coverage["--no-share-layers"]
+    assert coverage["--share-layers"]["ops"] == coverage["--no-share-layers"]["ops"]
