@@ -40,6 +40,7 @@ class ScanOptions(CheckedOnce):
     gpus: int = 1  # simulated GPUs a device map spreads the model over (--gpus)
     device_map: str | None = None  # auto|balanced|balanced_low_0|sequential|FILE.json (--device-map)
     max_memory: str | None = None  # "0=20GiB,cpu=64GiB" (--max-memory)
+    share_layers: bool = True  # a simulated trace shares identical layers' work (--no-share-layers: off)
     select: tuple[str, ...] | None = None
     ignore: tuple[str, ...] | None = None
     trust_remote_code: bool = False
@@ -138,6 +139,7 @@ class Prepared:
             sources=self.batch.sources,
             subject=Subject(self.model_spec, self.dataset_spec, self.rows.split),
             loaded=getattr(self.loaded, "load_facts", None),
+            share_layers=o.share_layers,
         )
 
 

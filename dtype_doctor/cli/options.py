@@ -61,6 +61,7 @@ Device = Annotated[str, typer.Option("--device", metavar="DEVICE", rich_help_pan
 Simulate = Annotated[bool, typer.Option("--simulate", rich_help_panel=MACHINE, help="Trace with fake tensors: no GPU, no weight data read; targets CUDA on a CPU-only machine.")]
 Gpu = Annotated[Optional[str], typer.Option("--gpu", metavar="NAME|CC", rich_help_panel=MACHINE, help=f"GPU a --simulate CUDA trace targets: {', '.join(CAPABILITIES)} or a compute capability (7.5); decides bfloat16 and fp8 support.")]
 Gpus = Annotated[int, typer.Option("--gpus", metavar="N", rich_help_panel=MACHINE, help="Simulated GPUs (with --simulate): the model is spread over them by a device map, a launcher's world spans them.")]
+ShareLayers = Annotated[bool, typer.Option("--share-layers/--no-share-layers", rich_help_panel=MACHINE, help="With --simulate: trace one of each set of identical layers and share its trace with the others (coverage.shared_layers); --no-share-layers traces every layer.")]
 DeviceMap = Annotated[Optional[str], typer.Option("--device-map", metavar="MAP", rich_help_panel=MACHINE, help="auto|balanced|balanced_low_0|sequential|FILE.json — accelerate's placement over the --gpus GPUs (default auto when --gpus > 1).")]
 MaxMemory = Annotated[Optional[str], typer.Option("--max-memory", metavar="DEV=SIZE,...", rich_help_panel=MACHINE, help="Memory each device may hold, as accelerate's max_memory: 0=20GiB,1=20GiB,cpu=64GiB (default: the --gpu profile's).")]
 
@@ -123,6 +124,7 @@ class Machine:
     gpus: Gpus = 1
     device_map: DeviceMap = None
     max_memory: MaxMemory = None
+    share_layers: ShareLayers = True
 
 
 @dataclass(frozen=True)

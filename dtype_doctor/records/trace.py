@@ -163,6 +163,8 @@ class Coverage:
     dropped_ops: int = 0
     # The CUDA API calls a simulated run made that the simulation does not answer (machine/cuda_api.py).
     not_simulated: tuple[str, ...] = ()
+    # (layer, the identical layer whose trace it shares) in a simulated forward (trace/layer_share.py).
+    shared_layers: tuple[tuple[str, str], ...] = ()
 
     @property
     def missing(self) -> tuple[str, ...]:
@@ -185,6 +187,7 @@ class Coverage:
             **({"compiled": [r.to_dict() for r in self.compiled]} if self.compiled else {}),
             **({"skipped": {"calls": dict(self.skipped), "ops": self.dropped_ops}} if self.skipped else {}),
             **({"not_simulated": list(self.not_simulated)} if self.not_simulated else {}),
+            **({"shared_layers": [{"layer": a, "same_as": b} for a, b in self.shared_layers]} if self.shared_layers else {}),
         }
 
 
@@ -231,6 +234,8 @@ class Trace:
     resume: Resume | None = None
     # The checkpoint `scan --checkpoint` compared with the model: its saved dtypes, read without loading it.
     checkpoint: SavedCheckpoint | None = None
+    # Layers of a simulated forward that shared an identical layer's trace: (layer, same as).
+    shared_layers: tuple[tuple[str, str], ...] = ()
 
     @property
     def values_measured(self) -> bool:
@@ -268,4 +273,5 @@ def coverage_of(trace: Trace) -> Coverage:
     if trace.failure is not None:
         where = trace.failure.module or "the model"
         stopped = f"the {trace.failure.phase} stopped at {where}: {trace.failure.message}"
-    return Coverage(tuple(phases), expected, len(called), total, len(trace.ops), len(trace.stand_ins), 1, stopped)
+    return Coverage(tuple(phases), expected, len(called), total, len(trace.ops), len(trace.stand_ins), 1, stopped,
+                    shared_layers=trace.shared_layers)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from dtype_doctor.trace.recorder import Recorder
 
 # The doctor's own reads of tensor metadata with torch functions off: no function mode sees them.
-_NoTorchFunction = torch._C.DisableTorchFunction
+NoTorchFunction = torch._C.DisableTorchFunction
 
 
 # Functions whose dtype checks run before dispatch: conv checks input/bias types, SDPA
@@ -55,14 +55,14 @@ _FUNCTIONS_TO_WATCH = {
 _MODE_DEPENDENT = frozenset({torch.max_pool1d, torch.nn.functional.max_pool1d})
 
 # Operand types that are never a Python number (a number's own subclass, numpy.float64, is not here).
-_NEVER_NUMBERS = frozenset({torch.Tensor, torch.nn.Parameter, list, tuple, type(None), bool, str, torch.dtype, torch.device, torch.Size})
+NEVER_NUMBERS = frozenset({torch.Tensor, torch.nn.Parameter, list, tuple, type(None), bool, str, torch.dtype, torch.device, torch.Size})
 
 
-def _big_number(v: Any) -> bool:
+def big_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) > FP16_MAX
 
 
-class _DispatchRecorder(TorchDispatchMode):
+class DispatchRecorder(TorchDispatchMode):
     def __init__(self, rec: Recorder) -> None:
         super().__init__()
         self.rec = rec
@@ -74,6 +74,8 @@ class _DispatchRecorder(TorchDispatchMode):
             rec.writes.before(func, args, kwargs)
         if rec._suspended:
             return func(*args, **kwargs)
+        if rec.shared and (shared := rec.shared_run(func, args, kwargs))[0]:
+            return shared[1]  # an op of a layer identical to one traced (trace/layer_share.py)
         if rec._unkept is not None and rec._in_root and rec.predict is None and rec.amp is None and rec.writes is None:
             # Inside a model's repeated call, whose ops are dropped: run as is; only an op that raises
             # goes through record() below, to be repaired as the first call's was.
@@ -96,7 +98,7 @@ class _DispatchRecorder(TorchDispatchMode):
         return self.rec.record(func, name, args, kwargs, inside, "aten")
 
 
-class _FunctionRecorder(TorchFunctionMode):
+class FunctionRecorder(TorchFunctionMode):
     def __init__(self, rec: Recorder) -> None:
         super().__init__()
         self.rec = rec
@@ -120,13 +122,15 @@ class _FunctionRecorder(TorchFunctionMode):
             finally:
                 self.rec._suspended -= 1
         watched = _FUNCTIONS_TO_WATCH.get(func)
-        if watched is None and func is torch.Tensor.__setitem__ and len(args) == 3 and _big_number(args[2]):
+        if watched is None and func is torch.Tensor.__setitem__ and len(args) == 3 and big_number(args[2]):
             # `scores[...] = 2**30`: the number becomes a half tensor (inf) before dispatch.
             watched = ("torch.Tensor.__setitem__", ("self", "key", "value"))
         if watched is None:
             simulated = self.rec.predict is not None and not self.rec._suspended
             if func is torch.Tensor.__bool__ and simulated:
                 return self._assumed_condition(func, args, kwargs)
+            if rec.shared and not (amp is not None and amp.enabled):
+                return func(*args, **kwargs)  # a shared layer's: nothing inside it is recorded
             if ((amp is not None and amp.enabled) or simulated) and func not in _SHOWN:
                 return self._opened(func, args, kwargs)
             return func(*args, **kwargs)

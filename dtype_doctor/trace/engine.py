@@ -27,6 +27,7 @@ from dtype_doctor.machine.home import simulated_home
 from dtype_doctor.machine.placement import CUDA0
 from dtype_doctor.quantization import quantization_of
 from dtype_doctor.trace.guard import preserved
+from dtype_doctor.trace.layer_share import LayerSharing
 from dtype_doctor.trace.lowbit import mx_recipe_of
 from dtype_doctor.trace.session import TraceSession
 from dtype_doctor.trace.request import TraceRequest
@@ -212,7 +213,13 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
             rec.tag_input(name, v)
     info = model_info(model, state, alias)
     run_device = where.run_on if where.simulate and where.run_on is not None else _run_device(model, state, staged.target_device)
-    ran = _run(session, staged, request, run_device, guard_writes=state is None and staged.plan is None and not sharded)
+    # A simulated forward shares the work of identical layers (a training step's backward does not: traced whole).
+    sharing = LayerSharing(rec, model).attach() if where.simulate and request.share_layers and not request.train else None
+    try:
+        ran = _run(session, staged, request, run_device, guard_writes=state is None and staged.plan is None and not sharded)
+    finally:
+        if sharing is not None:
+            sharing.detach()
     autocast = request.autocast
     return session.trace(
         info, ran.failure,
@@ -226,6 +233,7 @@ def _trace(model: torch.nn.Module, inputs: dict[str, Any], request: TraceRequest
         grad_scaler=request.train and autocast == "float16",
         devices=staged.plan,
         loaded=request.loaded,
+        shared_layers=tuple(sharing.shared) if sharing is not None else (),
         **_fsdp1_units(model, request),
     )
 

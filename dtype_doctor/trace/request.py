@@ -28,6 +28,7 @@ class TraceRequest:
     stats: bool = True  # measure value statistics (DD301-DD303); ignored on fake tensors
     fsdp1: bool = False  # check the model's FSDP1 units (use_orig_params=False) as FlatParameters would flatten them
     loaded: LoadFacts | None = None  # how the model was loaded, when the caller loaded it (scan)
+    share_layers: bool = True  # a simulated forward shares identical layers' work (trace/layer_share.py)
 
     def __post_init__(self) -> None:
         if self.autocast == "off":

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from dtype_doctor.numerics import tensors_in
-from dtype_doctor.trace.dispatch import _NoTorchFunction
+from dtype_doctor.trace.dispatch import NoTorchFunction
 from dtype_doctor.trace.provenance import Provenance, _RootNames
 from dtype_doctor.trace.unseen import hook_module
 
@@ -69,7 +69,7 @@ class SeveralModels:
         """The outputs of a model's repeated call, whose ops were not recorded, are known as that model's
         (the negative prompt's embeddings go on into the UNet): "created:CLASS@NAME"."""
         name = self._module_names.get(id(module), "")
-        with _NoTorchFunction():
+        with NoTorchFunction():
             for t in tensors_in(out):
                 if self.prov.get(t) is None:
                     self.prov[t] = Provenance("activation", None, f"created:{type(module).__name__}@{name}")
