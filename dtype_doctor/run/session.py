@@ -17,7 +17,6 @@ machine (machine/simulate.py) and the recorder asks real kernels for CUDA's verd
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import threading
 from dataclasses import dataclass, field
@@ -25,41 +24,35 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from dtype_doctor.records import Report, SourceLoc, Subject, TraceFailure
+from dtype_doctor.records import Report, SourceLoc, TraceFailure
 from dtype_doctor.run.models import has_parameters, is_model_call
 from dtype_doctor.run.conversions import ConversionLog
 from dtype_doctor.run.bindings import CallBindings, bound_at_call
-from dtype_doctor.records.errors import StopScript, first_line
-from dtype_doctor.machine.control import UserCodeTimeout
+from dtype_doctor.records.errors import StopScript
 from dtype_doctor.run.lineage import (
     Chain,
     Handled,
     LineageBook,
-    as_handled,
     LineageMode,
     boundary_lineage,
-    joined_inputs,
     handled_at_boundary,
     named_inputs,
     patch_datasets,
-    sources_of,
-    step_input_lineage,
 )
-from dtype_doctor.machine.simulate import CudaSimulation, SimulationStop
 from dtype_doctor.machine.precision_state import PrecisionWatch
 from dtype_doctor.trace.recompute import RecomputeWatch
 from dtype_doctor.run.resume import ResumeWatch
 from dtype_doctor.run.grads import StepGrads
 from dtype_doctor.run.step_inputs import StepInputs
-from dtype_doctor.run.step_watch import StepWatch, stopped_early
+from dtype_doctor.run.step_watch import StepWatch
 from dtype_doctor.machine.user_code import user_site
-from dtype_doctor.diagnosis import live_trace, report_from_trace
 from dtype_doctor.trace.engine import model_info
 from dtype_doctor.trace.session import TraceSession
-from dtype_doctor.numerics import device_name, dtype_name
-from dtype_doctor.trace.request import TraceRequest
-from dtype_doctor.machine.placement import CUDA0, HERE, Placement
-from dtype_doctor.run.step_report import FindingSources, as_simulated, launched
+from dtype_doctor.numerics import dtype_name
+from dtype_doctor.machine.placement import HERE, Placement
+from dtype_doctor.run.step_joins import StepJoins, user_frame_of_call
+from dtype_doctor.run.step_report import StepEnd
+from dtype_doctor.run.surface import ScriptSurface
 
 
 @dataclass(frozen=True)
@@ -105,30 +98,24 @@ class RunSession:
         self.capture: StepCapture | None = None
         self.note: str | None = None  # why the trace ended where it did, when the script did not decide it
         self.placement = placement  # decided at the entry (RunOptions.placement); simulated GPUs: with several, cuda:k lives on meta:k
-        self.target = torch.device(placement.device or CUDA0) if placement.simulated else None
-        self.hide_cuda = hide_cuda
+        self.surface = ScriptSurface(placement, hide_cuda=hide_cuda, keep_writes=keep_writes)  # the machine the script sees
         self.launch = launch  # a LaunchConfig: the script is rank 0 of its world, on the fake process group
         from dtype_doctor.run.trainer_args import TrainerArgsWatch
 
         self.trainer_args = TrainerArgsWatch(launch, placement.simulated)  # the script's TrainingArguments, read as its launch configuration
         self.alias = placement.aliases  # the simulation's stand-in devices → the devices the report names
-        self._session: TraceSession | None = None
-        self._failure: TraceFailure | None = None
+        self.traced: TraceSession | None = None
+        self.failure: TraceFailure | None = None
         self._depth = 0  # top-level module calls in progress (the model's, a loss module's)
-        self._model_depth = 0  # the model's own forward in progress
+        self.model_depth = 0  # the model's own forward in progress
         self._thread = threading.get_ident()
         self._pid = os.getpid()
         self._original_call: Any = None
         self._original_next: Any = None
         self._lineage_mode: LineageMode | None = None
         self._unpatch_datasets: Callable[[], None] = lambda: None
-        self._simulation: CudaSimulation | None = None
-        # A simulated script writes into scratch (machine/disk.py); `keep_writes` is where to keep what it wrote.
-        self.disk: Any = None
-        self.keep_writes = keep_writes
-        self.kept: list[str] = []
-        self._conversions = ConversionLog(lambda d: self.alias.get(d, d))
-        self.grads = StepGrads(lambda: self._session, lambda: self.report is not None, lambda: self.watch.scale())
+        self.conversions = ConversionLog(lambda d: self.alias.get(d, d))
+        self.grads = StepGrads(lambda: self.traced, lambda: self.report is not None, lambda: self.watch.scale())
         self.watch = StepWatch(lambda: self.model is not None and self.report is None, self.grads.optimizer_stepping)
         from dtype_doctor.run.compiled import CompileWatch
 
@@ -141,13 +128,16 @@ class RunSession:
         self._closed = False
         # Lineage is the pipeline's: inside the model the recorder sees everything.
         self.book = LineageBook(is_paused=lambda: self._depth > 0, device_alias=self.alias)
-        self._lineage: dict[str, Chain] = {}
-        self._handled: dict[str, Handled] = {}
+        self.lineage: dict[str, Chain] = {}
+        self.handled: dict[str, Handled] = {}
         # Factory name → the user lines in the model's code that called it without device=, in order.
         self.created: dict[str, list[SourceLoc]] = {}
         from dtype_doctor.run.models import StepModels
 
         self.models = StepModels()  # the step's models when it calls several (a pipeline's, a teacher and a student)
+        self.joins = StepJoins(self)  # how the step takes the calls beside its first model
+        self.end = StepEnd(self)  # the end of the traced step(s) and their report
+        self.info: Any = None  # the traced model's ModelInfo
 
     # ------------------------------------------------------------------ arming
 
@@ -158,18 +148,13 @@ class RunSession:
             # An arm that fails (a launch refused, a process group already there) leaves nothing armed:
             # __exit__ never runs for a failed __enter__, and an armed overlay would keep the process's open().
             self._closed = True
-            self._disarm()
+            self.disarm()
             self._arms.close()
             raise
 
     def _arm(self) -> "RunSession":
-        if self.placement.simulated:
-            from dtype_doctor.machine.disk import Overlay
-
-            self.disk = Overlay(site=user_site)
-            self._arms.callback(self._put_away_writes)
-            self._arms.enter_context(self.disk)
-        self._arms.enter_context(self._conversions)
+        self.surface.arm_disk(self._arms)
+        self._arms.enter_context(self.conversions)
         if self.launch is not None:
             from dtype_doctor.run.launchers import launch_env
             from dtype_doctor.trace.world import fake_launch
@@ -182,21 +167,8 @@ class RunSession:
         self._arms.enter_context(self.precision)
         self.recompute = self._arms.enter_context(RecomputeWatch(lambda: self.model is not None and self.report is None, self.alias))
         self.resume = self._arms.enter_context(ResumeWatch(self._parameter_ids, self.alias, lambda: self.model is not None and self.report is None,
-                                                                lambda: self._session.recorder.ops if self._session is not None else ()))
-        if self.placement.simulated:
-            assert self.target is not None
-            self._simulation = CudaSimulation(self.target, self.placement.profile, on_amp=self._set_amp,
-                                              in_forward=lambda: self._model_depth > 0, gpus=self.placement.gpus)
-            self._arms.enter_context(self._simulation)
-            from dtype_doctor.machine.workers import Children
-
-            # DataLoader workers and other child processes see the simulated machine (machine/workers.py).
-            self._arms.enter_context(Children(self.disk, str(self.target), self.placement.gpu, self.placement.gpus))
-            from dtype_doctor.machine.fake_packages import CudaOnlyPackages
-
-            self._arms.enter_context(CudaOnlyPackages(self._simulation.refusal))  # flash-attn, kernels… (machine/fake_packages.py)
-        elif self.hide_cuda:
-            self._arms.enter_context(_hidden_cuda())
+                                                                lambda: self.traced.recorder.ops if self.traced is not None else ()))
+        self.surface.arm_machine(self._arms, on_amp=self._set_amp, in_forward=lambda: self.model_depth > 0)
         original = torch.nn.Module.__call__
         session = self
 
@@ -224,7 +196,7 @@ class RunSession:
         session = self
 
         def __next__(it: Any) -> Any:
-            traced = session._session if session.report is None else None
+            traced = session.traced if session.report is None else None
             if traced is None:
                 return original(it)
             with traced.suspended():
@@ -243,13 +215,13 @@ class RunSession:
             return
         self._closed = True
         try:
-            if self._session is not None and self.report is None:
+            if self.traced is not None and self.report is None:
                 self.finish(error)
         finally:
-            self._disarm()
+            self.disarm()
             self._arms.close()
 
-    def _disarm(self) -> None:
+    def disarm(self) -> None:
         if self._lineage_mode is not None:
             self._lineage_mode.__exit__(None, None, None)
             self._lineage_mode = None
@@ -278,8 +250,8 @@ class RunSession:
                 done = self.watch.step_done(self.forwards + 1, self.max_steps)
                 if not done:
                     self.forwards += 1
-                    self._lineage.update(boundary_lineage(self.book, module, args, kwargs))
-                    self._next_step()
+                    self.lineage.update(boundary_lineage(self.book, module, args, kwargs))
+                    self.joins.next_step()
                     is_model = True
                 else:
                     self.finish(None)
@@ -288,97 +260,36 @@ class RunSession:
                             self.note = "--keep-running: a simulated script cannot go on after the traced steps (its CUDA tensors hold no data); stopped"
                         raise StopScript()
             elif self.model is not None and has_parameters(module):
-                joined = self._joined(module, args, kwargs)
+                joined = self.joins.joined(module, args, kwargs)
                 if joined is None:
                     return self._unrecorded(original, module, args, kwargs)
                 is_model, repeat = joined
         if is_model:
             self.models.called(module)
         self._depth += 1
-        self._model_depth += is_model
+        self.model_depth += is_model
         try:
             out = original(module, *args, **kwargs)
-            if repeat and self._session is not None:
-                self._session.recorder.made_by(out, module)
+            if repeat and self.traced is not None:
+                self.traced.recorder.made_by(out, module)
             return out
         except Exception as exc:
             # checkpoint's recompute stops itself once it has what the backward needs: not a failure of the step
-            if is_model and self._session is not None and self.report is None and type(exc).__name__ != "_StopRecomputationError":
-                self._failure = self._session.failure(exc)
+            if is_model and self.traced is not None and self.report is None and type(exc).__name__ != "_StopRecomputationError":
+                self.failure = self.traced.failure(exc)
             raise
         finally:
             self._depth -= 1
-            self._model_depth -= is_model
-            if repeat and self.models.pipeline is None and self._session is not None:
-                self._session.recorder.resume_keeping(drop=self._failure is None)
-
-    def _joined(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[bool, bool] | None:
-        """How the step takes a top-level call beside its first model: (a model's forward, a repeat), or
-        None where it is not the step's (a module called with no tensor, weight_norm's parametrization)."""
-        assert self._session is not None
-        rec = self._session.recorder
-        models = self.models
-        if models.pipeline is None and module is not self.model and self._on_step_tensors(args, kwargs):
-            # Part of the step: the script's own head on the model's hidden states, a GAN's discriminator.
-            rec.adopt(module, _script_name(module))
-            return False, self._repeat(module, rec.module_name(module) or "")
-        if module is not self.model and not is_model_call(module, args, kwargs):
-            return None
-        holder = models.holder(module, _user_frame())
-        self._several_models()
-        if rec.module_name(holder.module) is None and not self.placement.simulated:
-            self.grads.arm(holder.module, holder.name)  # a model joining the step: its gradients too
-        rec.adopt(holder.module, holder.name, model=holder.module is module)
-        rec.adopt(module, holder.name, model=True)  # its forward is a model's, named under its holder
-        for input_name, t in joined_inputs(self.book, module, args, kwargs).items():  # a GAN generator's noise
-            self.tag_step_input(input_name, t, holder.name, boundary=True)
-        name = rec.module_name(module) or holder.name
-        if holder.name not in models.sites:
-            models.sites[holder.name] = user_site(2)
-        return True, self._repeat(module, name)
-
-    def _repeat(self, module: torch.nn.Module, name: str) -> bool:
-        """With several models, a model called again in the step is recorded (and repaired) but dropped;
-        another model's first call ends what a repeat in a pipeline's loop began dropping."""
-        if not self.models.several:
-            return False
-        rec = self._session.recorder  # type: ignore[union-attr]
-        if self.models.repeated(module, name):
-            rec.pause_keeping()
-            return True
-        rec.resume_keeping()
-        return False
-
-    def _several_models(self) -> None:
-        """The step calls more than one model: the first is named as the others are, from here on and back."""
-        if not self.models.several:
-            self.models.several = True
-            self.models.sites.setdefault(self.models.first_name().split(".", 1)[0], self.capture.call_site if self.capture else None)
-            self._session.recorder.name_root(self.models.first_name())  # type: ignore[union-attr]
-            if not self.placement.simulated:
-                self.grads.arm(self.model, self.models.first_name())  # type: ignore[arg-type]
-
-    def _next_step(self) -> None:
-        if self.models.several:
-            self._session.recorder.resume_keeping()  # type: ignore[union-attr]
-            self.models.next_step()
-
-    def _on_step_tensors(self, args: tuple, kwargs: dict) -> bool:
-        """A module called on what the step made (the script's own head on the model's hidden states) is
-        part of the step, and traced with it; one called on the batch (a teacher) is another model."""
-        session = self._session
-        if session is None:
-            return False
-        knows = session.recorder.knows
-        return any(isinstance(t, torch.Tensor) and not isinstance(t, torch.nn.Parameter) and knows(t) and t.grad_fn is not None
-                   for t in (*args, *kwargs.values()))
+            self.model_depth -= is_model
+            if repeat and self.models.pipeline is None and self.traced is not None:
+                self.traced.recorder.resume_keeping(drop=self.failure is None)
 
     def _unrecorded(self, original: Any, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
         """A second model called in the step (a teacher, a frozen encoder): its ops are not this model's."""
-        assert self._session is not None
+        assert self.traced is not None
         self._depth += 1
         try:
-            with self._session.suspended():
+            with self.traced.suspended():
                 return original(module, *args, **kwargs)
         finally:
             self._depth -= 1
@@ -388,23 +299,23 @@ class RunSession:
 
         self.model = model
         self.forwards = 1
-        self.models.begin(model, _user_frame())
-        self._info = model_info(model, None, self.alias)
+        self.models.begin(model, user_frame_of_call())
+        self.info = model_info(model, None, self.alias)
         # A real trace measures values (DD301-DD303 speak about the user's own step); fake tensors hold none.
-        session = self._session = TraceSession(model, recover=True, placement=self.placement,
+        session = self.traced = TraceSession(model, recover=True, placement=self.placement,
                                                alias=self.alias, extra_modes=[StepInputs(self)], stats=not self.placement.simulated,
                                                refusal=refusal)
         if not self.placement.simulated:
             self.grads.arm(model)
         self.book.is_step_tensor = lambda t: self.report is None and session.recorder.knows(t)
-        self._set_amp(self._simulation.amp_dtype if self._simulation else None)
-        self._lineage = boundary_lineage(self.book, model, args, kwargs)
-        self._handled.update(handled_at_boundary(self.book, model, args, kwargs))
+        self._set_amp(self.surface.amp_dtype)
+        self.lineage = boundary_lineage(self.book, model, args, kwargs)
+        self.handled.update(handled_at_boundary(self.book, model, args, kwargs))
         self.capture = StepCapture(model, named_inputs(model, args, kwargs), user_site(1), self._autocast_now(model),
-                                   self._conversions, self._handled, bound_at_call(model, args, kwargs))
+                                   self.conversions, self.handled, bound_at_call(model, args, kwargs))
         session.start()
         if self.models.pipeline is not None:  # a pipeline's component: its other components are the step's too
-            self._several_models()
+            self.joins.several_models()
 
     @property
     def steps(self) -> int:
@@ -412,12 +323,12 @@ class RunSession:
         return self.watch.steps(self.forwards)
 
     def _set_amp(self, dtype: torch.dtype | None) -> None:
-        if self._session is not None:
-            self._session.set_amp(dtype)
+        if self.traced is not None:
+            self.traced.set_amp(dtype)
 
     def _autocast_now(self, model: torch.nn.Module) -> str | None:
-        if self._simulation is not None:
-            dtype = self._simulation.amp_dtype
+        if self.surface.simulation is not None:
+            dtype = self.surface.amp_dtype
             return dtype_name(dtype) if dtype is not None else None
         p = next(model.parameters(), None)
         kind = p.device.type if p is not None else "cpu"
@@ -425,147 +336,13 @@ class RunSession:
             return dtype_name(torch.get_autocast_dtype(kind))
         return None
 
-    def tag_step_input(self, name: str, t: torch.Tensor, consumer: str, *, boundary: bool = False) -> None:
-        """A pipeline tensor the step uses outside the model (a loss target) or a model joining it takes: named, with its lineage."""
-        assert self._session is not None
-        rec = self._session.recorder
-        taken = set(self._lineage) | {m.name for m in rec.boundary_inputs}
-        unique, i = name, 2
-        while unique in taken:
-            unique, i = f"{name}_{i}", i + 1
-        rec.tag_input(unique, t)
-        self._lineage[unique] = step_input_lineage(self.book, t, consumer, name, boundary=boundary)
-        if (handled := self.book.handled.get(t)) is not None:
-            self._handled[unique] = as_handled(handled)
-
-    def note_creation(self, factory: str) -> None:
-        """The model's code called `factory` (torch.arange, torch.zeros…) without device=: its user line."""
-        site = user_site(1)
-        if site is not None:
-            sites = self.created.setdefault(factory, [])
-            if site not in sites:
-                sites.append(site)
-
     # ------------------------------------------------------------------ report
 
     def finish(self, error: BaseException | None) -> Report:
         """End the trace: `error` is what ended the script during the traced step(s), if anything."""
-        assert self._session is not None and self.model is not None
-        self._session.stop()
-        self._session.recorder.resume_keeping(drop=self._failure is None)
-        self._reported = self.models.root() if self.models.several else self.model
-        if self.models.several:
-            self._info = self.models.frozen(model_info(self._reported, None, self.alias))
-        self.models.done()
-        self.grads.disarm()
-        if self.keep_running and not self.placement.simulated:
-            self._disarm()  # the rest of the run goes at full speed
-        failure = self._failure
-        if isinstance(error, SimulationStop):
-            if error.limit is not None and failure is None:
-                # A library op with a compiled kernel and no fake implementation, or a CUDA API call the
-                # simulation does not answer: a limit of the simulation, named.
-                failure = TraceFailure("simulation", f"{error.limit_said} (called at {error.where})", "",
-                                       type(self.model).__name__, error.limit, "forward" if error.in_forward else "training step")
-            elif error.in_forward and failure is None:
-                failure = TraceFailure("simulation", f"fake tensors hold no values, and {error.where} asks for one ({error.what})",
-                                       "", type(self.model).__name__, None)
-            self.note = (f"the simulation ends at {error.where}: {error.what} needs a value, and simulated CUDA tensors "
-                         f"hold none; {min(self.steps, self.max_steps)} of {self.max_steps} step(s) traced up to there, the script stopped")
-            if error.limit is not None:
-                self.note = (f"the simulation ends at {error.where}: {error.limit_short}; "
-                             f"{min(self.steps, self.max_steps)} of {self.max_steps} step(s) traced up to there, the script stopped")
-        self._stopped = stopped_early(error, failure)
-        if self.placement.simulated:  # the script's own error about a simulated tensor names the device it stands for
-            from dtype_doctor.machine.wording import as_device
+        return self.end.finish(error)
 
-            self._stopped = as_device(self._stopped, device_name(self.target))  # type: ignore[arg-type]
-        report = self._report(failure)
-        if failure is None and error is not None and not isinstance(error, (StopScript, SystemExit, KeyboardInterrupt, UserCodeTimeout)):
-            # Raised outside the model's forward (the loss, GradScaler, the optimizer; a time-out is the doctor's limit, said in
-            # the coverage, never a DD001). When no error-level finding explains it, the step is not clean: the trace stopped early.
-            if not report.at_or_above("error"):
-                failure = TraceFailure("other", f"{type(error).__name__}: {first_line(error)}", "", type(self.model).__name__, None, "training step")
-                report = self._report(failure)
-        self.report = report
-        if self.on_report is not None:
-            with self.disk.paused() if self.disk is not None else contextlib.nullcontext():
-                self.on_report(report)  # the report file is the doctor's to write
-        return report
-
-    def _put_away_writes(self) -> None:
-        """After the script: what it wrote is kept where --keep-writes says, and the scratch directory goes."""
-        try:
-            if self.keep_writes is not None:
-                self.kept = self.disk.keep(self.keep_writes)
-        finally:
-            self.disk.cleanup()
-
-    def _report(self, failure: TraceFailure | None) -> Report:
-        assert self._session is not None and self.model is not None
-        trace = live_trace(self._session, self._info, failure, lineage=self._lineage, sources=sources_of(self._lineage))
-        if self.placement.simulated:
-            trace = as_simulated(trace, self.placement, self.target, self.model, self._simulation, self.disk)
-        values = self._session.recorder.values
-        if values is not None and self.grads.handles:
-            trace = dataclasses.replace(trace, grads=self.grads.stats(values), grad_scaler=bool(self.watch.scaler_calls))
-        coverage = self.watch.coverage(trace, self.forwards, getattr(self, "_stopped", None))
-        coverage = dataclasses.replace(coverage, compiled=self.compiles.regions(self._reported, {m.name for m in trace.modules}),
-                                       skipped=tuple(self.models.repeats.items()), dropped_ops=self._session.recorder.dropped,
-                                       not_simulated=tuple(self._simulation.not_simulated) if self._simulation else ())
-        loaded = None if self.models.several else self.loads.facts_of(self.model)
-        trace = dataclasses.replace(trace, coverage=coverage, scaler=self.watch.scaler_class(), scaler_off=self.watch.scaler_off,
-                                    optimizers=self.watch.optimizer_groups(), loaded=loaded, precision=self.precision.state(),
-                                    recompute=self.recompute.facts(), resume=self.resume.facts())
-        if self.launch is not None:
-            trace = launched(trace, self.launch)
-        if self.trainer_args.launch is not None:  # the script's TrainingArguments: their precision and DeepSpeed config
-            trace = dataclasses.replace(trace, launch=self.trainer_args.launch)
-        request = TraceRequest(select=self.select, ignore=self.ignore, subject=Subject(model=self.label))
-        report = report_from_trace(trace, self._reported, request)
-        sources = FindingSources(self._reported, self._info, self.models, self.loads, self._conversions, self.created,
-                                 self._handled, self._lineage, self.capture.bound if self.capture else CallBindings())
-        findings = tuple(sources.placed(f) for f in report.findings)
-        environment = dict(report.environment)
-        if self.placement.simulated or self.hide_cuda:
-            environment["cuda_available"] = _real_cuda_available()
-        return dataclasses.replace(report, findings=findings, environment=environment, target=self.loads.with_component_loads(report.target, self._reported))
-
-@contextlib.contextmanager
-def _hidden_cuda() -> Any:
-    """`run --device cpu` on a machine with a GPU: the script sees none, as on a CPU-only machine."""
-    cuda = torch.cuda
-    saved = {name: cuda.__dict__[name] for name in ("is_available", "device_count")}
-    cuda.is_available = lambda: False  # type: ignore[assignment]
-    cuda.device_count = lambda: 0  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        for name, fn in saved.items():
-            setattr(cuda, name, fn)
-
-
-_REAL_IS_AVAILABLE = torch.cuda.is_available
-
-
-def _real_cuda_available() -> bool:
-    return bool(_REAL_IS_AVAILABLE())
-
-
-def _script_name(module: torch.nn.Module) -> str:
-    """What the script calls a module it runs beside the model (`head`), else its class."""
-    from dtype_doctor.machine.user_code import first_user_frame, frames_above
-
-    frame = first_user_frame(frames_above(1))
-    if frame is not None:
-        for scope in (frame.f_locals, frame.f_globals):
-            name = next((k for k, v in scope.items() if v is module and not k.startswith("_")), None)
-            if name is not None:
-                return name
-    return type(module).__name__
-
-
-def _user_frame() -> Any:
-    from dtype_doctor.machine.user_code import first_user_frame, frames_above
-
-    return first_user_frame(frames_above(2))
+    @property
+    def kept(self) -> list[str]:
+        """What the simulated script wrote, kept where --keep-writes said."""
+        return self.surface.kept

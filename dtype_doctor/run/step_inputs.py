@@ -28,25 +28,25 @@ class StepInputs(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
         s = self.session
-        traced = s._session
-        if traced is not None and s._model_depth == 0 and not traced.recorder.is_suspended and s.report is None:
+        traced = s.traced
+        if traced is not None and s.model_depth == 0 and not traced.recorder.is_suspended and s.report is None:
             try:
                 self._tag(func, args, kwargs)
             except Exception:  # noqa: BLE001 - naming must never break the script
                 pass
-        elif func in FACTORIES and "device" not in kwargs and s._model_depth > 0 and s.report is None:
-            s.note_creation(func.__name__)
+        elif func in FACTORIES and "device" not in kwargs and s.model_depth > 0 and s.report is None:
+            self.note_creation(func.__name__)
         return func(*args, **kwargs)
 
     def _tag(self, func: Any, args: tuple, kwargs: dict) -> None:
         s = self.session
-        assert s._session is not None
+        assert s.traced is not None
         tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
         if len(tensors) < 2:
             return
         # A pipeline tensor (one with a lineage) the step has not made; a loss target the step reshaped first
         # (`y.reshape(-1)`) is the recorder's too, and still the pipeline's target (never one named an input).
-        rec = s._session.recorder
+        rec = s.traced.recorder
         targets = [t for n, t in named_operands(func, args, kwargs) if n == "target" and isinstance(t, torch.Tensor)]
         new = [t for t in tensors if s.book.chain(t) and (not rec.knows(t) or (
             any(t is x for x in targets) and getattr(rec.prov.get(t), "kind", None) != "input"))]
@@ -55,7 +55,38 @@ class StepInputs(TorchFunctionMode):
         from_pipeline = [(n, t) for n, t in named_operands(func, args, kwargs) if any(t is x for x in new)]
         consumer = getattr(func, "__name__", str(func))
         for n, t in from_pipeline:
-            s.tag_step_input(n, t, consumer)
+            self.tag_step_input(n, t, consumer)
+
+    def tag_step_input(self, name: str, t: torch.Tensor, consumer: str) -> None:
+        tag_pipeline_tensor(self.session, name, t, consumer)
+
+    def note_creation(self, factory: str) -> None:
+        """The model's code called `factory` (torch.arange, torch.zeros…) without device=: its user line."""
+        from dtype_doctor.machine.user_code import user_site
+
+        s = self.session
+        site = user_site(1)
+        if site is not None:
+            sites = s.created.setdefault(factory, [])
+            if site not in sites:
+                sites.append(site)
+
+
+def tag_pipeline_tensor(s: Any, name: str, t: torch.Tensor, consumer: str, *, boundary: bool = False) -> None:
+    """A pipeline tensor the step uses outside the model (a loss target), or a model joining the step takes
+    (`boundary`: a GAN generator's noise), in the session `s`: named, with its lineage."""
+    from dtype_doctor.run.lineage import as_handled, step_input_lineage
+
+    assert s.traced is not None
+    rec = s.traced.recorder
+    taken = set(s.lineage) | {m.name for m in rec.boundary_inputs}
+    unique, i = name, 2
+    while unique in taken:
+        unique, i = f"{name}_{i}", i + 1
+    rec.tag_input(unique, t)
+    s.lineage[unique] = step_input_lineage(s.book, t, consumer, name, boundary=boundary)
+    if (handled := s.book.handled.get(t)) is not None:
+        s.handled[unique] = as_handled(handled)
 
 
 def named_operands(func: Any, args: tuple, kwargs: dict) -> list[tuple[str, Any]]:

@@ -133,3 +133,118 @@ class FindingSources:
         """The user's from_pretrained line that loaded the model holding parameter `name` in `dtype`."""
         model = dict(self.reported.named_children()).get(name.split(".", 1)[0]) if self.models.several else self.reported
         return self.loads.site_of(model, dtype=dtype)
+
+
+class StepEnd:
+    """The end of a run's traced step(s) and its report; `session` is the RunSession that traced them
+    (its `traced` TraceSession, models, watches, surface), whose `report` and `note` this sets."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.reported: torch.nn.Module | None = None  # the model the report is about (the container of several)
+        self.stopped: str | None = None  # where and why the trace ended before the step's end
+
+    def finish(self, error: BaseException | None) -> Any:
+        """End the trace: `error` is what ended the script during the traced step(s), if anything."""
+        from dtype_doctor.machine.simulate import SimulationStop
+        from dtype_doctor.run.step_watch import stopped_early
+        from dtype_doctor.trace.engine import model_info
+
+        s = self.session
+        assert s.traced is not None and s.model is not None
+        s.traced.stop()
+        s.traced.recorder.resume_keeping(drop=s.failure is None)
+        self.reported = s.models.root() if s.models.several else s.model
+        if s.models.several:
+            s.info = s.models.frozen(model_info(self.reported, None, s.alias))
+        s.models.done()
+        s.grads.disarm()
+        if s.keep_running and not s.placement.simulated:
+            s.disarm()  # the rest of the run goes at full speed
+        failure = s.failure
+        if isinstance(error, SimulationStop):
+            failure = self._simulation_stop(error, failure)
+        self.stopped = stopped_early(error, failure)
+        if s.placement.simulated:  # the script's own error about a simulated tensor names the device it stands for
+            from dtype_doctor.machine.wording import as_device
+
+            self.stopped = as_device(self.stopped, device_name(s.surface.target))  # type: ignore[arg-type]
+        report = self.report(failure)
+        if failure is None and error is not None and not _the_doctors_stop(error):
+            # Raised outside the model's forward (the loss, GradScaler, the optimizer; a time-out is the doctor's limit, said in
+            # the coverage, never a DD001). When no error-level finding explains it, the step is not clean: the trace stopped early.
+            if not report.at_or_above("error"):
+                from dtype_doctor.records import TraceFailure
+                from dtype_doctor.records.errors import first_line
+
+                failure = TraceFailure("other", f"{type(error).__name__}: {first_line(error)}", "", type(s.model).__name__, None, "training step")
+                report = self.report(failure)
+        s.report = report
+        if s.on_report is not None:
+            with s.surface.disk_paused():
+                s.on_report(report)  # the report file is the doctor's to write
+        return report
+
+    def _simulation_stop(self, error: Any, failure: Any) -> Any:
+        """The simulation ended the script (a value asked of a fake tensor, a limit): its failure and note."""
+        from dtype_doctor.records import TraceFailure
+
+        s = self.session
+        if error.limit is not None and failure is None:
+            # A library op with a compiled kernel and no fake implementation, or a CUDA API call the
+            # simulation does not answer: a limit of the simulation, named.
+            failure = TraceFailure("simulation", f"{error.limit_said} (called at {error.where})", "",
+                                   type(s.model).__name__, error.limit, "forward" if error.in_forward else "training step")
+        elif error.in_forward and failure is None:
+            failure = TraceFailure("simulation", f"fake tensors hold no values, and {error.where} asks for one ({error.what})",
+                                   "", type(s.model).__name__, None)
+        traced = f"{min(s.steps, s.max_steps)} of {s.max_steps} step(s) traced up to there, the script stopped"
+        s.note = (f"the simulation ends at {error.where}: {error.what} needs a value, and simulated CUDA tensors "
+                  f"hold none; {traced}")
+        if error.limit is not None:
+            s.note = f"the simulation ends at {error.where}: {error.limit_short}; {traced}"
+        return failure
+
+    def report(self, failure: Any) -> Any:
+        """The report of the step(s) traced, ended by `failure` if anything."""
+        from dtype_doctor.diagnosis import live_trace, report_from_trace
+        from dtype_doctor.records import Subject
+        from dtype_doctor.run.bindings import CallBindings
+        from dtype_doctor.run.lineage import sources_of
+        from dtype_doctor.trace.request import TraceRequest
+
+        s = self.session
+        assert s.traced is not None and s.model is not None
+        trace = live_trace(s.traced, s.info, failure, lineage=s.lineage, sources=sources_of(s.lineage))
+        if s.placement.simulated:
+            trace = as_simulated(trace, s.placement, s.surface.target, s.model, s.surface.simulation, s.surface.disk)
+        values = s.traced.recorder.values
+        if values is not None and s.grads.handles:
+            trace = dataclasses.replace(trace, grads=s.grads.stats(values), grad_scaler=bool(s.watch.scaler_calls))
+        coverage = s.watch.coverage(trace, s.forwards, self.stopped)
+        coverage = dataclasses.replace(coverage, compiled=s.compiles.regions(self.reported, {m.name for m in trace.modules}),
+                                       skipped=tuple(s.models.repeats.items()), dropped_ops=s.traced.recorder.dropped,
+                                       not_simulated=s.surface.not_simulated())
+        loaded = None if s.models.several else s.loads.facts_of(s.model)
+        trace = dataclasses.replace(trace, coverage=coverage, scaler=s.watch.scaler_class(), scaler_off=s.watch.scaler_off,
+                                    optimizers=s.watch.optimizer_groups(), loaded=loaded, precision=s.precision.state(),
+                                    recompute=s.recompute.facts(), resume=s.resume.facts())
+        if s.launch is not None:
+            trace = launched(trace, s.launch)
+        if s.trainer_args.launch is not None:  # the script's TrainingArguments: their precision and DeepSpeed config
+            trace = dataclasses.replace(trace, launch=s.trainer_args.launch)
+        request = TraceRequest(select=s.select, ignore=s.ignore, subject=Subject(model=s.label))
+        report = report_from_trace(trace, self.reported, request)
+        sources = FindingSources(self.reported, s.info, s.models, s.loads, s.conversions, s.created,
+                                 s.handled, s.lineage, s.capture.bound if s.capture else CallBindings())
+        findings = tuple(sources.placed(f) for f in report.findings)
+        return dataclasses.replace(report, findings=findings, environment=s.surface.environment(dict(report.environment)),
+                                   target=s.loads.with_component_loads(report.target, self.reported))
+
+
+def _the_doctors_stop(error: BaseException) -> bool:
+    """A stop that is the doctor's or the user's (StopScript, exit, ^C, --timeout), never the step's failure."""
+    from dtype_doctor.machine.control import UserCodeTimeout
+    from dtype_doctor.records.errors import StopScript
+
+    return isinstance(error, (StopScript, SystemExit, KeyboardInterrupt, UserCodeTimeout))
