@@ -91,6 +91,8 @@ def _capture_stderr(folder: str) -> None:
         import faulthandler
 
         faulthandler.register(_ASK_WHERE, file=sys.stderr, all_threads=True)  # the parent asks where a hung worker is
+        with open(os.path.join(folder, f"{os.getpid()}.ready"), "w"):  # only now may the parent ask (SIGUSR1 ends a
+            pass  # child without the handler: a spawned worker still importing under load died "killed by signal")
 
 
 def last_line(text: str) -> str:
@@ -211,12 +213,14 @@ class Children:
                 it._worker_pids_set = False
             w.terminate()
         stop_waiting(f"waiting on DataLoader worker process {k} (pid {w.pid}, {_method(w)}) for {waited:.1f} s"
-                     + (f", which was at {at}" if at else ""))
+                     + (f", {at}" if at else ""))
 
     def _where(self, pid: int | None) -> str:
         """Where the child `pid` is now: the innermost frame of the user's files in its stack, else its innermost frame."""
         if pid is None or _ASK_WHERE is None:
             return ""
+        if not os.path.exists(os.path.join(self.capture, f"{pid}.ready")):
+            return "which had not started yet"
         before = len(self._read(pid))
         try:
             os.kill(pid, _ASK_WHERE)
@@ -234,7 +238,7 @@ class Children:
             return ""
         mine = [f for f in frames if is_user_file(f["file"])]
         f = (mine or frames)[0]
-        return f"{display_path(f['file']) if mine else os.path.basename(f['file'])}:{f['line']} in {f['fn']}"
+        return f"which was at {display_path(f['file']) if mine else os.path.basename(f['file'])}:{f['line']} in {f['fn']}"
 
     def raise_failed(self, it: Any) -> None:
         """RuntimeError in one line when one of the loader `it`'s workers wrote a traceback."""
@@ -261,7 +265,7 @@ class Children:
         """One line for each child that wrote to stderr and was not reported already."""
         out = []
         for name in sorted(os.listdir(self.capture)) if self.capture and os.path.isdir(self.capture) else ():
-            pid = int(name.split(".")[0]) if name.split(".")[0].isdigit() else None
+            pid = int(name.split(".")[0]) if name.endswith(".err") and name.split(".")[0].isdigit() else None
             text = self._read(pid)
             if pid is None or pid in self.reported or not text.strip():
                 continue
