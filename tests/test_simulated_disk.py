@@ -130,3 +130,30 @@ def test_load_dataset_into_a_cache_folder_that_does_not_exist_yet(tmp_path: Path
     assert exit_info.value.code == 0 and report["coverage"]["phases"]["backward"]
     assert not (tmp_path / "fresh").exists()
     assert any(w["path"].startswith(os.path.join("fresh", "cache")) for w in report["writes"])
+
+
+def _copies() -> dict[str, object]:
+    """A checkpoint copied and moved after saving, as scripts keep their best one (shutil.copytree /
+    copy2 / move, which carry permissions, times and extended attributes over after the bytes)."""
+    import shutil
+
+    _save()
+    shutil.copytree("out/ckpt", "best")
+    shutil.copy2("out/ckpt/model.pt", "best/model-copy.pt")
+    shutil.move("best", "final")
+    return {"final": sorted(os.listdir("final")), "best": os.path.exists("best"),
+            "bytes": Path("final/model-copy.pt").read_bytes()}
+
+
+def test_copies_and_moves_of_held_back_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plain, overlaid = tmp_path / "plain", tmp_path / "overlaid"
+    plain.mkdir(), overlaid.mkdir()
+    monkeypatch.chdir(plain)
+    expected = _copies()
+    assert expected["final"] == ["model-copy.pt", "model.pt", "optim.pt"]  # the plain file system
+    monkeypatch.chdir(overlaid)
+    with Overlay() as disk:
+        assert _copies() == expected  # failed with ENOENT at os.listxattr before extended attributes went through it
+        assert {w.path for w in disk.held()} >= {os.path.join("final", "model.pt"), os.path.join("final", "model-copy.pt")}
+    disk.cleanup()
+    assert list(overlaid.iterdir()) == []  # nothing written among the user's files

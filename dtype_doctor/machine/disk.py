@@ -35,11 +35,7 @@ from typing import Any, Callable
 from dtype_doctor.machine.disk_layers import REAL, Layers, copy_file, real_open as _open, real_rmtree as _rmtree
 from dtype_doctor.records import SourceLoc
 
-# The real functions, taken before any patch: the overlay's own work goes through these.
-_open = builtins.open
-REAL = {name: getattr(os, name) for name in ("open", "stat", "lstat", "replace", "rename", "remove", "unlink", "rmdir",
-                                              "mkdir", "listdir", "chmod", "utime", "truncate", "scandir", "statvfs",
-                                              "access", "readlink", "symlink", "link")}
+# The real functions (REAL, _open: machine/disk_layers.py), taken before any patch: the overlay's own work goes through these.
 _mkdtemp, _mkstemp_inner = tempfile.mkdtemp, tempfile._mkstemp_inner  # type: ignore[attr-defined]
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
@@ -131,10 +127,11 @@ class Overlay(Layers):
         return merged(path, self.listdir(path), self.stat)
 
     def resolved(self, name: str) -> Callable[..., Any]:
-        """os.statvfs / os.access / os.readlink: asked of the file the script would open (its scratch copy)."""
+        """os.statvfs / os.access / os.readlink / os.listxattr / os.getxattr: asked of the file the script would
+        open (its scratch copy)."""
         real = REAL[name]
 
-        def ask(path: Any, *args: Any, **kwargs: Any) -> Any:
+        def ask(path: Any = None, *args: Any, **kwargs: Any) -> Any:
             out = real(path if kwargs.get("dir_fd") is not None else self.read_path(path), *args, **kwargs)
             if name == "readlink" and isinstance(out, str) and self.root and out.startswith(self.root + os.sep):
                 return os.sep + os.path.relpath(out, self.root)  # a link the script made names the file it named
@@ -277,7 +274,8 @@ class Overlay(Layers):
             self.hidden.add(key)
 
     def metadata(self, name: str) -> Callable[..., Any]:
-        """os.chmod / os.utime / os.truncate: on a file the script wrote, its scratch copy; a user's file is copied up first."""
+        """os.chmod / os.utime / os.truncate / os.setxattr / os.removexattr / os.chown: on a file the script wrote,
+        its scratch copy; a user's file is copied up first."""
         real = REAL[name]
 
         def change(path: Any, *args: Any, **kwargs: Any) -> Any:
@@ -328,6 +326,7 @@ class Overlay(Layers):
             (tempfile, "mkdtemp"): self.temporary(_mkdtemp, 2), (tempfile, "_mkstemp_inner"): self.temporary(_mkstemp_inner, 0),
             (os, "chmod"): self.metadata("chmod"), (os, "utime"): self.metadata("utime"), (os, "truncate"): self.metadata("truncate"),
         }
+        patches.update(_attribute_calls(self))
         for (owner, name), fn in patches.items():
             self._set(owner, name, fn)
         from dtype_doctor.machine.libraries import after_import
@@ -357,6 +356,13 @@ class Overlay(Layers):
         for owner, name, original in reversed(self._saved):
             setattr(owner, name, original)
         self._saved.clear()
+
+def _attribute_calls(disk: Overlay) -> dict[tuple[Any, str], Any]:
+    """Extended attributes and owners (Linux), which shutil.copy2 / copytree / move carry over after the bytes."""
+    answers = {"listxattr": disk.resolved, "getxattr": disk.resolved, "setxattr": disk.metadata,
+               "removexattr": disk.metadata, "chown": disk.metadata}
+    return {(os, name): answer(name) for name, answer in answers.items() if hasattr(os, name)}
+
 
 def _route_compiled(disk: Overlay, module: Any, rows: list[tuple[str, int, str, str]]) -> None:
     """The compiled writers and readers of `module` (COMPILED's rows) given the path the overlay routes."""
@@ -405,7 +411,8 @@ _NET = False
 _NETTED: dict[str, tuple[tuple[int, int | None], ...]] = {
     "os.rename": ((0, 2), (1, 3)), "os.remove": ((0, 1),), "os.rmdir": ((0, 1),), "os.truncate": ((0, None),),
     "shutil.rmtree": ((0, 1),), "os.mkdir": ((0, 2),), "os.link": ((1, 3),), "os.symlink": ((1, 2),),
-    "os.chmod": ((0, 2),), "os.utime": ((0, 3),),
+    "os.chmod": ((0, 2),), "os.utime": ((0, 3),), "os.setxattr": ((0, None),), "os.removexattr": ((0, None),),
+    "os.chown": ((0, 3),),
 }
 
 
