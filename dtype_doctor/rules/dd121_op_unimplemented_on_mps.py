@@ -14,7 +14,7 @@ from dtype_doctor.rules.dd120_float64_on_mps import on_mps
 def refusal(op: OpCall, macos: tuple[int, int] | None = None) -> tuple[str, str] | None:
     """(dtype, why) for the first mps operand of `op` that MPS refuses on this macOS (float64 is DD120's)."""
     version = macos or expectations().min_macos
-    for t in op.operands:
+    for t in op.operands or op.outputs:  # a factory (logspace) has no operands: its result's dtype
         if on_mps(t) and t.dtype not in NEVER:
             why = expectations().refused_aten(op.op, t.dtype, version)
             if why is not None:
@@ -30,7 +30,7 @@ def check(trace: Trace) -> Iterator[Finding]:
             continue
         dtype, why = found
         seen.add((base_op(op.op), dtype))
-        off = next(t for t in op.operands if t.dtype == dtype and on_mps(t))
+        off = next(t for t in op.operands or op.outputs if t.dtype == dtype and on_mps(t))
         where = f" in {op.module_type}" if op.module_type else ""
         version = trace.macos or expectations().min_macos
         yield RULE.finding(
