@@ -183,13 +183,18 @@ class RunSession:
                                                                 lambda: self._session.recorder.ops if self._session is not None else ()))
         if self.placement.simulated:
             assert self.target is not None
-            self._simulation = CudaSimulation(self.target, self.placement.profile, on_amp=self._set_amp,
-                                              in_forward=lambda: self._model_depth > 0, gpus=self.placement.gpus)
+            apple = self.placement.apple  # --device mps: CUDA's simulation behind a Mac's face (machine/mps_simulation.py)
+            self._simulation = CudaSimulation(torch.device("cuda", 0) if apple else self.target, self.placement.profile,
+                                              on_amp=self._set_amp, in_forward=lambda: self._model_depth > 0, gpus=self.placement.gpus)
             self._arms.enter_context(self._simulation)
+            if apple:
+                from dtype_doctor.machine.mps_simulation import MpsFace
+
+                self._arms.enter_context(MpsFace(self._simulation, self.placement.macos))
             from dtype_doctor.machine.workers import Children
 
             # DataLoader workers and other child processes see the simulated machine (machine/workers.py).
-            self._arms.enter_context(Children(self.disk, str(self.target), self.placement.gpu, self.placement.gpus))
+            self._arms.enter_context(Children(self.disk, "cuda:0" if apple else str(self.target), self.placement.gpu, self.placement.gpus))
             from dtype_doctor.machine.fake_packages import CudaOnlyPackages
 
             self._arms.enter_context(CudaOnlyPackages())  # flash-attn as the target has it (machine/fake_packages.py)
