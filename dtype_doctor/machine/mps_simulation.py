@@ -17,7 +17,13 @@ from torch.overrides import TorchFunctionMode
 
 MPS = torch.device("mps", 0)
 _CUDA = torch.device("cuda", 0)
-_GETTER = {torch._C.TensorBase.__dict__[n].__get__: n for n in ("device", "is_cuda", "is_mps")}
+_GETTERS = {torch._C.TensorBase.__dict__[n]: n for n in ("device", "is_cuda", "is_mps")}
+_METHOD_WRAPPER = type(torch._C.TensorBase.__dict__["device"].__get__)
+
+
+def _read(func: Any) -> str | None:
+    """"device", "is_cuda" or "is_mps" when `func` is that property's getter (as machine/simulate.py reads them)."""
+    return _GETTERS.get(func.__self__) if type(func) is _METHOD_WRAPPER else None
 
 
 def _is_mps(x: Any) -> bool:
@@ -43,10 +49,11 @@ class _MpsMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = dict(kwargs or {})
-        read = _GETTER.get(func)
+        read = _read(func)
         if read is not None:
             t = args[0]
-            ours = isinstance(t, torch.Tensor) and t.device.type == "meta" and self.sim.sees_cuda(t)
+            with torch._C.DisableTorchFunction():
+                ours = isinstance(t, torch.Tensor) and t.device.type == "meta" and self.sim.sees_cuda(t)
             if read == "is_mps":
                 return ours
             if read == "is_cuda" and ours:
