@@ -575,7 +575,7 @@ MAX_CLASS_LINES = 300
 LONG_CLASSES = {
     "dtype_doctor.trace.recorder:Recorder": 539,
     "dtype_doctor.machine.disk:Overlay": 497,
-    "dtype_doctor.run.session:RunSession": 454,  # 514 before its report moved to run/step_report.py
+    "dtype_doctor.run.session:RunSession": 453,  # 514 before its report moved to run/step_report.py
     "dtype_doctor.machine.simulate:CudaSimulation": 360,
 }
 

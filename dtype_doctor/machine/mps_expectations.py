@@ -23,10 +23,6 @@ FLOAT64_ERROR = ("Cannot convert a MPS Tensor to float64 dtype as the MPS framew
                  "Please use float32 instead.")
 # aten/src/ATen/mps/MPSDevice.mm / OperationUtils.mm: "MPS BFloat16 is only supported on MacOS 14 or newer".
 BF16_SINCE = (14, 0)
-# torch/amp/autocast_mode.py (device_type == "mps"): autocast on mps takes float16 and bfloat16 only;
-# any other dtype warns "MPS Autocast only supports dtype of torch.bfloat16 and torch.float16 currently"
-# and disables itself; bfloat16 there before macOS 14 also disables it.
-AUTOCAST_DTYPES = ("float16", "bfloat16")
 # PYTORCH_ENABLE_MPS_FALLBACK=1 runs an op without an MPS kernel on the CPU (a warning, a copy each
 # way) instead of raising NotImplementedError; a dtype MPS cannot hold (float64) is refused either way.
 FALLBACK_ENV = "PYTORCH_ENABLE_MPS_FALLBACK"

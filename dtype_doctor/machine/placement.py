@@ -151,7 +151,8 @@ def decide(device: str | None = "auto", *, simulate: bool = False, gpu: str | No
     if (wanted or "").startswith("mps") or macos is not None:
         from dtype_doctor.machine.mps_placement import decide_mps
 
-        return decide_mps(wanted, simulate=simulate, gpu=gpu, gpus=gpus, device_map=device_map, macos=macos)
+        device, simulated, version = decide_mps(wanted, simulate=simulate, gpu=gpu, gpus=gpus, device_map=device_map, macos=macos)
+        return Placement(device, simulated, macos=version)
     if gpus > 1 and not simulate:
         raise UsageError(f"--gpus {gpus} simulates {gpus} GPUs; add --simulate")
     mapped = _check_device_map(device_map, gpus, simulate)

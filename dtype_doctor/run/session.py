@@ -44,6 +44,7 @@ from dtype_doctor.run.lineage import (
     step_input_lineage,
 )
 from dtype_doctor.machine.simulate import CudaSimulation, SimulationStop
+from dtype_doctor.machine.mps_placement import enter_simulation
 from dtype_doctor.machine.precision_state import PrecisionWatch
 from dtype_doctor.trace.recompute import RecomputeWatch
 from dtype_doctor.run.resume import ResumeWatch
@@ -183,18 +184,12 @@ class RunSession:
                                                                 lambda: self._session.recorder.ops if self._session is not None else ()))
         if self.placement.simulated:
             assert self.target is not None
-            apple = self.placement.apple  # --device mps: CUDA's simulation behind a Mac's face (machine/mps_simulation.py)
-            self._simulation = CudaSimulation(torch.device("cuda", 0) if apple else self.target, self.placement.profile,
-                                              on_amp=self._set_amp, in_forward=lambda: self._model_depth > 0, gpus=self.placement.gpus)
-            self._arms.enter_context(self._simulation)
-            if apple:
-                from dtype_doctor.machine.mps_simulation import MpsFace
-
-                self._arms.enter_context(MpsFace(self._simulation, self.placement.macos))
+            self._simulation = enter_simulation(self._arms, self.placement, self.target, on_amp=self._set_amp,
+                                                in_forward=lambda: self._model_depth > 0)
             from dtype_doctor.machine.workers import Children
 
             # DataLoader workers and other child processes see the simulated machine (machine/workers.py).
-            self._arms.enter_context(Children(self.disk, "cuda:0" if apple else str(self.target), self.placement.gpu, self.placement.gpus))
+            self._arms.enter_context(Children(self.disk, str(self._simulation.label), self.placement.gpu, self.placement.gpus))
             from dtype_doctor.machine.fake_packages import CudaOnlyPackages
 
             self._arms.enter_context(CudaOnlyPackages())  # flash-attn as the target has it (machine/fake_packages.py)
