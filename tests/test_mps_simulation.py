@@ -69,3 +69,6 @@ def test_run_script_sees_a_mac(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     errors = {f.code for f in result.report.findings if f.severity == "error"}
     assert errors == ({"DD101", "DD120"} if not cast else set())
     assert list(tmp_path.iterdir()) == [tmp_path / "train.py"]  # a simulated run writes nothing
+    if not cast:  # a real Mac refuses the float64 at its copy to mps, the line a cast after it cannot mend
+        arrival = [f for f in result.report.findings if f.code == "DD120" and f.stage == "transfer"]
+        assert arrival and arrival[0].source.line == 7  # x = torch.from_numpy(...).to(dev)

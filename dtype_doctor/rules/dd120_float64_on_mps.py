@@ -23,8 +23,28 @@ def refuses(op: OpCall) -> bool:
     return any(_float64(t) for t in (*op.operands, *op.outputs))
 
 
+def _arrivals(trace: Trace, seen: set[str]) -> Iterator[Finding]:
+    """A model input that reaches mps as float64: a real Mac refuses it at that copy (`x.to("mps")`),
+    before any op, so the finding names that line; a cast after it still fails there."""
+    for name, steps in trace.lineage.items():
+        step = next((s for s in steps if s.dtype in NEVER and (s.device or "").startswith("mps")), None)
+        if step is None or name in seen:
+            continue
+        seen.add(name)
+        tensor = next((t for t in trace.inputs if t.name == name), None)
+        yield RULE.finding(
+            f"{name} reaches mps as {step.dtype} ({step.stage}): MPS has no {step.dtype} and refuses the copy",
+            stage=step.stage,
+            tensors=(tensor,) if tensor is not None else (),
+            source=step.source,
+            pytorch_error=FLOAT64_ERROR,
+            remedies=cast_remedies(trace, (tensor,), "float32", lambda d: d in NEVER) if tensor is not None else (),
+        )
+
+
 def check(trace: Trace) -> Iterator[Finding]:
     seen: set[str] = set()
+    yield from _arrivals(trace, seen)
     for op in trace.ops:
         for t in (*op.operands, *op.outputs):
             key = t.name or t.origin or f"{base_op(op.op)}@{op.module}"
