@@ -72,3 +72,24 @@ def test_run_script_sees_a_mac(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     if not cast:  # a real Mac refuses the float64 at its copy to mps, the line a cast after it cannot mend
         arrival = [f for f in result.report.findings if f.code == "DD120" and f.stage == "transfer"]
         assert arrival and arrival[0].source.line == 7  # x = torch.from_numpy(...).to(dev)
+
+
+AUTOCAST = """
+import torch
+from torch import nn
+model = nn.Linear(4, 2).to("mps")
+with torch.autocast("mps", dtype=torch.{dtype}):
+    out = model(torch.ones(3, 4, device="mps"))
+assert out.dtype == torch.{expect}, out.dtype
+out.float().sum().backward()
+"""
+
+
+@pytest.mark.parametrize("dtype, expect", [("bfloat16", "bfloat16"), ("float32", "float32")])
+def test_autocast_on_mps_takes_half_dtypes_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dtype: str, expect: str):
+    # torch/amp/autocast_mode.py, device_type == "mps": float16/bfloat16 only, else a warning and no autocast.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(AUTOCAST.format(dtype=dtype, expect=expect))
+    result = run_script(["python", "train.py"], options=RunOptions(simulate=True, device="mps"))
+    assert result.report.trace.failure is None
+    assert result.report.trace.autocast == (dtype if dtype != "float32" else None)
