@@ -41,6 +41,7 @@ class ScanOptions(CheckedOnce):
     device_map: str | None = None  # auto|balanced|balanced_low_0|sequential|FILE.json (--device-map)
     max_memory: str | None = None  # "0=20GiB,cpu=64GiB" (--max-memory)
     share_layers: bool = True  # a simulated trace shares identical layers' work (--no-share-layers: off)
+    macos: str | None = None  # the macOS a simulated mps target runs (--macos; machine/mps_placement.py)
     select: tuple[str, ...] | None = None
     ignore: tuple[str, ...] | None = None
     trust_remote_code: bool = False
@@ -74,7 +75,7 @@ class ScanOptions(CheckedOnce):
             raise UsageError(f"--preprocess must be FILE.py:FUNCTION, not {self.preprocess!r}")
         parse_device(self.device)
         self.quantize()  # a bad combination is a usage error before anything loads
-        if self.gpus != 1 or self.device_map or self.max_memory:
+        if self.gpus != 1 or self.device_map or self.max_memory or self.macos or str(self.device).startswith("mps"):
             self.placement  # noqa: B018 - --gpus/--device-map/--max-memory: refused here, before anything loads
         if self.gpu is not None:
             from dtype_doctor.machine.gpus import check_gpu
@@ -107,7 +108,7 @@ class ScanOptions(CheckedOnce):
         if self.decided_placement is not None:
             return self.decided_placement
         return decide(self.device, simulate=self.simulate, gpu=self.gpu, gpus=self.gpus, device_map=self.device_map,
-                      max_memory=self.max_memory)
+                      max_memory=self.max_memory, macos=self.macos)
 
 
 def _either(names: tuple[str, ...]) -> str:

@@ -52,7 +52,7 @@ def test_an_index_beyond_the_gpus_there_is_refused(cuda: bool) -> None:
         decide("cuda:5")
 
 
-@pytest.mark.parametrize("device", ["tpu", "gpu7", "cuda:", "cuda:x", "CUDA", "mps"])
+@pytest.mark.parametrize("device", ["tpu", "gpu7", "cuda:", "cuda:x", "CUDA", "mps:1"])
 def test_unknown_devices_are_usage_errors(device: str) -> None:
     with pytest.raises(UsageError, match=f"unknown device '{device}'"):
         parse_device(device)

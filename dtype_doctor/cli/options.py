@@ -63,6 +63,7 @@ Gpu = Annotated[Optional[str], typer.Option("--gpu", metavar="NAME|CC", rich_hel
 Gpus = Annotated[int, typer.Option("--gpus", metavar="N", rich_help_panel=MACHINE, help="Simulated GPUs (with --simulate): the model is spread over them by a device map, a launcher's world spans them.")]
 ShareLayers = Annotated[bool, typer.Option("--share-layers/--no-share-layers", rich_help_panel=MACHINE, help="With --simulate: trace one of each set of identical layers and share its trace with the others (coverage.shared_layers); --no-share-layers traces every layer.")]
 DeviceMap = Annotated[Optional[str], typer.Option("--device-map", metavar="MAP", rich_help_panel=MACHINE, help="auto|balanced|balanced_low_0|sequential|FILE.json — accelerate's placement over the --gpus GPUs (default auto when --gpus > 1).")]
+Macos = Annotated[Optional[str], typer.Option("--macos", metavar="VERSION", rich_help_panel=MACHINE, help="macOS a --simulate --device mps target runs (14.4); default: the oldest the installed torch supports.")]
 MaxMemory = Annotated[Optional[str], typer.Option("--max-memory", metavar="DEV=SIZE,...", rich_help_panel=MACHINE, help="Memory each device may hold, as accelerate's max_memory: 0=20GiB,1=20GiB,cpu=64GiB (default: the --gpu profile's).")]
 
 Autocast = Annotated[str, typer.Option("--autocast", metavar="DTYPE", rich_help_panel=STEP, help=f"{said(AUTOCAST_DTYPES)} (or fp16, bf16) — trace the forward under torch.autocast.")]
@@ -125,6 +126,7 @@ class Machine:
     device_map: DeviceMap = None
     max_memory: MaxMemory = None
     share_layers: ShareLayers = True
+    macos: Macos = None
 
 
 @dataclass(frozen=True)
@@ -256,5 +258,5 @@ def run_options(machine: Machine, findings: Findings, general: General, *, steps
     from dtype_doctor.run.runner import RunOptions
 
     return RunOptions(steps=steps, keep_running=keep_running, select=findings.selected, ignore=findings.ignored,
-                      simulate=machine.simulate, device=machine.device, gpu=machine.gpu, gpus=machine.gpus, launch=launch,
+                      simulate=machine.simulate, device=machine.device, gpu=machine.gpu, gpus=machine.gpus, launch=launch, macos=machine.macos,
                       timeout=general.timeout_for(DEFAULT_TIMEOUT), keep_writes=keep_writes)

@@ -31,6 +31,8 @@ def simulated_home(device: torch.device | str | int, *, indexed: bool = False, f
     if loaded:
         return torch.device("cpu")
     device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    if device.type == "mps":
+        return STAND_IN  # Apple's MPS (--device mps): no build here fakes it; meta, labelled mps:0
     if device.type != "cuda" or (fakes_cuda and torch.version.cuda is not None):
         return device
     return torch.device(STAND_IN.type, device.index or 0) if indexed else STAND_IN

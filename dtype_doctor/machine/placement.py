@@ -16,9 +16,9 @@ from typing import Any, Mapping
 from dtype_doctor.machine.gpus import GpuProfile, gpu_profile
 from dtype_doctor.records.errors import UsageError
 
-DEVICES_HELP = "auto, cpu, cuda or cuda:N"
+DEVICES_HELP = "auto, cpu, cuda, cuda:N or mps"
 CUDA0 = "cuda:0"  # the device a bare "cuda", and a simulated target with no device named, is
-_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?|mps(:0)?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +39,7 @@ class Placement:
     # --max-memory: (device, size) pairs, "0"/"cpu" → "20GiB"; or (the API) accelerate's dict
     max_memory: tuple[tuple[str, str], ...] | Mapping[Any, Any] = ()
     profile: GpuProfile | None = None  # the facts of `gpu`: filled in from it when not given
+    macos: tuple[int, int] | None = None  # a simulated Apple-silicon (mps) target's macOS (machine/mps_placement.py)
 
     def __post_init__(self) -> None:
         if self.profile is None and self.gpu is not None:
@@ -50,7 +51,10 @@ class Placement:
         meta:k with several GPUs); None for real tensors."""
         if not self.simulated:
             return None
-        from dtype_doctor.machine.home import simulated_home
+        from dtype_doctor.machine.home import STAND_IN, simulated_home
+
+        if self.apple:
+            return STAND_IN  # a simulated mps tensor lives on meta, as a simulated GPU's does
 
         return simulated_home(self.device or CUDA0, indexed=self.gpus > 1)
 
@@ -63,6 +67,11 @@ class Placement:
         if self.mapped:
             return {**gpu_aliases(self.gpus), "meta": "cpu"}
         return {"meta": self.device or CUDA0}
+
+    @property
+    def apple(self) -> bool:
+        """The target is Apple's MPS device (a real Mac's, or simulated with --device mps)."""
+        return (self.device or "").startswith("mps")
 
     @property
     def mapped(self) -> bool:
@@ -86,13 +95,13 @@ ON_CPU = Placement("cpu")  # real tensors on the CPU
 
 
 def parse_device(device: str | None) -> str | None:
-    """'cuda' → 'cuda:0'; None and 'auto' stay; anything but auto|cpu|cuda|cuda:N is a UsageError."""
+    """'cuda' → 'cuda:0', 'mps' → 'mps:0'; None and 'auto' stay; anything but auto|cpu|cuda|cuda:N|mps is a UsageError."""
     if device is None:
         return None
     text = str(device)
     if not _DEVICE.fullmatch(text):
         raise UsageError(f"unknown device {text!r}; use {DEVICES_HELP}")
-    return CUDA0 if text == "cuda" else text
+    return CUDA0 if text == "cuda" else "mps:0" if text == "mps" else text
 
 
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -128,7 +137,7 @@ def _check_device_map(device_map: str | Mapping[str, Any] | None, gpus: int, sim
 
 def decide(device: str | None = "auto", *, simulate: bool = False, gpu: str | None = None, real_only: str | None = None,
            gpus: int = 1, device_map: str | Mapping[str, Any] | None = None,
-           max_memory: str | Mapping[Any, Any] | None = None) -> Placement:
+           max_memory: str | Mapping[Any, Any] | None = None, macos: str | None = None) -> Placement:
     """The Placement for what the user asked.
 
     `gpus` > 1 with --simulate spreads the model with a device map (`device_map`, default auto),
@@ -139,6 +148,11 @@ def decide(device: str | None = "auto", *, simulate: bool = False, gpu: str | No
     with `real_only` (why this command measures real tensors) where simulation cannot help.
     """
     wanted = parse_device(device)
+    if (wanted or "").startswith("mps") or macos is not None:
+        from dtype_doctor.machine.mps_placement import decide_mps
+
+        device, simulated, version = decide_mps(wanted, simulate=simulate, gpu=gpu, gpus=gpus, device_map=device_map, macos=macos)
+        return Placement(device, simulated, macos=version)
     if gpus > 1 and not simulate:
         raise UsageError(f"--gpus {gpus} simulates {gpus} GPUs; add --simulate")
     mapped = _check_device_map(device_map, gpus, simulate)

@@ -206,6 +206,7 @@ class Trace:
     sources: Mapping[str, SourceLoc] = field(default_factory=dict)  # input name → user code
     gpu: str | None = None  # the GPU profile a simulated CUDA trace targeted, as the report names it
     gpu_capability: tuple[int, int] | None = None  # that GPU's compute capability (DD107 reads it)
+    macos: tuple[int, int] | None = None  # a simulated Apple-silicon (mps) trace's macOS version (DD120/DD121 read it)
     # Whether values were measured; why not, when they were not (fake tensors hold none).
     values: str = "measured"
     grads: tuple[GradStats, ...] = ()

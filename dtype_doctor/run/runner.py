@@ -43,6 +43,7 @@ class RunOptions(CheckedOnce):
     device: str = "auto"  # auto | cpu | cuda | cuda:N: the machine the script sees
     gpu: str | None = None  # the GPU a simulated script sees (t4, a100, 8.0)
     gpus: int = 1  # simulated GPUs the script sees (--gpus)
+    macos: str | None = None  # the macOS a simulated mps script sees (--macos)
     launch: LaunchConfig | None = None  # a launcher line (accelerate launch, torchrun): rank 0 of its world
     timeout: float | None = DEFAULT_TIMEOUT  # seconds the script may run until its traced steps are done
     keep_writes: str | None = None  # where a simulated run keeps the files the script wrote (else they are dropped)
@@ -58,6 +59,8 @@ class RunOptions(CheckedOnce):
         parse_codes(self.select)
         parse_codes(self.ignore)
         parse_device(self.device)
+        if self.macos is not None or str(self.device).startswith("mps"):
+            self.placement  # noqa: B018 - --device mps/--macos: refused here, before the script starts
         if self.horizon is not None and not self.horizon > 0:
             raise UsageError(f"--horizon must be a number of seconds above 0, not {self.horizon}")
         if self.simulate and self.device == "cpu":
@@ -80,7 +83,7 @@ class RunOptions(CheckedOnce):
     def placement(self) -> Placement:
         """Where the script's CUDA runs, decided here, once: simulated, hidden (--device cpu) or real.
         No GPU here and no --simulate: refused, naming --simulate."""
-        return decide(self.device, simulate=self.simulate, gpu=self.gpu, gpus=self.gpus)
+        return decide(self.device, simulate=self.simulate, gpu=self.gpu, gpus=self.gpus, macos=self.macos)
 
     def session_options(self) -> dict[str, object]:
         """The RunSession keywords: the Placement, and whether a real GPU is hidden from the script."""

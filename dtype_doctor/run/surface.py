@@ -42,16 +42,15 @@ class ScriptSurface:
     def arm_machine(self, arms: contextlib.ExitStack, on_amp: Callable[[Any], None], in_forward: Callable[[], bool]) -> None:
         """The simulated CUDA machine, its workers and packages; or, with hide_cuda, no GPU at all."""
         if self.placement.simulated:
-            from dtype_doctor.machine.simulate import CudaSimulation
+            from dtype_doctor.machine.mps_placement import enter_simulation
 
             assert self.target is not None
-            self.simulation = CudaSimulation(self.target, self.placement.profile, on_amp=on_amp,
-                                             in_forward=in_forward, gpus=self.placement.gpus)
-            arms.enter_context(self.simulation)
+            # CUDA's simulation; for --device mps behind a Mac's face (machine/mps_simulation.py)
+            self.simulation = enter_simulation(arms, self.placement, self.target, on_amp=on_amp, in_forward=in_forward)
             from dtype_doctor.machine.workers import Children
 
             # DataLoader workers and other child processes see the simulated machine (machine/workers.py).
-            arms.enter_context(Children(self.disk, str(self.target), self.placement.gpu, self.placement.gpus))
+            arms.enter_context(Children(self.disk, str(self.simulation.label), self.placement.gpu, self.placement.gpus))
             from dtype_doctor.machine.fake_packages import CudaOnlyPackages
 
             arms.enter_context(CudaOnlyPackages(self.simulation.refusal))  # flash-attn, xformers (machine/fake_packages.py)

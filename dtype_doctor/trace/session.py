@@ -82,6 +82,7 @@ class TraceSession:
             values = ValueProbe()
         self.model = model
         self.simulated = simulated
+        self.macos = placement.macos if placement is not None else None  # an mps target's (DD121 reads it)
         self.predict = predict
         self.recorder = Recorder(model, state=state, recover=recover, device_alias=dict(alias or {}), predict=predict, values=values)
         self._extra = tuple(extra_modes)
@@ -205,6 +206,8 @@ class TraceSession:
         seen.update(shards=shards, world=world_of(shards, rec.model))
         if self.predict is not None and self.predict.gpu is not None:
             seen.update(gpu=str(self.predict.gpu), gpu_capability=self.predict.gpu.capability)
+        if self.macos is not None:
+            seen.update(macos=self.macos)
         # Conditions on values fake tensors cannot decide, taken as torch's own checks' valid branch.
         seen["stand_ins"] = tuple(
             StandIn("Tensor.__bool__", repr(op.attr("assumed")), f"a condition on tensor values in {op.module_type or 'the model'} "

@@ -1,0 +1,85 @@
+"""DD120 float64-on-mps and DD121 op-unimplemented-on-mps, judged from the installed torch's own
+MPS expectations (torch/testing/_internal/common_mps.py) and the MPS sources' float64 refusal.
+
+No Mac here: each test first shows, in the installed torch's files, the expectation the rule
+mirrors, then that the rule says it of a trace whose tensors are on mps, and nothing elsewhere.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from dtype_doctor.machine import mps_expectations as mps
+from dtype_doctor.records import ModelInfo, OpCall, TensorMeta, Trace
+from dtype_doctor.rules.dd120_float64_on_mps import RULE as DD120
+from dtype_doctor.rules.dd121_op_unimplemented_on_mps import RULE as DD121
+
+TESTING = Path(torch.__file__).parent / "testing" / "_internal"
+
+
+def meta(dtype: str, device: str = "mps", name: str | None = "x") -> TensorMeta:
+    return TensorMeta(dtype=dtype, device=device, shape=(3, 3), name=name, origin=f"input:{name}")
+
+
+def trace_of(*ops: OpCall, macos=None) -> Trace:
+    return Trace(ops=ops, modules=(), model=ModelInfo(class_name="M", state=()), inputs=(),
+                 device="mps", simulated=True, macos=macos)
+
+
+def op(name: str, *operands: TensorMeta) -> OpCall:
+    return OpCall(index=0, op=name, module="body", module_type="Body", operands=operands)
+
+
+def test_float64_refusal_is_the_one_torch_documents():
+    # common_methods_invocations.py quotes the MPS refusal DD120 mirrors, and common_mps.py
+    # expects every op of op_db to fail on torch.double.
+    quoted = (TESTING / "common_methods_invocations.py").read_text()
+    assert "Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't support float64" in quoted
+    assert mps.FLOAT64_ERROR.startswith("Cannot convert a MPS Tensor to float64 dtype")
+    source = (TESTING / "common_mps.py").read_text()
+    assert "torch.double,\n                        torch.cdouble," in source
+
+
+def test_dd120_float64_on_mps_is_an_error_with_a_float32_cast():
+    found = list(DD120.check(trace_of(op("aten.mm.default", meta("float64"), meta("float32", name="w")))))
+    assert [f.code for f in found] == ["DD120"] and found[0].severity == "error"
+    assert [(r.strategy, r.target, r.to) for r in found[0].remedies] == [("cast-inputs", "x", "float32")]
+    assert DD120.rejects(op("aten.mm.default", meta("float64")))
+
+
+def test_dd120_silent_off_mps_and_for_float32():
+    assert not list(DD120.check(trace_of(op("aten.mm.default", meta("float64", device="cpu")))))
+    assert not list(DD120.check(trace_of(op("aten.mm.default", meta("float32"), meta("float16")))))
+
+
+def test_common_mps_tables_parsed_from_the_installed_torch():
+    e = mps.expectations()
+    source = (TESTING / "common_mps.py").read_text()
+    assert '"linalg.eig": None' in source and e.unimplemented["linalg.eig"] is None
+    assert len(e.unimplemented) > 20 and "add" in e.complex_ok
+
+
+def test_dd121_unimplemented_op_on_mps():
+    found = list(DD121.check(trace_of(op("aten.linalg_eig.default", meta("float32")))))
+    assert [f.code for f in found] == ["DD121"]
+    assert not list(DD121.check(trace_of(op("aten.mm.default", meta("float32")))))
+    assert not list(DD121.check(trace_of(op("aten.linalg_eig.default", meta("float32", device="cpu")))))
+
+
+def test_macos_gate_from_a_before_list():
+    src = 'def f():\n    MACOS_BEFORE_14_4_XFAILLIST = {"fft.hfft2": [torch.complex64]}\n    SUPPORTED_COMPLEX_OPS = {"fft.hfft2"}\n'
+    e = mps.parse(src)
+    assert e.refused("fft.hfft2", "complex64", (14, 2)) is not None
+    assert e.refused("fft.hfft2", "complex64", (14, 4)) is None
+    assert e.refused("fft.hfft2", "bfloat16", (13, 0)) is not None  # bf16 needs macOS 14
+
+
+def test_macos_version_defaults_to_the_oldest_supported():
+    assert mps.macos_version(None) == mps.expectations().min_macos
+    assert mps.macos_version("15.1") == (15, 1)
+    for bad in ("13.5", "sonoma", ""):
+        with pytest.raises(ValueError):
+            mps.macos_version(bad)
