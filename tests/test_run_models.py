@@ -132,6 +132,10 @@ def test_a_pipeline_script_with_a_bf16_unet(simulate: bool, pipelines: Path, wor
     # The negative prompt's encoder call and the second denoising step ran (repaired), not kept.
     assert report["coverage"]["skipped"]["calls"] == {"text_encoder": 1, "unet": 1}
     assert report["coverage"]["complete"] is True  # through the VAE's decode
+    # The negative prompt's encoder call came before anything needed a repair: unwatched. The UNet's first
+    # call needed repairs, so its repeat was watched (and repaired), as the plain script would fail there.
+    # A simulated run watches every call: its stand-ins need the recorder.
+    assert report["coverage"]["skipped"].get("unwatched", 0) == (0 if simulate else 1)
     assert "nan image: False" in err  # the step went on to the decoded image
     if simulate:  # the scheduler's alphas_cumprod[timestep] read the CUDA timestep: a stand-in, listed
         assert any(s["what"].startswith("Tensor.__getitem__") for s in report["stand_ins"])
@@ -149,6 +153,9 @@ def test_an_fp16_pipeline_whose_vae_leaves_the_range(pipelines: Path, workdir: P
     assert f["source"] == {"file": "generate.py", "line": _line(PIPELINE_SCRIPT, "StableDiffusionPipeline.from_pretrained")}
     assert {x["module"] for x in _by_code(report, "DD301")} == {"vae.decoder.conv_in"}
     assert code == 1
+    # Nothing in the step needed a repair (the plain script ran): the repeats (the negative prompt's encoder
+    # call, the second denoising step) ran unwatched, at the script's own pace, and the report says so.
+    assert report["coverage"]["skipped"] == {"calls": {"text_encoder": 1, "unet": 1}, "ops": 0, "unwatched": 2}
 
 
 def test_a_finding_in_the_student_names_the_student(workdir: Path, monkeypatch: pytest.MonkeyPatch,

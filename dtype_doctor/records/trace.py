@@ -161,6 +161,9 @@ class Coverage:
     # but not kept, and the ops they (and what ran between them) recorded.
     skipped: tuple[tuple[str, int], ...] = ()
     dropped_ops: int = 0
+    # Of those calls, the ones run unwatched (the recorder off, at the script's own pace): a real run's repeats
+    # while nothing in the step needed a repair (docs/report.md).
+    unwatched: int = 0
     # The CUDA API calls a simulated run made that the simulation does not answer (machine/cuda_api.py).
     not_simulated: tuple[str, ...] = ()
     # (layer, the identical layer whose trace it shares) in a simulated forward (trace/layer_share.py).
@@ -185,7 +188,8 @@ class Coverage:
             "steps": self.steps,
             "stopped": self.stopped,
             **({"compiled": [r.to_dict() for r in self.compiled]} if self.compiled else {}),
-            **({"skipped": {"calls": dict(self.skipped), "ops": self.dropped_ops}} if self.skipped else {}),
+            **({"skipped": {"calls": dict(self.skipped), "ops": self.dropped_ops,
+                            **({"unwatched": self.unwatched} if self.unwatched else {})}} if self.skipped else {}),
             **({"not_simulated": list(self.not_simulated)} if self.not_simulated else {}),
             **({"shared_layers": [{"layer": a, "same_as": b} for a, b in self.shared_layers]} if self.shared_layers else {}),
         }

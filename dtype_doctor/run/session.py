@@ -50,7 +50,7 @@ from dtype_doctor.trace.engine import model_info
 from dtype_doctor.trace.session import TraceSession
 from dtype_doctor.numerics import dtype_name
 from dtype_doctor.machine.placement import HERE, Placement
-from dtype_doctor.run.step_joins import StepJoins, user_frame_of_call
+from dtype_doctor.run.step_joins import UNWATCHED, StepJoins, user_frame_of_call
 from dtype_doctor.run.step_report import StepEnd
 from dtype_doctor.run.surface import ScriptSurface
 
@@ -240,7 +240,7 @@ class RunSession:
     def _call(self, original: Any, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
         # a checkpointed region's recompute runs in the backward: its calls are not the step's next ones
         top_level = self._depth == 0 and threading.get_ident() == self._thread and os.getpid() == self._pid and not self.recompute.recomputing
-        is_model = repeat = False
+        is_model, repeat = False, None
         if top_level and self.report is None:
             if self.model is None and is_model_call(module, args, kwargs):
                 self._start(module, args, kwargs)
@@ -266,6 +266,8 @@ class RunSession:
                 is_model, repeat = joined
         if is_model:
             self.models.called(module)
+        if repeat == UNWATCHED:
+            return self._unrecorded(original, module, args, kwargs, made=True)
         self._depth += 1
         self.model_depth += is_model
         try:
@@ -284,15 +286,21 @@ class RunSession:
             if repeat and self.models.pipeline is None and self.traced is not None:
                 self.traced.recorder.resume_keeping(drop=self.failure is None)
 
-    def _unrecorded(self, original: Any, module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
-        """A second model called in the step (a teacher, a frozen encoder): its ops are not this model's."""
+    def _unrecorded(self, original: Any, module: torch.nn.Module, args: tuple, kwargs: dict, made: bool = False) -> Any:
+        """A second model called in the step (a teacher, a frozen encoder): its ops are not this model's.
+        With `made`, a model's repeat run unwatched: what it returns is still known as that model's output."""
         assert self.traced is not None
         self._depth += 1
+        self.model_depth += made
         try:
             with self.traced.suspended():
-                return original(module, *args, **kwargs)
+                out = original(module, *args, **kwargs)
+            if made:
+                self.traced.recorder.made_by(out, module)
+            return out
         finally:
             self._depth -= 1
+            self.model_depth -= made
 
     def _start(self, model: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         from dtype_doctor.rules import refusal

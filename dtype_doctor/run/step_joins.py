@@ -16,16 +16,24 @@ from dtype_doctor.run.models import is_model_call
 from dtype_doctor.run.step_inputs import tag_pipeline_tensor
 
 
+REPEAT = "repeat"  # a model's call again in the step: recorded and repaired, its ops dropped
+UNWATCHED = "unwatched"  # a repeat run with the recorder off, at the script's own pace
+
+
 class StepJoins:
     """The step's models as the session's calls meet them; `session` is the RunSession (its `traced`
     TraceSession, `model`, `models`, `grads`, `capture` and `placement`)."""
 
     def __init__(self, session: Any) -> None:
         self.session = session
+        self.unwatched = 0  # repeated calls run at the script's own pace, the recorder off
+        self._checked = 0  # the recorder's ops looked at for a repair so far
+        self._repaired = False  # an op of the step so far was repaired: its repeats must be watched too
 
-    def joined(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[bool, bool] | None:
-        """How the step takes a top-level call beside its first model: (a model's forward, a repeat), or
-        None where it is not the step's (a module called with no tensor, weight_norm's parametrization)."""
+    def joined(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[bool, str | None] | None:
+        """How the step takes a top-level call beside its first model: (a model's forward, REPEAT or UNWATCHED
+        for a repeat, else None), or None where it is not the step's (a module called with no tensor,
+        weight_norm's parametrization)."""
         s = self.session
         assert s.traced is not None
         rec = s.traced.recorder
@@ -49,18 +57,34 @@ class StepJoins:
             models.sites[holder.name] = user_site(2)
         return True, self.repeat(module, name)
 
-    def repeat(self, module: torch.nn.Module, name: str) -> bool:
-        """With several models, a model called again in the step is recorded (and repaired) but dropped;
-        another model's first call ends what a repeat in a pipeline's loop began dropping."""
+    def repeat(self, module: torch.nn.Module, name: str) -> str | None:
+        """With several models, a model called again in the step is run unwatched (UNWATCHED) where it may
+        be, else recorded (and repaired) but dropped (REPEAT); another model's first call ends what a repeat
+        in a pipeline's loop began dropping."""
         s = self.session
         if not s.models.several:
-            return False
+            return None
         rec = s.traced.recorder
         if s.models.repeated(module, name):
+            if self.may_go_unwatched():
+                self.unwatched += 1
+                return UNWATCHED
             rec.pause_keeping()
-            return True
+            return REPEAT
         rec.resume_keeping()
-        return False
+        return None
+
+    def may_go_unwatched(self) -> bool:
+        """Whether a repeated call may run with the recorder off: on a real machine (a simulated one keeps
+        its recorder, whose stand-ins the script needs), and only while nothing the step ran so far needed a
+        repair or failed (a repeat of a call that was repaired would fail unwatched, so it stays watched)."""
+        s = self.session
+        if s.placement.simulated or s.failure is not None or self._repaired:
+            return False
+        ops = s.traced.recorder.ops
+        self._repaired = any(op.recovered or op.error for op in ops[self._checked:])
+        self._checked = len(ops)
+        return not self._repaired
 
     def several_models(self) -> None:
         """The step calls more than one model: the first is named as the others are, from here on and back."""

@@ -224,6 +224,7 @@ class StepEnd:
         coverage = s.watch.coverage(trace, s.forwards, self.stopped)
         coverage = dataclasses.replace(coverage, compiled=s.compiles.regions(self.reported, {m.name for m in trace.modules}),
                                        skipped=tuple(s.models.repeats.items()), dropped_ops=s.traced.recorder.dropped,
+                                       unwatched=s.joins.unwatched,
                                        not_simulated=s.surface.not_simulated())
         loaded = None if s.models.several else s.loads.facts_of(s.model)
         trace = dataclasses.replace(trace, coverage=coverage, scaler=s.watch.scaler_class(), scaler_off=s.watch.scaler_off,
