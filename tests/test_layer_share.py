@@ -4,6 +4,8 @@ differs is traced."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -112,18 +114,21 @@ def test_a_layer_whose_forward_reads_its_index_is_never_shared() -> None:
     assert any(m == "layers.3.lin" for _, m in _found(shared)), _found(shared)
 
 
-def test_the_cli_says_which_layers_it_shared_and_no_share_layers_traces_them_all(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cli_says_which_layers_it_shared_and_no_share_layers_traces_them_all(capsys: pytest.CaptureFixture[str],
+                                                                                   tmp_path: Path) -> None:
     import json
-    from pathlib import Path
+    import shutil
 
     from dtype_doctor.cli.main import run
 
     fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    data = tmp_path / "text-cls"  # a copy: datasets.map writes its cache files beside the data
+    shutil.copytree(fixtures / "data" / "text-cls", data, ignore=shutil.ignore_patterns("cache-*"))
     coverage = {}
     for flag in ("--share-layers", "--no-share-layers"):
         capsys.readouterr()
         with pytest.raises(SystemExit):
-            run(["scan", str(fixtures / "models" / "llama-tiny"), str(fixtures / "data" / "text-cls"), "--simulate",
+            run(["scan", str(fixtures / "models" / "llama-tiny"), str(data), "--simulate",
                  "--dtype", "bfloat16", "-f", "json", flag])
         coverage[flag] = json.loads(capsys.readouterr().out)["coverage"]
     assert coverage["--share-layers"]["shared_layers"] == [{"layer": "model.layers.1", "same_as": "model.layers.0"}]

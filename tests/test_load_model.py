@@ -447,7 +447,7 @@ def test_bad_dtype_and_device(models: dict[str, Path]) -> None:
     # the device is decided at the entry, before the loader runs: scan's options refuse it
     with pytest.raises(UsageError) as e:
         ScanOptions(device="gpu7").validate()
-    assert str(e.value) == "unknown device 'gpu7'; use auto, cpu, cuda or cuda:N"
+    assert str(e.value) == "unknown device 'gpu7'; use auto, cpu, cuda, cuda:N or mps"
     if not torch.cuda.is_available():
         with pytest.raises(UsageError) as e:
             ScanOptions(device="cuda").placement  # noqa: B018
