@@ -226,3 +226,19 @@ def test_a_half_dtype_loaded_by_name_is_named_where_it_was_chosen(tmp_path: Path
     line = next(i for i, text in enumerate((root / "trainer_classify.py").read_text().splitlines(), 1) if text.startswith("load_dtype ="))
     half = [f for f in report["findings"] if f["code"] == "DD401"]
     assert code == 1 and half and half[0]["source"] == {"file": "trainer_classify.py", "line": line}, report["findings"]
+
+
+def test_a_dtype_chosen_in_an_if_else_is_not_named_at_the_branch_that_did_not_run(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # The last assignment in the file is the float32 branch; the load ran float16: the load's line is named, not it.
+    bug = rs.Bug("trainer_classify.py", "model = AutoModelForSequenceClassification.from_pretrained(model_dir)",
+                 "if True:\n    load_dtype = torch.float16\nelse:\n    load_dtype = torch.float32\n"
+                 "model = AutoModelForSequenceClassification.from_pretrained(model_dir, dtype=load_dtype)")
+    root = rs.workspace(tmp_path / "project", bug)
+    monkeypatch.chdir(root)
+    code, out, err = _cli(["run", "--simulate", "--gpu", "t4", "-f", "json", "--", *rs.TRAINER.command()], capsys)
+    report = json.loads(out)
+    lines = (root / "trainer_classify.py").read_text().splitlines()
+    load = next(i for i, text in enumerate(lines, 1) if "dtype=load_dtype" in text)
+    half = [f for f in report["findings"] if f["code"] == "DD401"]
+    assert code == 1 and half and half[0]["source"] == {"file": "trainer_classify.py", "line": load}, report["findings"]

@@ -94,16 +94,21 @@ def _unpacked(file: str, line: int, name: str) -> int:
     return line
 
 
-def dtype_decided_at(site: SourceLoc | None) -> SourceLoc | None:
+def dtype_decided_at(site: SourceLoc | None, dtype: str) -> SourceLoc | None:
     """A load that takes its dtype by a name (`from_pretrained(..., dtype=load_dtype)`): the assignment
-    that chose it (`load_dtype = torch.float16 if ... else torch.float32`), where the half dtype was
-    decided; else `site` as it is. Never raises."""
+    that chose it (`load_dtype = torch.float16 if ... else torch.float32`), where `dtype` was decided;
+    else `site` as it is. An assignment that does not name `dtype` (the other branch of an if/else, bound
+    last in the file but not what ran) is not taken. Never raises."""
     if site is None:
         return None
     try:
         call = call_at(site.file, site.line)
         name = next((v for k, v in call.keywords if k in ("dtype", "torch_dtype") and v), None) if call else None
         made = last_binding(site.file, site.line, name) if name else None
-        return SourceLoc(site.file, made) if made is not None and assigned_at(site.file, made) else site
+        if made is None or not assigned_at(site.file, made):
+            return site
+        import linecache
+
+        return SourceLoc(site.file, made) if dtype in linecache.getline(site.file, made) else site
     except Exception:  # noqa: BLE001 - naming a line must not break the report
         return site

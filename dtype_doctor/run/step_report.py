@@ -123,10 +123,11 @@ class FindingSources:
         held = [(t, t.origin.split(":", 1)[1]) for t in finding.tensors if t.origin and t.origin.startswith(("param:", "buffer:"))]
         sources = (self.conversions.source_for(self.reported, name, dtype=t.dtype) for t, name in held)
         # the load only for the finding's own weights: an input made from another model's weights is not theirs
-        loads = (self._load_site(name, t.dtype) for t, name in held if t.role in ("weight", "bias", "buffer"))
+        loads = ((site, t.dtype) for t, name in held if t.role in ("weight", "bias", "buffer")
+                 and (site := self._load_site(name, t.dtype)) is not None)
         from dtype_doctor.run.bindings import dtype_decided_at
 
-        source = next((s for s in sources if s is not None), None) or dtype_decided_at(next((s for s in loads if s is not None), None))
+        source = next((s for s in sources if s is not None), None) or next((dtype_decided_at(s, d) for s, d in loads), None)
         return dataclasses.replace(finding, source=source) if source is not None else finding
 
     def _load_site(self, name: str, dtype: str) -> Any:
