@@ -40,6 +40,23 @@ image = pipe("a cat", num_inference_steps=2, output_type="np").images
 print("nan image:", bool(image.mean() != image.mean()))
 """
 
+# The components loaded one by one into variables of their own, then handed to the pipeline (diffusers'
+# "load components separately" recipe): the first model called (the text encoder) is held by a variable too.
+COMPONENTS_SCRIPT = """\
+import sys
+
+import torch
+from diffusers import AutoencoderKL, StableDiffusionPipeline, UNet2DConditionModel
+from transformers import CLIPTextModel
+
+text_encoder = CLIPTextModel.from_pretrained(sys.argv[1], subfolder="text_encoder")
+unet = UNet2DConditionModel.from_pretrained(sys.argv[1], subfolder="unet").to(torch.bfloat16)
+vae = AutoencoderKL.from_pretrained(sys.argv[1], subfolder="vae")
+pipe = StableDiffusionPipeline.from_pretrained(sys.argv[1], text_encoder=text_encoder, unet=unet, vae=vae)
+pipe.set_progress_bar_config(disable=True)
+image = pipe("a cat", num_inference_steps=2, output_type="np").images
+"""
+
 DISTILL_SCRIPT = """\
 import torch
 from torch import nn
@@ -78,6 +95,7 @@ def pipelines(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "generate.py").write_text(PIPELINE_SCRIPT)
     (tmp_path / "distill.py").write_text(DISTILL_SCRIPT)
+    (tmp_path / "components.py").write_text(COMPONENTS_SCRIPT)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return tmp_path
@@ -139,6 +157,18 @@ def test_a_pipeline_script_with_a_bf16_unet(simulate: bool, pipelines: Path, wor
     assert "nan image: False" in err  # the step went on to the decoded image
     if simulate:  # the scheduler's alphas_cumprod[timestep] read the CUDA timestep: a stand-in, listed
         assert any(s["what"].startswith("Tensor.__getitem__") for s in report["stand_ins"])
+
+
+def test_components_held_in_their_own_variables_are_traced_as_the_pipeline(
+        pipelines: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    with raises_dtype_error("float32", "bfloat16"):  # the bf16 UNet fed the float32 latents
+        _plain("components.py", str(pipelines / "sd"), monkeypatch=monkeypatch)
+    code, report, err = _run(["run", "-f", "json", "--", "python", "components.py", str(pipelines / "sd")], capsys)
+    # The step is the pipeline's call, not the text encoder's alone (which would read complete and clean).
+    assert code == 1
+    assert {c["name"] for c in report["target"]["components"]} == {"vae", "text_encoder", "unet"}
+    mismatches = _by_code(report, "DD101")
+    assert mismatches and all(f["module"].startswith("unet.") for f in mismatches)
 
 
 def test_an_fp16_pipeline_whose_vae_leaves_the_range(pipelines: Path, workdir: Path, monkeypatch: pytest.MonkeyPatch,

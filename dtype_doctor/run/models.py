@@ -90,6 +90,22 @@ def path_in(holder: torch.nn.Module, module: torch.nn.Module) -> str | None:
     return next((n for n, m in holder.named_modules() if m is module), None)
 
 
+def running_pipeline(module: torch.nn.Module) -> Any:
+    """The diffusers pipeline whose method is running `module` now, found on the call stack (outermost
+    first), or None. The call, not the script's names, says which pipeline holds the module: a script
+    that keeps its components in variables of their own (`text_encoder = CLIPTextModel(...)`, then
+    `StableDiffusionPipeline(text_encoder=text_encoder, ...)`) still runs them as the pipeline's."""
+    found = None
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if owner is not None and is_pipeline(owner) and any(
+                c is module or _contains(c, module) for c in pipeline_modules(owner).values()):
+            found = owner
+        frame = frame.f_back
+    return found
+
+
 def pipeline_call(pipeline: Any) -> FrameType | None:
     """The outermost frame on the stack running one of `pipeline`'s methods: its `pipe(...)` call."""
     found = None
@@ -147,6 +163,8 @@ class StepModels:
     def begin(self, model: torch.nn.Module, frame: FrameType | None) -> None:
         self.first = model
         self._called = {id(model)}
+        if self.pipeline is None:
+            self.pipeline = running_pipeline(model)
         holder = self._holder(model, frame)
         if holder.pipeline is not None:
             self.pipeline = holder.pipeline
