@@ -157,3 +157,31 @@ def test_copies_and_moves_of_held_back_writes(tmp_path: Path, monkeypatch: pytes
         assert {w.path for w in disk.held()} >= {os.path.join("final", "model.pt"), os.path.join("final", "model-copy.pt")}
     disk.cleanup()
     assert list(overlaid.iterdir()) == []  # nothing written among the user's files
+
+
+@pytest.mark.parametrize("home", [True, False], ids=["HF_HOME-too", "datasets-cache-alone"])
+def test_a_cache_folder_that_does_not_exist_yet_is_made_as_the_plain_script_makes_it(
+        home: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """datasets' builder on a fresh runner: os.makedirs(HF_DATASETS_CACHE), then a FileLock in it. Under the
+    overlay the cache's missing parent (`.hf-home`, not a cache itself when HF_HOME is unset) once stopped
+    makedirs, and a lock refused by the net made filelock wait forever."""
+    from filelock import FileLock
+
+    def builder(root: Path) -> bool:
+        cache = root / ".hf-home" / "datasets"
+        os.makedirs(cache, exist_ok=True)
+        with FileLock(str(cache / "builder.lock"), timeout=5):
+            (cache / "arrow").mkdir(exist_ok=True)
+        return cache.is_dir()
+
+    assert builder(tmp_path / "plain")
+    root = tmp_path / "overlaid"
+    root.mkdir()
+    if home:
+        monkeypatch.setenv("HF_HOME", str(root / ".hf-home"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(root / ".hf-home" / "datasets"))
+    monkeypatch.chdir(root)
+    with Overlay() as disk:
+        assert builder(root)
+    disk.cleanup()
+    assert (root / ".hf-home" / "datasets" / "arrow").is_dir()  # a library cache, written as it is

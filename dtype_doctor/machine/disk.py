@@ -180,6 +180,9 @@ class Overlay(Layers):
         if dir_fd is not None or self.passes(key):
             return REAL["mkdir"](path, mode, dir_fd=dir_fd)
         assert key is not None
+        if self.toward_exempt(key) and not self.upper(key):
+            with self.paused():  # past the net too: a folder of a cache's path, made as the plain script makes it
+                return REAL["mkdir"](path, mode)
         if self.visible(key):
             raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fsdecode(os.fspath(path)))
         if not self.is_dir(os.path.dirname(key)):

@@ -105,12 +105,4 @@ class InterpolationMode:
     LANCZOS = "lanczos"
 
 
-class functional:  # noqa: N801 - the module name the examples import
-    @staticmethod
-    def to_tensor(pic):
-        return ToTensor()(pic)
-
-    @staticmethod
-    def to_pil_image(t):
-        arr = (t.detach().float().clamp(0, 1) * 255).to(torch.uint8).permute(1, 2, 0).numpy()
-        return Image.fromarray(arr.squeeze(-1) if arr.shape[-1] == 1 else arr)
+from . import functional  # noqa: E402,F401 - `transforms.functional`, as torchvision has it
