@@ -3,10 +3,13 @@
 `make_assets(root)` writes, once per root (a marker file holds the version):
 
   models/      tiny transformers models built from configs and saved with save_pretrained
-               (gpt2, llama, bert, t5), each with the llama-tiny / bert-tiny fixture tokenizer
+               (gpt2, llama, bert, t5), each with the llama-tiny / bert-tiny fixture tokenizer, and
+               `sd-tiny`: a Stable Diffusion pipeline folder (CLIP text encoder and a character-level
+               CLIPTokenizer, a two-block UNet and VAE, DDPM) as diffusers' training examples load it
   data/        tiny datasets: a wikitext-2 folder (train/valid/test.txt), nanoGPT's
                shakespeare_char (train.bin, val.bin, meta.pkl), an input.txt for minGPT, text
-               csv/json files for the transformers examples, an image folder
+               csv/json files for the transformers examples, an image folder, and `sd-images`
+               (16x16 PNGs with a metadata.jsonl of captions: diffusers' imagefolder layout)
   stubs/       stand-ins for packages the shared venv lacks, put first on the scripts'
                PYTHONPATH: `torchvision` (MNIST/FakeData/ImageFolder of generated images, the
                transforms the examples use, save_image), `evaluate` (accuracy/glue metrics),
@@ -29,7 +32,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures" / "models"
-VERSION = "14"
+VERSION = "21"
 WORDS = ("the cat sat on a mat while the dog ran to the red ball and a bird sang in the tall tree "
          "by the river where the boy read an old book about ships").split()
 
@@ -45,6 +48,8 @@ def make_assets(root: Path) -> Path:
     _text_data(root / "data")
     _models(root / "models")
     _images(root / "data" / "images")
+    _sd_pipeline(root / "models" / "sd-tiny")
+    _captioned_images(root / "data" / "sd-images")
     _hub(root)
     marker.write_text(VERSION)
     return root
@@ -201,6 +206,58 @@ def _images(folder: Path) -> None:
         for i in range(6):
             split = "train" if i < 4 else "validation"
             Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(folder / split / label / f"{i}.png")
+
+
+def _clip_tokenizer(folder: Path) -> object:
+    """A character-level CLIPTokenizer (every letter, digit and stop, alone and word-final): CLIP's
+    special tokens and 16-token prompts, with no merges to learn."""
+    from transformers import CLIPTokenizer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab: dict[str, int] = {}
+    for c in "abcdefghijklmnopqrstuvwxyz0123456789.,!?'":
+        vocab.setdefault(c, len(vocab))
+        vocab.setdefault(c + "</w>", len(vocab))
+    vocab.update({"<|startoftext|>": len(vocab), "<|endoftext|>": len(vocab) + 1})
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    (folder / "merges.txt").write_text("#version: 0.2\n")
+    return CLIPTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"), model_max_length=16)
+
+
+def _sd_pipeline(out: Path) -> None:
+    import torch
+    from diffusers import AutoencoderKL, DDPMScheduler, StableDiffusionPipeline, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    tokenizer = _clip_tokenizer(out.parent / "sd-tiny-vocab")
+    torch.manual_seed(0)
+    text_encoder = CLIPTextModel(CLIPTextConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                                num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=16,
+                                                bos_token_id=len(tokenizer) - 2, eos_token_id=len(tokenizer) - 1,
+                                                pad_token_id=len(tokenizer) - 1))
+    unet = UNet2DConditionModel(sample_size=8, in_channels=4, out_channels=4, layers_per_block=1,
+                                block_out_channels=(8, 16), down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                                up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=32,
+                                attention_head_dim=2, norm_num_groups=4)
+    vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 2,
+                        up_block_types=("UpDecoderBlock2D",) * 2, block_out_channels=(8, 16), latent_channels=4,
+                        layers_per_block=1, norm_num_groups=4, sample_size=16)
+    StableDiffusionPipeline(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet,
+                            scheduler=DDPMScheduler(), safety_checker=None, feature_extractor=None,
+                            requires_safety_checker=False).save_pretrained(out)
+
+
+def _captioned_images(folder: Path) -> None:
+    import numpy as np
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(1)
+    captions = _sentences(8, seed=3)
+    with (folder / "metadata.jsonl").open("w") as meta:
+        for i, text in enumerate(captions):
+            Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+            meta.write(json.dumps({"file_name": f"{i}.png", "text": text}) + "\n")
 
 
 def _stubs(stubs: Path) -> None:

@@ -40,6 +40,13 @@ def test_flash_attn_exists_only_inside_the_simulation() -> None:
         from flash_attn.bert_padding import pad_input, unpad_input
 
         assert callable(flash_attn_func) and callable(flash_attn_varlen_func) and callable(pad_input) and callable(unpad_input)
+        # diffusers' attention dispatch imports these two by name (diffusers/models/attention_dispatch.py): an
+        # import that fails there prints "flash_attn is installed but failed to import" and drops the backend.
+        from flash_attn.flash_attn_interface import _wrapped_flash_attn_backward, _wrapped_flash_attn_forward
+
+        with pytest.raises(RuntimeError, match="_wrapped_flash_attn_forward is not simulated"):
+            _wrapped_flash_attn_forward()
+        assert callable(_wrapped_flash_attn_backward)
     assert importlib.util.find_spec("flash_attn") is None and "flash_attn" not in sys.modules
     with pytest.raises(importlib.metadata.PackageNotFoundError):
         importlib.metadata.version("flash-attn")

@@ -145,7 +145,11 @@ def _flash_attn_modules(refuse: Refuse) -> dict[str, dict[str, Any]]:
                "flash_attn_with_kvcache": flash_attn_with_kvcache}
     return {
         "flash_attn": {"__version__": FLASH_ATTN.version, **kernels},
-        "flash_attn.flash_attn_interface": dict(kernels),
+        # diffusers' attention dispatch imports the autograd halves by name at import time; a call of
+        # either is refused by name (the finding lists it), as no kernel is simulated behind them.
+        "flash_attn.flash_attn_interface": {**kernels, **{name: refuse(f"flash_attn.flash_attn_interface.{name}")
+                                                          for name in ("_wrapped_flash_attn_forward",
+                                                                       "_wrapped_flash_attn_backward")}},
         "flash_attn.bert_padding": {"pad_input": pad_input, "unpad_input": unpad_input},
     }
 

@@ -1,4 +1,6 @@
 """The transforms the public examples call, on PIL images, as torchvision defines them."""
+from enum import Enum
+
 import numpy as np
 import torch
 from PIL import Image
@@ -98,10 +100,15 @@ class RandomHorizontalFlip:
 RandomVerticalFlip = RandomHorizontalFlip
 
 
-class InterpolationMode:
+class InterpolationMode(Enum):
+    """torchvision's enum, every member (transformers' image_utils reads NEAREST_EXACT at import)."""
+
     NEAREST = "nearest"
+    NEAREST_EXACT = "nearest-exact"
     BILINEAR = "bilinear"
     BICUBIC = "bicubic"
+    BOX = "box"
+    HAMMING = "hamming"
     LANCZOS = "lanczos"
 
 
