@@ -32,7 +32,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures" / "models"
-VERSION = "21"
+VERSION = "22"
 WORDS = ("the cat sat on a mat while the dog ran to the red ball and a bird sang in the tall tree "
          "by the river where the boy read an old book about ships").split()
 
@@ -264,10 +264,12 @@ def _stubs(stubs: Path) -> None:
     here = Path(__file__).resolve().parent / "script_sweep_stubs"
     if stubs.exists():
         shutil.rmtree(stubs)
-    for package in here.iterdir():  # stubs/<name>/<name>/: one PYTHONPATH entry per stand-in
+    # stubs/<name>/site-packages/<name>/: one PYTHONPATH entry per stand-in, in a folder named as an installed
+    # package's is, so the doctor reads the stand-in as a library (a real torchvision's ToTensor is no user line)
+    for package in here.iterdir():
         if package.is_dir() and package.name != "__pycache__":
             # a *_dist folder holds only a dist-info (the metadata of a package run from its checkout)
-            to = stubs / package.name if package.name.endswith("_dist") else stubs / package.name / package.name
+            to = stubs / package.name / "site-packages" / ("" if package.name.endswith("_dist") else package.name)
             shutil.copytree(package, to, ignore=shutil.ignore_patterns("__pycache__"))
 
 

@@ -67,7 +67,7 @@ def env_for(ctx: Context, ws: Workspace) -> dict[str, str]:
     env = dict(os.environ)
     # Each stand-in sits in its own folder, on the path only for the scripts that need it: a torchvision
     # stand-in seen by transformers would change what transformers imports.
-    paths = [*(str(ctx.assets / "stubs" / name) for name in ws.script.stubs),
+    paths = [*(str(ctx.assets / "stubs" / name / "site-packages") for name in ws.script.stubs),
              *(str(ws.root / p) for p in ws.script.pythonpath)]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])

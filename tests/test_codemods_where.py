@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dtype_doctor.fix.codemods import (
+    MoveModelWherePlaced,
     AddDevice,
     CastWhereMade,
     DropLoadDtype,
@@ -127,3 +128,24 @@ def test_mixed_precision_in_bfloat16() -> None:
     args = "args = TrainingArguments(output_dir='o', fp16=torch.cuda.is_available())\n"
     assert "bf16=torch.cuda.is_available()" in applied(SetMixedPrecision(), args)
     assert "is not the literal" in skipped(SetMixedPrecision(), "accelerator = Accelerator(mixed_precision=mp)\n")
+
+
+# diffusers' train_text_to_image.py places its models side by side, each in the mode's dtype.
+PLACED = src(
+    """
+    weight_dtype = torch.float16 if args.mixed_precision == "fp16" else torch.float32
+    text_encoder.to(dtype=weight_dtype)
+    vae.to(accelerator.device, dtype=weight_dtype)
+    unet.to(accelerator.device, dtype=weight_dtype)
+    """
+)
+
+
+def test_one_of_several_models_placed_side_by_side() -> None:
+    # The trained UNet cast to the mode's dtype by name, on the line the run saw: the cast goes, the move stays.
+    assert applied(RemoveModelConversion(lines=[4]), PLACED).endswith("\nunet.to(accelerator.device)\n")
+    # Without the run's line a dtype held by a name is not known to be half here.
+    assert "no float16 conversion" in skipped(RemoveModelConversion(from_dtype="float16", variable="unet"), PLACED)
+    # The text encoder left on the CPU: the device its siblings went to, in its own .to(...).
+    assert "text_encoder.to(accelerator.device, dtype=weight_dtype)\n" in applied(MoveModelWherePlaced(2), PLACED)
+    assert "no .to(...) without a device" in skipped(MoveModelWherePlaced(3), PLACED)

@@ -238,3 +238,45 @@ def test_fix_run_writes_the_pipeline_fix_into_the_script(folder: str, dtype: str
     assert call > _line(PIPELINE_SCRIPT, "pipe.to(sys.argv[4])")
     _plain("generate.py", *args, monkeypatch=monkeypatch)  # the patched script, plainly: no error, a finite image
     assert "nan image: False" in capsys.readouterr().out
+
+
+# train_text_to_image.py's placement, in plain torch: frozen models moved and cast side by side,
+# one of them cast but left on the CPU (its device dropped from its .to(...)).
+PLACED_SCRIPT = """\
+import torch
+from torch import nn
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+weight_dtype = torch.float16 if device == "cuda" else torch.float32
+torch.manual_seed(0)
+text_encoder = nn.Embedding(16, 8)
+vae = nn.Linear(8, 8)
+unet = nn.Linear(8, 8)
+text_encoder.to(dtype=weight_dtype)
+vae.to(device, dtype=weight_dtype)
+unet.to(device)
+ids = torch.randint(0, 16, (2, 4), device=device)
+with torch.no_grad():
+    hidden = text_encoder(ids)
+    latents = vae(hidden)
+loss = unet(latents.float()).pow(2).mean()
+loss.backward()
+"""
+
+
+def test_one_of_several_models_left_on_the_cpu_moves_where_the_script_placed_it(
+        workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    """On a GPU the text encoder on the CPU meets ids on cuda: "Expected all tensors to be on the same
+    device" at the embedding (CUDA's index_select wrapper; on this CPU the plain script runs, all on cpu)."""
+    (workdir / "placed.py").write_text(PLACED_SCRIPT)
+    code, report, err = _run(["fix", "--run", "--simulate", "--gpu", "t4", "--write-patch", "fix.patch", "-f", "json",
+                              "--", "python", "placed.py"], capsys)
+    placed = {"file": "placed.py", "line": _line(PLACED_SCRIPT, "text_encoder.to(dtype=weight_dtype)")}
+    # One finding for the model's placement (not one per layer), named where the script placed that model.
+    [f] = _by_code(report, "DD201")
+    assert (f["module"].split(".")[0], f["source"]) == ("text_encoder", placed) and "text_encoder is on cpu" in f["message"]
+    assert [r["target"] for r in f["remedies"]] == ["model"]
+    assert code == 0 and report["fix"]["verified"], err[-2000:]
+    patch = (workdir / "fix.patch").read_text()
+    added = [ln for ln in patch.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    assert added == ["+text_encoder.to(device, dtype=weight_dtype)"]

@@ -19,6 +19,7 @@ class Change:
     before: str | None = None
     stage: str | None = None  # lineage stage that produced the value (for cast-inputs)
     source: SourceLoc | None = None
+    placed: SourceLoc | None = None  # to-device of one model of several: the line that placed that model
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -177,12 +177,9 @@ class Overlay(Layers):
 
     def mkdir(self, path: Any, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
         key = self.path_key(path)
-        if dir_fd is not None or self.passes(key):
+        if dir_fd is not None or self.passes(key) or self.toward_exempt(key):
             return REAL["mkdir"](path, mode, dir_fd=dir_fd)
         assert key is not None
-        if self.toward_exempt(key) and not self.upper(key):
-            with self.paused():  # past the net too: a folder of a cache's path, made as the plain script makes it
-                return REAL["mkdir"](path, mode)
         if self.visible(key):
             raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fsdecode(os.fspath(path)))
         if not self.is_dir(os.path.dirname(key)):
@@ -445,7 +442,7 @@ def _audit(event: str, args: tuple) -> None:
         return
     for p in paths:
         key = disk.path_key(p)
-        if key is not None and not disk.passes(key):
+        if key is not None and not disk.passes(key) and not (event == "os.mkdir" and disk.toward_exempt(key)):
             if event == "open" and disk.is_dir(key):
                 continue  # io.open(dir, opener=...): the opener's os.open names the file, and is routed
             raise PermissionError(errno.EACCES, f"dtype-doctor --simulate holds back writes to the user's files, and this one "

@@ -66,10 +66,10 @@ class Layers:
         return key is None or self.pause_depth > 0 or not self.root or (key + os.sep).startswith(self.exempt) \
             or f"{os.sep}__pycache__{os.sep}" in key or key in self.owned or key.startswith(self.owned_under)
 
-    def toward_exempt(self, key: str) -> bool:
+    def toward_exempt(self, key: str | None) -> bool:
         """`key` is a folder on the way to a cache that does not exist yet (HF_DATASETS_CACHE=.hf-home/datasets
         on a fresh runner): os.makedirs makes it for real, as the plain script does, so the cache under it can be."""
-        return any(e.startswith(key + os.sep) for e in self.exempt)
+        return key is not None and any(e.startswith(key + os.sep) for e in self.exempt)
 
     def scratch(self, key: str) -> str:
         return os.path.join(self.root, os.path.splitdrive(key)[1].lstrip(os.sep))

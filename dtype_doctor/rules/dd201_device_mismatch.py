@@ -53,10 +53,25 @@ def _home_of(module: str, homes: dict[str, str], default: str) -> str:
         module = module.rpartition(".")[0]
 
 
+def _majority(devices: list[str], default: str) -> str:
+    return max(set(devices), key=devices.count) if devices else default
+
+
+def _component_homes(trace: Trace, default: str) -> dict[str, str]:
+    """A step of several models (a pipeline's text encoder, UNet and VAE): each model's own device.
+    A text encoder left on the CPU beside a UNet on the GPU is that model's placement, not the step's."""
+    devices: dict[str, list[str]] = {name: [] for name, _ in trace.model.components}
+    for p in trace.model.parameters:
+        component = trace.model.component_of(p.name)
+        if component is not None:
+            devices[component].append(p.device)
+    return {name: _majority(found, default) for name, found in devices.items()}
+
+
 def check(trace: Trace) -> Iterator[Finding]:
-    model_devices = [p.device for p in trace.model.parameters]
-    model_home = max(set(model_devices), key=model_devices.count) if model_devices else trace.device
+    model_home = _majority([p.device for p in trace.model.parameters], trace.device)
     homes = _module_homes(trace) if trace.devices is not None else {}
+    components = _component_homes(trace, model_home) if not homes else {}
     seen: set[tuple] = set()
     for op in trace.ops:
         if base_op(op.op) in CROSS_DEVICE_OPS or not refused(op):
@@ -65,8 +80,9 @@ def check(trace: Trace) -> Iterator[Finding]:
         devices = {t.device for t in operands}
         if len(devices) < 2:
             continue
-        home = _home_of(op.module, homes, model_home) if homes else model_home
-        where = f"{op.module or 'the model'} runs on {home}" if homes else f"the model is on {home}"
+        component = trace.model.component_of(op.module) if components else None
+        home = _home_of(op.module, homes, model_home) if homes else components.get(component or "", model_home)
+        where = f"{op.module or 'the model'} runs on {home}" if homes else f"{component or 'the model'} is on {home}"
         strays = [t for t in operands if t.device != home] or operands[1:]
         stray = strays[0]
         source = source_of(trace, stray)
@@ -83,13 +99,16 @@ def check(trace: Trace) -> Iterator[Finding]:
         # (PyTorch stops at the first).
         computed = stray.name is None and (stray.origin is None or stray.origin.startswith(("param:", "buffer:")))
         consequence = computed and (home, stray.device) in seen
-        if key in seen or consequence or (op.phase not in ("forward", "loss") and (home, stray.device) in seen):
+        placement = ("model", component, home, stray.device)  # one of several models left behind: one decision
+        if key in seen or consequence or placement in seen or (op.phase not in ("forward", "loss") and (home, stray.device) in seen):
             continue
         seen.update((key, (home, stray.device)))
         stage = stage_of(trace, stray, what="device")
         if stage == "collator":
             stage = "transfer"
         moved = _moved_to_gpu(trace, strays, home, homes)
+        if moved and component:
+            seen.add(placement)
         yield RULE.finding(
             f"{op.module_type or base_op(op.op)}: {describe(stray)} is on {stray.device} but {where}",
             module=op.module,

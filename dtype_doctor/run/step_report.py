@@ -104,7 +104,9 @@ class FindingSources:
         """A finding about one of several models as a whole (DD801, DD802) names the user's line that gave
         that model its dtype (pipe.unet.to(torch.bfloat16), or the from_pretrained that loaded it so),
         else the line that first called it."""
-        if finding.source is not None or not self.models.several or not finding.module:
+        if not self.models.several or not finding.module:
+            return finding
+        if finding.source is not None and not _moves_the_model(finding):
             return finding
         from dtype_doctor.rules.components import component_dtypes
 
@@ -134,6 +136,12 @@ class FindingSources:
         """The user's from_pretrained line that loaded the model holding parameter `name` in `dtype`."""
         model = dict(self.reported.named_children()).get(name.split(".", 1)[0]) if self.models.several else self.reported
         return self.loads.site_of(model, dtype=dtype)
+
+
+def _moves_the_model(finding: Any) -> bool:
+    """A DD201 whose remedy moves one of several models (a text encoder left on the CPU): it names the
+    line that placed that model, where its device belongs, not the input that met it."""
+    return finding.code == "DD201" and any(r.target == "model" for r in finding.remedies)
 
 
 class StepEnd:

@@ -12,7 +12,8 @@ The modules are split by what they edit:
     model       a script's model load and conversions: SetLoadDtype, DropLoadDtype, RemoveModelConversion,
                 ReplaceModelConversion, KeepTrainableFloat32
     devices     where a tensor is made or last handled: AddDevice, MoveWhereHandled, CastWhereMade
-    placement   a model left on the CPU while its batch went to the GPU: MoveModelToBatchDevice
+    placement   a model left on the CPU while its batch went to the GPU: MoveModelToBatchDevice,
+                one of several models left behind: MoveModelWherePlaced
     precision   a training library's mixed precision: SetMixedPrecision
     tf32        the TF32 switches in one API: Tf32ToNewApi
     scaler      float16 loss scaling: EnableGradScaler (a script's disabled GradScaler switched on), AddGradScaler (one added)
@@ -39,7 +40,7 @@ from dtype_doctor.fix.codemods.model import (
     DropLoadDtype, KeepTrainableFloat32, RegisterBuffer, RemoveModelConversion, ReplaceModelConversion, SetLoadDtype,
 )
 from dtype_doctor.fix.codemods.pipeline import SetUpPipeline
-from dtype_doctor.fix.codemods.placement import MoveModelToBatchDevice
+from dtype_doctor.fix.codemods.placement import MoveModelToBatchDevice, MoveModelWherePlaced
 from dtype_doctor.fix.codemods.precision import SetMixedPrecision
 from dtype_doctor.fix.codemods.quant import SetConfigKeyword
 from dtype_doctor.fix.codemods.amp_dtype import RetargetAutocast
@@ -65,6 +66,7 @@ __all__ = [
     "RegisterBuffer",
     "MoveWhereHandled",
     "MoveModelToBatchDevice",
+    "MoveModelWherePlaced",
     "CastWhereMade",
     "SetMixedPrecision",
     "Tf32ToNewApi",

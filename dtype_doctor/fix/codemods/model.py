@@ -200,7 +200,7 @@ class SetLoadDtype(_CSTCodemod):
 @dataclass(frozen=True)
 class _Conversion:
     link: cst.Call  # the call in the chain that converts
-    dtype: str
+    dtype: str  # "" for a `dtype=` name the source does not resolve, at a line the run saw convert the model
     dtype_arg: int | None  # index of the dtype argument of .to(...)/.type(...); None for .half() & co
     keeps_call: bool  # .to(device, dtype=...): only the dtype argument goes
 
@@ -216,7 +216,9 @@ def _unchain(expr: cst.BaseExpression) -> tuple[cst.BaseExpression, list[cst.Cal
     return cur, links
 
 
-def _conversion(ctx: _Ctx, link: cst.Call) -> _Conversion | None:
+def _conversion(ctx: _Ctx, link: cst.Call, seen: bool = False) -> _Conversion | None:
+    """The dtype conversion `link` makes. `seen`: the run saw this line convert the model, so a
+    `dtype=weight_dtype` it cannot resolve from the source is the conversion it saw."""
     attr = link.func.attr.value  # type: ignore[union-attr]
     if attr in METHOD_DTYPES and attr in ("half", "float", "double", "bfloat16") and not link.args:
         return _Conversion(link, METHOD_DTYPES[attr], None, False)
@@ -226,6 +228,8 @@ def _conversion(ctx: _Ctx, link: cst.Call) -> _Conversion | None:
                 found = dtype_of(arg.value, ctx.imports)
                 if found and found[0] == "torch" and found[1] in FLOATING:
                     return _Conversion(link, found[1], i, len(link.args) > 1)
+                if seen and not found and arg.keyword is not None:
+                    return _Conversion(link, "", i, len(link.args) > 1)
     return None
 
 
@@ -266,7 +270,7 @@ def _model_conversions(ctx: _Ctx, variable: str | None, lines: frozenset[int] | 
                 root, rest = base, links
             else:
                 continue
-            conversions = [c for c in (_conversion(ctx, link) for link in rest) if c]
+            conversions = [c for c in (_conversion(ctx, link, seen=lines is not None) for link in rest) if c]
             if conversions:
                 found.append(_ChainStatement(small, node, value, root, rest, conversions))
     return found
@@ -288,6 +292,8 @@ class _ModelConversionCodemod(_CSTCodemod):
         self.lines = frozenset(lines) if lines is not None else None  # where a run saw the conversion
 
     def _wanted(self, conv: _Conversion, to: str) -> bool:
+        if not conv.dtype:  # unresolved by name, at a line the run saw make the dtype it reports
+            return True
         return conv.dtype == self.from_dtype if self.from_dtype else conv.dtype != to
 
 
@@ -392,8 +398,8 @@ class ReplaceModelConversion(_ModelConversionCodemod):
         changes = []
         for st in statements:
             for conv in st.conversions:
-                if not self._wanted(conv, self.to_dtype):
-                    continue
+                if not conv.dtype or not self._wanted(conv, self.to_dtype):
+                    continue  # a dtype held by a name is the script's choice by mode: not rewritten to a literal
                 line = ctx.line(conv.link)
                 if conv.dtype_arg is None:
                     attr = conv.link.func.attr  # type: ignore[union-attr]

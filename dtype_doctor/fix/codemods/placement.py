@@ -157,3 +157,55 @@ def _moved(ctx: _Ctx, value: cst.BaseExpression, move: tuple[str, str | None]) -
 def _shown(move: tuple[str, str | None]) -> str:
     method, expr = move
     return f"{method}({expr or ''})"
+
+
+class MoveModelWherePlaced(_CSTCodemod):
+    """One of several models left behind (`text_encoder.to(dtype=weight_dtype)` beside
+    `vae.to(accelerator.device, dtype=weight_dtype)`): the device goes into that model's own `.to(...)`
+    on `line`, written as the script wrote it for the batch on `moved_at`, else for the sibling models
+    it moved in the same function."""
+
+    DESCRIPTION = "Move one of several models where the script places it, to the device of the others."
+
+    def __init__(self, line: int, moved_at: int | None = None):
+        self.line = line
+        self.moved_at = moved_at
+
+    def _edit(self, ctx: _Ctx) -> str:
+        call = next((n for n in ctx.nodes if _is_to(n) and ctx.covers(n, self.line)), None)
+        if call is None or _device_arg(ctx, call) is not None:
+            raise _Skip(f"{ctx.filename}:{self.line}: no .to(...) without a device there")
+        device = self._device(ctx, call)
+        args = [cst.Arg(cst.parse_expression(device)), *call.args]
+        ctx.replace(call, call.with_changes(args=args))
+        return f"{ctx.filename}:{self.line}: `{ctx.code(call.func)}(...)` now names {device}, where the other models went"
+
+    def _device(self, ctx: _Ctx, call: cst.Call) -> str:
+        try:
+            method, expr = MoveModelToBatchDevice(self.line, self.moved_at)._move(ctx)
+            if method == "to" and expr:
+                return expr
+        except _Skip:
+            pass
+        scope = _function_of(ctx, call)
+        siblings = [(abs(ctx.line(n) - self.line), d) for n in ctx.nodes if _is_to(n) and n is not call
+                    and _function_of(ctx, n) is scope and (d := _device_arg(ctx, n)) is not None]
+        if not siblings:
+            raise _Skip(f"{ctx.filename}:{self.line}: no other model moved with .to(device) in that function")
+        return min(siblings)[1]
+
+
+def _is_to(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "to"
+
+
+def _device_arg(ctx: _Ctx, call: cst.Call) -> str | None:
+    """The device a `.to(...)` names: its `device=`, or a first positional argument that is no dtype."""
+    for i, arg in enumerate(call.args):
+        if arg.keyword is not None and arg.keyword.value == "device":
+            return ctx.code(arg.value)
+        if i == 0 and arg.keyword is None:
+            expr = ctx.code(arg.value)
+            if not any(w in expr.rpartition(".")[2].lower() for w in _DTYPE_WORDS):
+                return expr
+    return None

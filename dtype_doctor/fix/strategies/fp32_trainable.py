@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from dtype_doctor.fix.outcome import Change
 from dtype_doctor.fix.strategies.autocast import Autocast
-from dtype_doctor.fix.strategies.base import SAFE, Context, ModulePart, Pipeline, Site, Skip, Strategy, one_attempt
+from dtype_doctor.fix.strategies.base import SAFE, Context, ModulePart, Pipeline, Site, Skip, Strategy, one_attempt, resolve
 from dtype_doctor.records import HALF, Finding, Remedy, Report
 
 if TYPE_CHECKING:
@@ -91,6 +91,9 @@ def fp32_trainable(model, batch):
         where, line = site.conversion_file, site.conversion.line if site.converted and site.conversion else None
         # The conversion the run saw, on its line; where it saw none, any conversion of the loaded model.
         attempts = one_attempt(where, [cm.RemoveModelConversion(lines=[line])]) if line else [a for m in mods for a in one_attempt(where, [m])]
+        if line is None and c.source is not None:  # the finding's own line (`unet.to(device, dtype=weight_dtype)`:
+            # a model of several, whose conversion the run names by the finding, not as the model's)
+            attempts = one_attempt(resolve(c.source), [cm.RemoveModelConversion(lines=[c.source.line])]) + attempts
         attempts += site.retarget_conversion(c)
         attempts += [Attempt(f, cm.DropLoadDtype()) for f in site.user_files]
         if line is not None and where is not None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from dtype_doctor.fix.outcome import Change
 from dtype_doctor.fix.strategies.base import (
     SAFE, Context, ModulePart, Pipeline, Site, Skip, Strategy, factory_of, listed, one_attempt, resolve, said,
 )
-from dtype_doctor.records import Remedy, Report
+from dtype_doctor.records import Finding, Remedy, Report
 
 if TYPE_CHECKING:
     import torch
@@ -67,6 +68,12 @@ class ToDevice(
             raise Skip(reason + "; it needs device= where it is created")
         return tuple({c.target: c for c in changes}.values())
 
+    def script_changes(self, finding: Finding, remedies: Sequence[Remedy], report: Report, ctx: Context) -> tuple[Change, ...]:
+        """As any strategy's; a model of several that moves carries the line that placed it (the finding's)."""
+        changes = super().script_changes(finding, remedies, report, ctx)
+        several = report.trace is not None and bool(report.trace.model.components)
+        return tuple(dataclasses.replace(c, placed=finding.source) if several and c.target == MODEL else c for c in changes)
+
     def apply(self, pipeline: Pipeline, changes: tuple[Change, ...]) -> Pipeline:
         inputs = dict(pipeline.inputs)
         for c in changes:
@@ -82,7 +89,10 @@ class ToDevice(
         if c.target == MODEL:
             # The model left on the CPU goes to the batch's device, as the script wrote it where it moved the batch.
             builders = (site.model_class, "from_pretrained") if site.model_class else ("from_pretrained",)
-            attempts = one_attempt(site.call, [cm.MoveModelToBatchDevice(site.call_line or 0, c.source.line if c.source else None, builders)])
+            moved_at = c.source.line if c.source else None
+            placed = resolve(c.placed)
+            attempts = [Attempt(placed, cm.MoveModelWherePlaced(c.placed.line, moved_at))] if placed and c.placed else []
+            attempts += one_attempt(site.call, [cm.MoveModelToBatchDevice(site.call_line or 0, moved_at, builders)])
             batch = resolve(c.source)
             if batch is not None and c.source is not None:
                 # The forward is the model's own (generate() calls it): the model moves where the script builds it.
