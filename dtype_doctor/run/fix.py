@@ -313,8 +313,9 @@ class _Loop:
                 made[cand.identity] = cand
         taken: dict[Key, Candidate] = {}
         waits = self._waiting()
-        for key, plan in ([] if only_kept else self.plans.items()):
-            if key in self.kept or key in self.fixed_by or key in waits:
+        entered: set[str] = set()  # inputs an edit where they enter took this round: their other findings wait
+        for key, plan in ([] if only_kept else sorted(self.plans.items(), key=lambda kp: not _at_entry(kp[1]))):
+            if key in self.kept or key in self.fixed_by or key in waits or (_targets(plan) & entered and not _at_entry(plan)):
                 continue
             while self.position[key] < len(plan.candidates):
                 cand = plan.candidates[self.position[key]]
@@ -327,6 +328,8 @@ class _Loop:
                 o = edits.outcomes[-1]
                 self.not_written.setdefault(key, []).append(f"{o.codemod}: {o.detail}")
                 self.position[key] += 1
+            if key in taken and _at_entry(plan):
+                entered |= _targets(plan)
         for identity, o in zip(tried, edits.outcomes):
             self.outcomes[identity] = o
         if not taken and not only_kept:
@@ -542,6 +545,18 @@ def _last_conversion(capture: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def _at_entry(plan: Planned) -> bool:
+    """Whether the finding's fix acts where its input enters the script (mps-float32's cast before the copy
+    to mps): it goes first, and the other findings on that input wait a round, as it may clear them too."""
+    from dtype_doctor.fix.strategies import STRATEGIES
+
+    return any(getattr(STRATEGIES.get(r.strategy), "at_entry", False) for r in plan.finding.remedies)
+
+
+def _targets(plan: Planned) -> set[str]:
+    return {r.target for r in plan.finding.remedies}
 
 
 def _signature(codemod: Any) -> tuple:
