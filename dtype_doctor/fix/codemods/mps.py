@@ -85,6 +85,9 @@ class CastBeforeMove(_CSTCodemod):
             if self.nth is not None:
                 raise _Skip(f"{ctx.filename}:{self.line}: no move to a device on that line")
             return self._where_made(ctx, to)
+        carried = [m.func.value for m in moves if isinstance(m.func, cst.Attribute)]
+        if len(carried) == 1 and self.nth is None and _cast_already(ctx, carried[0], self.dtype):
+            raise _Skip(f"{ctx.filename}:{self.line}: `{ctx.snippet(carried[0], 40)}` is already cast to {to} before its move")
         if len(entering) == 1 and len(moves) <= 1 and not made and self.nth is None:
             value = entering[0]
         elif made and not moves and len(made) == 1 and self.nth is None:
