@@ -83,3 +83,18 @@ def test_macos_version_defaults_to_the_oldest_supported():
     for bad in ("13.5", "sonoma", ""):
         with pytest.raises(ValueError):
             mps.macos_version(bad)
+
+
+def test_dd121_judges_the_ops_data_not_its_int64_indices():
+    # pytorch/examples mnist/main.py trains on a Mac: max_pool2d's backward takes the int64 indices the forward
+    # made for a float32 pool (shown here), and common_mps.py's int64 entry for it is the pooled input's dtype
+    # (its OpInfo's dtypesIfMPS lists the input dtypes, int64 among them).
+    _, indices = torch.nn.functional.max_pool2d(torch.randn(1, 1, 4, 4), 2, return_indices=True)
+    assert indices.dtype == torch.int64
+    assert "int64" in (mps.expectations().unimplemented["max_pool2d_with_indices_backward"] or ())
+    backward = "aten.max_pool2d_with_indices_backward.default"
+    grad, pooled = meta("float32", name="g"), meta("float32", name="p")
+    index = TensorMeta(dtype="int64", device="mps", shape=(1, 1, 2, 2), role="index")
+    assert not list(DD121.check(trace_of(op(backward, grad, pooled, index))))
+    found = list(DD121.check(trace_of(op(backward, meta("int64", name="g"), meta("int64", name="p"), index))))
+    assert [f.code for f in found] == ["DD121"] and "int64" in found[0].message
