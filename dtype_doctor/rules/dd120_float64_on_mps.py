@@ -59,6 +59,30 @@ def _copied(dtype: str | None, shape: tuple[int, ...] | None) -> str:
     return f"copy:{dtype}:{tuple(shape) if shape is not None else None}"
 
 
+def _copy_onto_mps(op: OpCall) -> bool:
+    """A copy from another device onto mps: `x.to(device)` of a CPU tensor (the script's, or model code's)."""
+    return base_op(op.op) in _COPIES and any(not on_mps(o) for o in op.operands)
+
+
+def _copy_finding(op: OpCall, t: TensorMeta) -> Finding:
+    """A float64 copy onto mps that no model input's lineage names (the evaluation loop's `data.to(device)`):
+    the copy is what a Mac refuses, so a cast where the tensor is made "in the model" would come too late.
+    Said with its fix in words; the trace does not know the copy's line."""
+    inside = f" in {op.module_type}" if op.module else ""
+    return RULE.finding(
+        f"a {t.dtype} tensor{inside} is copied to mps ({base_op(op.op).removeprefix('aten.')} from "
+        f"{next(o.device for o in op.operands if not on_mps(o))}): MPS has no {t.dtype} and refuses the copy",
+        module=op.module,
+        module_type=op.module_type if op.module else None,
+        op=op.op,
+        stage="transfer",
+        tensors=(t,),
+        pytorch_error=FLOAT64_ERROR,
+        hints=(f"cast it to {'float32' if t.dtype == 'float64' else 'complex64'} before its copy to mps "
+               f"(x.to(torch.float32).to(device), or torch.from_numpy(a).float())",),
+    )
+
+
 def check(trace: Trace) -> Iterator[Finding]:
     seen: set[str] = set()
     yield from _arrivals(trace, seen)
@@ -68,6 +92,9 @@ def check(trace: Trace) -> Iterator[Finding]:
             if not _float64(t) or key in seen or (base_op(op.op) in _COPIES and _copied(t.dtype, t.shape) in seen):
                 continue  # (a copy onto mps of what an input's arrival names: the next batch's `x.to(device)`)
             seen.add(key)
+            if _copy_onto_mps(op):
+                yield _copy_finding(op, t)
+                continue
             where = f" in {op.module_type}" if op.module_type else ""
             yield RULE.finding(
                 f"{describe(t)} is {t.dtype} on mps{where}: MPS has no {t.dtype} and refuses it "
