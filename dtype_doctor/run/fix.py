@@ -622,6 +622,8 @@ def _how_far(stop: BaseException | None, options: RunOptions) -> str:
     if isinstance(stop, SimulationStop):
         why = f"{stop.limit} has no fake implementation" if stop.limit else f"{stop.what} needs a value"
         return f"to {stop.where}, as far as the simulation can follow it ({why})"
+    if stop is not None and options.simulate:  # the doctor's StopScript: a simulated script goes no further
+        return "to its model's next call after the traced step, where a simulated script stops (its tensors hold no data)"
     return "to its end"
 
 
