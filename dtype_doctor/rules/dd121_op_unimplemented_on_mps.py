@@ -8,15 +8,15 @@ from dtype_doctor.machine.mps_expectations import FALLBACK_ENV, NEVER, expectati
 from dtype_doctor.records import Finding, OpCall, TensorMeta, Trace
 from dtype_doctor.rules._common import autocast_remedy, base_op, describe, source_of, stage_of
 from dtype_doctor.rules.base import Rule
+from dtype_doctor.trace.verdicts import data_operands
 from dtype_doctor.rules.dd120_float64_on_mps import on_mps
 
 
 def _data(op: OpCall) -> tuple[TensorMeta, ...]:
     """The operands whose dtype is the op's, as common_mps.py's dtypes are (its OpInfo sample's input):
-    not an index or a mask (max_pool2d's backward takes int64 indices for every float pool); a factory
-    (logspace) has no operands: its result's dtype."""
-    data = tuple(t for t in op.operands if t.role not in ("index", "mask"))
-    return data or op.operands or op.outputs
+    trace.verdicts.data_operands, not an index, mask or target (max_pool2d's backward takes int64 indices
+    for every float pool); a factory (logspace) has no operands: its result's dtype."""
+    return data_operands(op.operands) or op.operands or op.outputs
 
 
 def refusal(op: OpCall, macos: tuple[int, int] | None = None) -> tuple[str, str] | None:
