@@ -313,9 +313,8 @@ class _Loop:
                 made[cand.identity] = cand
         taken: dict[Key, Candidate] = {}
         waits = self._waiting()
-        entered: set[str] = set()  # inputs an edit where they enter took this round: their other findings wait
         for key, plan in ([] if only_kept else sorted(self.plans.items(), key=lambda kp: not _at_entry(kp[1]))):
-            if key in self.kept or key in self.fixed_by or key in waits or (_targets(plan) & entered and not _at_entry(plan)):
+            if key in self.kept or key in self.fixed_by or key in waits or _after_entry(plan, taken, self.plans):
                 continue
             while self.position[key] < len(plan.candidates):
                 cand = plan.candidates[self.position[key]]
@@ -328,8 +327,6 @@ class _Loop:
                 o = edits.outcomes[-1]
                 self.not_written.setdefault(key, []).append(f"{o.codemod}: {o.detail}")
                 self.position[key] += 1
-            if key in taken and _at_entry(plan):
-                entered |= _targets(plan)
         for identity, o in zip(tried, edits.outcomes):
             self.outcomes[identity] = o
         if not taken and not only_kept:
@@ -547,16 +544,17 @@ def _last_conversion(capture: Any) -> Any:
 # ----------------------------------------------------------------------------- helpers
 
 
-def _at_entry(plan: Planned) -> bool:
-    """Whether the finding's fix acts where its input enters the script (mps-float32's cast before the copy
-    to mps): it goes first, and the other findings on that input wait a round, as it may clear them too."""
-    from dtype_doctor.fix.strategies import STRATEGIES
+def _at_entry(plan: Planned) -> frozenset[str]:
+    from dtype_doctor.fix.strategies import at_entry
 
-    return any(getattr(STRATEGIES.get(r.strategy), "at_entry", False) for r in plan.finding.remedies)
+    return at_entry(plan.finding)
 
 
-def _targets(plan: Planned) -> set[str]:
-    return {r.target for r in plan.finding.remedies}
+def _after_entry(plan: Planned, taken: Mapping[Key, Candidate], plans: Mapping[Key, Planned]) -> bool:
+    """A finding on an input whose fix where it enters the script was taken this round (fix.strategies.at_entry,
+    tried first): it waits a round, as that edit may clear it too."""
+    entered = {t for k in taken for t in _at_entry(plans[k])}
+    return not _at_entry(plan) and bool(entered & {r.target for r in plan.finding.remedies})
 
 
 def _signature(codemod: Any) -> tuple:
