@@ -178,3 +178,18 @@ def test_no_macos_this_torch_accepts_lacks_bfloat16(workdir: Path, capsys: pytes
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "Traceback" not in err
     assert [line for line in err.splitlines() if line.strip()] == ["dtype-doctor: error: --macos 13.5: the installed torch's MPS needs macOS 14.0 or newer"]
+
+
+def test_in_memory_the_input_is_cast_before_the_trace_moves_it(workdir: Path) -> None:
+    # `fix MODEL DATASET` applies a strategy to the batch in memory: the float64 input DD120 names becomes float32.
+    from dtype_doctor.fix.strategies import STRATEGIES, Context, Pipeline
+    from dtype_doctor.run.runner import RunOptions, run_script
+
+    (workdir / "train.py").write_text(NUMPY_SCRIPT)
+    report = run_script(["python", "train.py"], options=RunOptions(simulate=True, device="mps")).report
+    strategy = STRATEGIES["mps-float32"]
+    pipeline = Pipeline(torch.nn.Linear(8, 2), {"input": torch.zeros(2, 8, dtype=torch.float64)})
+    (change,) = strategy.plan(pipeline, report, Context())
+    assert (change.target, change.before, change.to) == ("input", "float64", "float32")
+    assert strategy.apply(pipeline, (change,)).inputs["input"].dtype == torch.float32
+    assert pipeline.inputs["input"].dtype == torch.float64  # the pipeline it was given is not edited
