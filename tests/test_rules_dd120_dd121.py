@@ -83,3 +83,29 @@ def test_macos_version_defaults_to_the_oldest_supported():
     for bad in ("13.5", "sonoma", ""):
         with pytest.raises(ValueError):
             mps.macos_version(bad)
+
+
+def test_dd121_judges_the_ops_data_not_its_int64_indices():
+    # pytorch/examples mnist/main.py trains on a Mac: max_pool2d's backward takes the int64 indices the forward
+    # made for a float32 pool (shown here), and common_mps.py's int64 entry for it is the pooled input's dtype
+    # (its OpInfo's dtypesIfMPS lists the input dtypes, int64 among them).
+    _, indices = torch.nn.functional.max_pool2d(torch.randn(1, 1, 4, 4), 2, return_indices=True)
+    assert indices.dtype == torch.int64
+    assert "int64" in (mps.expectations().unimplemented["max_pool2d_with_indices_backward"] or ())
+    backward = "aten.max_pool2d_with_indices_backward.default"
+    grad, pooled = meta("float32", name="g"), meta("float32", name="p")
+    index = TensorMeta(dtype="int64", device="mps", shape=(1, 1, 2, 2), role="index")
+    assert not list(DD121.check(trace_of(op(backward, grad, pooled, index))))
+    found = list(DD121.check(trace_of(op(backward, meta("int64", name="g"), meta("int64", name="p"), index))))
+    assert [f.code for f in found] == ["DD121"] and "int64" in found[0].message
+
+
+def test_dd120_a_float64_copy_onto_mps_is_said_as_a_copy_with_its_fix_in_words():
+    # pytorch/examples mnist's evaluation loop, `data.to(device)` of a float64 batch: the copy is what a Mac
+    # refuses (FLOAT64_ERROR above), so no cast "where the tensor is made in the model" is offered.
+    copy = OpCall(index=0, op="aten._to_copy.default", module="", module_type="Net",
+                  operands=(TensorMeta(dtype="float64", device="cpu", shape=(8, 4)),),
+                  outputs=(TensorMeta(dtype="float64", device="mps", shape=(8, 4), origin="created:aten._to_copy.default@"),))
+    (found,) = DD120.check(trace_of(copy))
+    assert "copied to mps" in found.message and found.stage == "transfer" and found.module_type is None
+    assert found.remedies == () and any("before its copy to mps" in str(h) for h in found.hints)

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_strategy_module_is_discovered_in_autos_order() -> None:
-    assert AUTO_ORDER == ("to-device", "cast-component", "vae-fp32", "grad-scaler", "bnb-compute-dtype", "bnb-quant-storage", "bnb-fp32-cpu-offload", "fp8-exclude", "tf32-new-api", "cast-inputs", "autocast", "fp32-trainable", "keep-fp32", "half-model")
+    assert AUTO_ORDER == ("to-device", "mps-float32", "cast-component", "vae-fp32", "grad-scaler", "bnb-compute-dtype", "bnb-quant-storage", "bnb-fp32-cpu-offload", "fp8-exclude", "tf32-new-api", "cast-inputs", "autocast", "fp32-trainable", "keep-fp32", "half-model")
     assert NAMES == (*AUTO_ORDER, "auto")
     assert len({s.rank for s in STRATEGIES.values()}) == len(STRATEGIES)
     assert {s.applicability for s in STRATEGIES.values()} <= {SAFE, UNSAFE}

@@ -104,7 +104,9 @@ def parse(source: str) -> MpsExpectations:
     tables = {k: {ast.literal_eval(key): _dtypes(v) for key, v in zip(node.keys, node.values)}
               for k, node in found.items() if isinstance(node, ast.Dict)}
     complex_ok = found.get("SUPPORTED_COMPLEX_OPS")
-    # The only macOS gate left is "before 14.4" (13.x and 14.2 named in its comment); torch's build needs 14.0.
+    # The only macOS gate left is "before 14.4" (13.x and 14.2 named in its comment). torch's MPS needs 14.0:
+    # aten/src/ATen/mps/MPSDevice.mm MPSDevice::MPSDevice() asks MPSGraph for a method "introduced in 14.0"
+    # and keeps no device without it (is_available() False), so every macOS it runs on has bfloat16 (BF16_SINCE).
     return MpsExpectations(
         unimplemented=tables.get("UNIMPLEMENTED_XFAILLIST", {}),
         before_14_4=tables.get("MACOS_BEFORE_14_4_XFAILLIST", {}),

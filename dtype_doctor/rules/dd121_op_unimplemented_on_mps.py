@@ -5,16 +5,24 @@ from __future__ import annotations
 from typing import Iterator
 
 from dtype_doctor.machine.mps_expectations import FALLBACK_ENV, NEVER, expectations
-from dtype_doctor.records import Finding, OpCall, Trace
+from dtype_doctor.records import Finding, OpCall, TensorMeta, Trace
 from dtype_doctor.rules._common import autocast_remedy, base_op, describe, source_of, stage_of
 from dtype_doctor.rules.base import Rule
+from dtype_doctor.trace.verdicts import data_operands
 from dtype_doctor.rules.dd120_float64_on_mps import on_mps
+
+
+def _data(op: OpCall) -> tuple[TensorMeta, ...]:
+    """The operands whose dtype is the op's, as common_mps.py's dtypes are (its OpInfo sample's input):
+    trace.verdicts.data_operands, not an index, mask or target (max_pool2d's backward takes int64 indices
+    for every float pool); a factory (logspace) has no operands: its result's dtype."""
+    return data_operands(op.operands) or op.operands or op.outputs
 
 
 def refusal(op: OpCall, macos: tuple[int, int] | None = None) -> tuple[str, str] | None:
     """(dtype, why) for the first mps operand of `op` that MPS refuses on this macOS (float64 is DD120's)."""
     version = macos or expectations().min_macos
-    for t in op.operands or op.outputs:  # a factory (logspace) has no operands: its result's dtype
+    for t in _data(op):
         if on_mps(t) and t.dtype not in NEVER:
             why = expectations().refused_aten(op.op, t.dtype, version)
             if why is not None:
@@ -30,7 +38,7 @@ def check(trace: Trace) -> Iterator[Finding]:
             continue
         dtype, why = found
         seen.add((base_op(op.op), dtype))
-        off = next(t for t in op.operands or op.outputs if t.dtype == dtype and on_mps(t))
+        off = next(t for t in _data(op) if t.dtype == dtype and on_mps(t))
         where = f" in {op.module_type}" if op.module_type else ""
         version = trace.macos or expectations().min_macos
         yield RULE.finding(

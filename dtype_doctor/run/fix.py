@@ -313,8 +313,8 @@ class _Loop:
                 made[cand.identity] = cand
         taken: dict[Key, Candidate] = {}
         waits = self._waiting()
-        for key, plan in ([] if only_kept else self.plans.items()):
-            if key in self.kept or key in self.fixed_by or key in waits:
+        for key, plan in ([] if only_kept else sorted(self.plans.items(), key=lambda kp: not _at_entry(kp[1]))):
+            if key in self.kept or key in self.fixed_by or key in waits or _after_entry(plan, taken, self.plans):
                 continue
             while self.position[key] < len(plan.candidates):
                 cand = plan.candidates[self.position[key]]
@@ -544,6 +544,19 @@ def _last_conversion(capture: Any) -> Any:
 # ----------------------------------------------------------------------------- helpers
 
 
+def _at_entry(plan: Planned) -> frozenset[str]:
+    from dtype_doctor.fix.strategies import at_entry
+
+    return at_entry(plan.finding)
+
+
+def _after_entry(plan: Planned, taken: Mapping[Key, Candidate], plans: Mapping[Key, Planned]) -> bool:
+    """A finding on an input whose fix where it enters the script was taken this round (fix.strategies.at_entry,
+    tried first): it waits a round, as that edit may clear it too."""
+    entered = {t for k in taken for t in _at_entry(plans[k])}
+    return not _at_entry(plan) and bool(entered & {r.target for r in plan.finding.remedies})
+
+
 def _signature(codemod: Any) -> tuple:
     from dtype_doctor.fix.codemods import AllOf
 
@@ -607,6 +620,8 @@ def _how_far(stop: BaseException | None, options: RunOptions) -> str:
     if isinstance(stop, SimulationStop):
         why = f"{stop.limit} has no fake implementation" if stop.limit else f"{stop.what} needs a value"
         return f"to {stop.where}, as far as the simulation can follow it ({why})"
+    if stop is not None and options.simulate:  # the doctor's StopScript: a simulated script goes no further
+        return "to its model's next call after the traced step, where a simulated script stops (its tensors hold no data)"
     return "to its end"
 
 

@@ -78,6 +78,13 @@ def _worded(strategy: str, remedies: list[Remedy]) -> FixSuggestion:
     return FixSuggestion(strategy, known.applicability, known.suggestion(remedies))
 
 
+def at_entry(finding: Finding) -> frozenset[str]:
+    """The inputs a finding's fix changes where they enter the script (a strategy's `at_entry`: mps-float32's
+    cast before the copy to mps). fix --run tries such a finding first, and the other findings on those
+    inputs wait a round, as its edit may clear them too. Empty for any other finding."""
+    return frozenset(r.target for r in finding.remedies if getattr(STRATEGIES.get(r.strategy), "at_entry", False))
+
+
 def help_text() -> str:
     """The `--strategy` help: every strategy in `auto`'s order, and what it does."""
     return "auto (each in turn, least invasive first) | " + " | ".join(
@@ -86,6 +93,6 @@ def help_text() -> str:
 
 
 __all__ = [
-    "ADVICE_STRATEGY", "AUTO_ORDER", "NAMES", "SAFE", "STRATEGIES", "UNSAFE", "Change", "Context", "Pipeline", "Site", "Skip", "Step",
+    "ADVICE_STRATEGY", "at_entry", "AUTO_ORDER", "NAMES", "SAFE", "STRATEGIES", "UNSAFE", "Change", "Context", "Pipeline", "Site", "Skip", "Step",
     "Strategy", "convert_keeping_fp32", "describe", "help_text", "suggestion", "suggestions", "worded",
 ]

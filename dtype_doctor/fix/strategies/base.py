@@ -267,6 +267,9 @@ class Strategy(ABC):
     json_kind: ClassVar[str]
     # Its remedies move a tensor to another device (their `to` is a device, not a dtype).
     moves_tensor: ClassVar[bool] = False
+    # Its edit acts where the value enters the script, before every other edit of it (mps-float32's cast
+    # before the copy to mps): fix --run tries it first and the other findings on that input wait a round.
+    at_entry: ClassVar[bool] = False
 
     def __init_subclass__(
         cls, *, name: str, applicability: str, rank: int, summary: str, on_request: bool = False,
