@@ -744,6 +744,20 @@ def test_cast_batch_wraps_keywords_with_a_given_dtype():
     )
 
 
+def test_cast_batch_at_a_vaes_encode():
+    # diffusers' train_text_to_image.py runs its VAE through encode(), not a forward call
+    before = src(
+        """
+        vae = AutoencoderKL.from_pretrained(path, subfolder="vae")
+        latents = vae.encode(batch["pixel_values"]).latent_dist.sample()
+        """
+    )
+    assert applied(CastBatch(["sample"], line=2, positions={"sample": 0}), before) == before.replace(
+        'vae.encode(batch["pixel_values"])', 'vae.encode(batch["pixel_values"].to(next(vae.parameters()).dtype))')
+    assert "no forward call" in skipped(CastBatch(["sample"], line=2, positions={"sample": 0}),
+                                        before.replace("vae.encode(", "vae.to("))
+
+
 def test_labels_to_long_where_they_are_built():
     before = src(
         """

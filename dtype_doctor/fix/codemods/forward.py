@@ -52,6 +52,11 @@ class _Forward:
     line: int
 
 
+# The methods through which a script runs a model's forward: its own, and a VAE's encode/decode
+# (`latents = vae.encode(pixels).latent_dist.sample()`, diffusers' training examples).
+_ENTRIES = frozenset({"forward", "encode", "decode"})
+
+
 def _select_forward(ctx: _Ctx, variable: str | None, line: int | None) -> _Forward:
     names, _ = _model_names(ctx, variable, fallback=True)
     calls = []
@@ -61,7 +66,7 @@ def _select_forward(ctx: _Ctx, variable: str | None, line: int | None) -> _Forwa
         callee = ctx.code(node.func)
         if callee in names:
             calls.append((node, callee))
-        elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "forward":
+        elif isinstance(node.func, cst.Attribute) and node.func.attr.value in _ENTRIES:
             owner = ctx.code(node.func.value)
             if owner in names:
                 calls.append((node, owner))
