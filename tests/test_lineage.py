@@ -114,3 +114,23 @@ def test_a_map_functions_half_column_comes_back_from_arrow_as_float32_and_says_s
     assert [s.dtype for s in steps][-2:] == ["float16", "float32"]
     assert steps[-2].source.line == cast_line and steps[-1].stage == "formatter"
     assert Dataset.__getitem__.__module__.startswith("datasets")  # the patch is undone
+
+
+def test_a_refused_call_is_kept_only_until_a_step_starts() -> None:
+    """run.before_model judges the last refused torch call when no model ran; once a step has started, a
+    refusal the script catches (in a loop, say) is not kept: its operands and traceback would be held."""
+    book, mode = watching()
+    x, w = torch.ones(2, 2, dtype=torch.float64), torch.ones(2, 2)
+    with mode:
+        try:
+            x.mm(w)
+        except RuntimeError:
+            pass
+        assert book.raised is not None and book.raised.op == "mm"
+        book.step_started()
+        assert book.raised is None
+        try:
+            x.mm(w)
+        except RuntimeError:
+            pass
+    assert book.raised is None

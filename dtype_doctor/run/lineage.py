@@ -70,7 +70,13 @@ class LineageBook:
         self.is_step_tensor: Callable[[torch.Tensor], bool] = lambda t: False
         # A simulated run's stand-in device is named as the device it stands for ("meta" → "cuda:0").
         self.device_alias = device_alias or {}
+        # The last torch call of the script's own that raised before any model call (run.before_model),
+        # and whether a step has started: from then on nothing is kept (its operands and traceback would be held).
         self.raised: Raised | None = None
+        self.stepping = False
+
+    def step_started(self) -> None:
+        self.raised, self.stepping = None, True
 
     def device(self, d: torch.device) -> str:
         name = device_name(d)
@@ -250,7 +256,7 @@ class LineageMode(TorchFunctionMode):
         try:
             out = func(*args, **kwargs)
         except Exception as error:
-            if not self.book.is_paused():
+            if not self.book.is_paused() and not self.book.stepping:
                 self.book.raised = Raised(error, getattr(func, "__name__", ""), tuple(tensors_in(args, kwargs)))
             raise
         if not self.book.is_paused() and not _is_property(func):

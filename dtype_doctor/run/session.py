@@ -316,6 +316,7 @@ class RunSession:
         if not self.placement.simulated:
             self.grads.arm(model)
         self.book.is_step_tensor = lambda t: self.report is None and session.recorder.knows(t)
+        self.book.step_started()
         self._set_amp(self.surface.amp_dtype)
         self.lineage = boundary_lineage(self.book, model, args, kwargs)
         self.handled.update(handled_at_boundary(self.book, model, args, kwargs))
