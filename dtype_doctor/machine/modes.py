@@ -3,7 +3,8 @@
 `TorchFunctionMode.__exit__` pops whatever is on top. While the user's script runs, the top
 may be the script's own mode (`with torch.device("meta"):`, `torch.set_default_device`), so
 the doctor's modes are taken out by identity, wherever they are, and the modes above them
-are put back in their order.
+are put back in their order. `modes_aside` sets the doctor's modes aside for a block (a model's
+repeated call that runs unwatched) and puts them back where they were.
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ def tensors_in(args: tuple, kwargs: dict) -> list[torch.Tensor]:
         elif isinstance(a, (list, tuple)):
             out.extend(x for x in a if isinstance(x, torch.Tensor))
     return out
-
 
 
 @contextlib.contextmanager
