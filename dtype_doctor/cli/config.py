@@ -25,7 +25,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from dtype_doctor.records.errors import UsageError
 
 PYPROJECT = "pyproject.toml"
 COMMANDS = ("scan", "fix", "compare", "run")
@@ -33,6 +32,14 @@ COMMANDS = ("scan", "fix", "compare", "run")
 KEYED_ARGUMENTS = ("model", "dataset", "command")
 _KEY_NAMES = {"script": "command"}  # `script` names run's COMMAND; fix's --script stays an option of fix alone
 _LAUNCHERS = ("python", "python3", "accelerate", "torchrun")
+
+
+def _refused(message: str) -> Exception:
+    """A UsageError, imported only when one is raised: records.errors imports every record module, which
+    `--help` (reading pyproject.toml's table) need not pay for."""
+    from dtype_doctor.records.errors import UsageError
+
+    return UsageError(message)
 
 
 def config_path(args: list[str]) -> tuple[Path | None, bool]:
@@ -43,7 +50,7 @@ def config_path(args: list[str]) -> tuple[Path | None, bool]:
             break
         if a == "--config":
             if i + 1 >= len(args):
-                raise UsageError("--config needs a PATH")
+                raise _refused("--config needs a PATH")
             return Path(args[i + 1]), True
         if a.startswith("--config="):
             return Path(a.split("=", 1)[1]), True
@@ -63,30 +70,30 @@ def default_map(args: list[str], parameters: Callable[[], dict[str, dict[str, st
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
-        raise UsageError(f"--config {path}: no such file") from None
+        raise _refused(f"--config {path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--config {path}: cannot read it ({exc})") from None
+        raise _refused(f"--config {path}: cannot read it ({exc})") from None
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path} is not valid TOML: {exc}") from None
+        raise _refused(f"{path} is not valid TOML: {exc}") from None
     table = data.get("tool", {}).get("dtype-doctor")
     if table is None:
         if path.name == PYPROJECT or not explicit:
             return None  # a pyproject.toml without our table configures nothing
         table = data
     if not isinstance(table, dict):
-        raise UsageError(f"{path}: [tool.dtype-doctor] must be a table")
+        raise _refused(f"{path}: [tool.dtype-doctor] must be a table")
     params = parameters()
     shared = {k: v for k, v in table.items() if not isinstance(v, dict)}
     per_command = {k: v for k, v in table.items() if isinstance(v, dict)}
     unknown_tables = sorted(set(per_command) - set(COMMANDS))
     if unknown_tables:
-        raise UsageError(f"{path}: unknown command table [{unknown_tables[0]}]; known: {', '.join(COMMANDS)}")
+        raise _refused(f"{path}: unknown command table [{unknown_tables[0]}]; known: {', '.join(COMMANDS)}")
     every = set().union(*(p.keys() for p in params.values())) if params else set()
     out: dict[str, dict[str, Any]] = {}
     for key, value in shared.items():
         name = _name(key, shared=True)
         if name not in every:
-            raise UsageError(f"{path}: unknown option {key!r}{_near(key, every)}")
+            raise _refused(f"{path}: unknown option {key!r}{_near(key, every)}")
         for command, kinds in params.items():
             if name in kinds:
                 out.setdefault(command, {})[name] = _value(value, kinds[name], name, path)
@@ -95,7 +102,7 @@ def default_map(args: list[str], parameters: Callable[[], dict[str, dict[str, st
         for key, value in values.items():
             name = _name(key, shared=command == "run")
             if name not in kinds:
-                raise UsageError(f"{path}: {command} has no option {key!r}")
+                raise _refused(f"{path}: {command} has no option {key!r}")
             out.setdefault(command, {})[name] = _value(value, kinds[name], name, path)
     return out
 
@@ -119,7 +126,7 @@ def _value(value: Any, kind: str, name: str, path: Path) -> Any:
         import shlex
 
         if not isinstance(value, (str, list)) or not value:
-            raise UsageError(f"{path}: script must be a command line, e.g. \"train.py --epochs 1\"")
+            raise _refused(f"{path}: script must be a command line, e.g. \"train.py --epochs 1\"")
         words = shlex.split(value) if isinstance(value, str) else [str(v) for v in value]
         return words if words[0] in _LAUNCHERS or words[0] == "-m" else ["python", *words]
     if isinstance(value, list):

@@ -171,10 +171,6 @@ def run(argv: list[str] | None = None) -> None:
 
     Every error is one line on stderr; with --debug the traceback comes first, the exit code
     stays the same."""
-    import traceback
-
-    from dtype_doctor.records.errors import DoctorError
-
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     exit_types = (typer.Exit, *_click_exceptions("Exit"))
@@ -204,19 +200,27 @@ def run(argv: list[str] | None = None) -> None:
         code = _fail((message.rstrip(".") if hint else message) + hint, 2)
     except click_error_types as exc:
         code = _fail(_one_line(exc.format_message()), getattr(exc, "exit_code", 1) or 1)  # type: ignore[attr-defined]
-    except DoctorError as exc:
-        if debug:
-            traceback.print_exc()
-        code = _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, exc.exit_code)
     except KeyboardInterrupt:
         code = _fail("interrupted", 130)
-    except Exception as exc:  # noqa: BLE001 - last line of the error table
-        if debug:
-            traceback.print_exc()
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        hint = "" if debug else " (re-run with --debug for the traceback)"
-        code = _fail(f"internal error: {type(exc).__name__}: {first}{hint}", 3)
+    except Exception as exc:  # noqa: BLE001 - a DoctorError, else the last line of the error table
+        code = _failed(exc, debug)
     sys.exit(code or 0)
+
+
+def _failed(exc: Exception, debug: bool) -> int:
+    """The one line and exit code of an error the command raised: a DoctorError's own, else an internal
+    error (3). records.errors is imported here, not for --help: importing it imports every record module."""
+    import traceback
+
+    from dtype_doctor.records.errors import DoctorError
+
+    if debug:
+        traceback.print_exc()
+    if isinstance(exc, DoctorError):
+        return _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, exc.exit_code)
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    hint = "" if debug else " (re-run with --debug for the traceback)"
+    return _fail(f"internal error: {type(exc).__name__}: {first}{hint}", 3)
 
 
 if __name__ == "__main__":

@@ -293,8 +293,12 @@ class RunSession:
         self._depth += 1
         self.model_depth += made
         try:
-            with self.traced.suspended():
-                out = original(module, *args, **kwargs)
+            if made:  # the modes and hooks off too (trace/session.py): the script's own pace
+                with self.traced.unwatched(module, also=[self._lineage_mode] if self._lineage_mode is not None else []):
+                    out = original(module, *args, **kwargs)
+            else:
+                with self.traced.suspended():
+                    out = original(module, *args, **kwargs)
             if made:
                 self.traced.recorder.made_by(out, module)
             return out

@@ -26,6 +26,11 @@ class ModuleHooks:
             self._module_names[id(mod)] = name
             self._handles += hook_module(mod, self._pre_hook, self._post_hook)
 
+    @property
+    def hook_handles(self) -> list[Any]:
+        """The handles of the hooks attached (the model's modules and those adopted beside it)."""
+        return self._handles
+
     def module_name(self, mod: torch.nn.Module) -> str | None:
         return self._module_names.get(id(mod))
 

@@ -87,6 +87,8 @@ class TraceSession:
         self.recorder = Recorder(model, state=state, recover=recover, device_alias=dict(alias or {}), predict=predict, values=values)
         self._extra = tuple(extra_modes)
         self._dispatch: contextlib.ExitStack | None = None
+        self._dispatch_mode: Any = None  # the recorder's dispatch mode while the session is on
+        self._hook_dicts: dict[int, tuple[Any, int, list]] = {}  # id(module) → (it, hooks then, its hook dicts): unwatched()
         self._function_modes: list[TorchFunctionMode] = []
 
     # ------------------------------------------------------------------ on and off
@@ -97,7 +99,7 @@ class TraceSession:
         rec = self.recorder
         rec.attach()  # before the call: the root's own pre-hook tags the forward's inputs
         self._dispatch = contextlib.ExitStack()
-        self._dispatch.enter_context(rec.dispatch_mode())
+        self._dispatch_mode = self._dispatch.enter_context(rec.dispatch_mode())
         self._function_modes = [rec.function_mode(), *self._extra]
         for mode in self._function_modes:
             push_function_mode(mode)
@@ -142,6 +144,24 @@ class TraceSession:
     def suspended(self) -> contextlib.AbstractContextManager[None]:
         """Ops run inside are not the step's (a DataLoader fetch, a second model)."""
         return self.recorder.suspended()
+
+    @contextlib.contextmanager
+    def unwatched(self, module: torch.nn.Module, also: Iterable[TorchFunctionMode] = ()) -> Iterator[None]:
+        """`module`'s call in the block runs at the script's own pace: the recorder suspended, its hooks on
+        `module` and the session's modes (and `also`, a function mode of the caller's) off, put back after
+        (machine/modes.py `modes_aside`, trace/unseen.py `hooks_aside`). A tensor subclass's own handlers
+        run as in the plain script; a dispatch mode the script pushed above the recorder's keeps the
+        recorder's on, suspended."""
+        from dtype_doctor.machine.modes import modes_aside
+        from dtype_doctor.trace.unseen import hook_dicts, hooks_aside
+
+        handles = self.recorder.hook_handles
+        known = self._hook_dicts.get(id(module))
+        if known is None or known[0] is not module or known[1] != len(handles):  # again when the recorder hooked more
+            known = self._hook_dicts[id(module)] = (module, len(handles), hook_dicts(module.modules(), handles))
+        dispatch = self._dispatch_mode if self._dispatch is not None else None
+        with self.recorder.suspended(), hooks_aside(known[2]), modes_aside([*self._function_modes, *also], dispatch):
+            yield
 
     # ------------------------------------------------------------------ results
 

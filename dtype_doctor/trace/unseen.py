@@ -13,10 +13,11 @@ Parameter hooks need nothing: a Parameter pickles and deep-copies without its ho
 
 from __future__ import annotations
 
+import contextlib
 import copyreg
 import weakref
 from collections import OrderedDict
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 _HIDDEN: dict[int, tuple["weakref.ref[OrderedDict]", set[int]]] = {}  # id(hook dict) → (the dict, the doctor's keys)
 _BEFORE: list[Any] = []  # the table's entry for OrderedDict before the doctor's, while it is installed
@@ -68,3 +69,46 @@ def _reduced(d: OrderedDict) -> tuple:
         return _BEFORE[0](d)
     state = getattr(d, "__dict__", None) or None
     return (OrderedDict, (), state, None, iter([(k, v) for k, v in d.items() if k not in ours]))
+
+
+
+
+def hook_dicts(modules: Iterable[Any], handles: Iterable[Any]) -> list[tuple[OrderedDict, frozenset[int]]]:
+    """The forward hook dicts of `modules` that hold hooks of `handles` (from hook_module), each with the
+    ids of those hooks in it: what `hooks_aside` takes out."""
+    ids = {h.id for h in handles}
+    found = []
+    for mod in modules:
+        for d in (mod._forward_pre_hooks, mod._forward_hooks):
+            if d and not ids.isdisjoint(d):
+                found.append((d, frozenset(ids.intersection(d))))
+    return found
+
+
+@contextlib.contextmanager
+def hooks_aside(dicts: list[tuple[OrderedDict, frozenset[int]]]) -> Iterator[None]:
+    """The block runs without the doctor's hooks in `dicts` (from hook_dicts): taken out, so a module with no
+    other hook takes torch's fast path, and put back in their places after, behind the script's hooks that
+    were before them and ahead of those after (and of any the block registered)."""
+    saved = [(d, ours, list(d.items())) for d, ours in dicts]
+    for d, ours, items in saved:
+        if len(items) == len(ours):
+            d.clear()  # only the doctor's: the common case
+        else:
+            for key in ours:
+                d.pop(key, None)
+    try:
+        yield
+    finally:
+        for d, ours, items in saved:
+            if not d:
+                d.update(items)
+                continue
+            now = dict(d)  # the script's hooks, as the block left them
+            d.clear()
+            for key, hook in items:
+                if key in ours:
+                    d[key] = hook
+                elif key in now:
+                    d[key] = now.pop(key)
+            d.update(now)
