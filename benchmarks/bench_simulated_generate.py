@@ -9,7 +9,15 @@ A traces every forward (--steps covers them all), on tensors without data: the l
 length limit as on the GPU, and run no slower than 3× the real CPU loop. Also printed: the traced
 real run (`run --steps`), to tell the simulation's cost from the trace's.
 
-    python benchmarks/bench_simulated_generate.py [--pairs 3] [--new 20]
+`--threads N` sets OMP_NUM_THREADS for every child. On a loaded 2-core machine the real CPU loop of
+this tiny model with torch's default 2 intra-op threads spends most of its time waiting for its
+second thread (0.2-0.9 s against 0.025 s with one, measured 2026-11-29), which flatters the ratio;
+`--threads 1` gives the CPU loop its quiet-machine pace.
+
+`--hidden H --layers L` run a bigger model of the same shape (default 32 and 2: the per-op cost of the
+simulation against the CPU's per-op cost on tensors of a few hundred elements, the hardest case).
+
+    python benchmarks/bench_simulated_generate.py [--pairs 3] [--new 20] [--threads 1] [--hidden 32 --layers 2]
 """
 
 from __future__ import annotations
@@ -27,8 +35,8 @@ LIMIT = 3.0
 _LOOP = re.compile(r"generated \(1, (\d+)\) (\S+) ([0-9.]+)s")
 
 
-def _loop(cmd: list[str], new: int, device: str) -> float:
-    done = run_timed(cmd, env=bench_env(), ok=(0, 1))
+def _loop(cmd: list[str], new: int, device: str, threads: int | None) -> float:
+    done = run_timed(cmd, env=bench_env(**({"OMP_NUM_THREADS": str(threads)} if threads else {})), ok=(0, 1))
     found = _LOOP.search(done.stderr)
     if found is None or int(found.group(1)) != 8 + new or found.group(2) != device:
         sys.exit(f"bench_simulated_generate: the loop did not finish on {device} under {' '.join(cmd[:4])}:\n{done.stderr[-2000:]}")
@@ -39,17 +47,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=3, help="counted A/B pairs (default 3)")
     ap.add_argument("--new", type=int, default=20, help="tokens generated (default 20)")
+    ap.add_argument("--hidden", type=int, default=32, help="the model's hidden size (default 32)")
+    ap.add_argument("--layers", type=int, default=2, help="its layers (default 2)")
+    ap.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS for every child (default: inherited)")
     args = ap.parse_args(argv)
-    script = [str(BENCH_DIR / "user_generate.py"), str(args.new)]
+    script = [str(BENCH_DIR / "user_generate.py"), str(args.new), str(args.hidden), str(args.layers)]
     steps = ["--steps", str(args.new + 5)]
     a_cmd = [*cli_command(), "run", "--simulate", "--gpu", "a100", *steps, "--", "python", *script]
     b_cmd = [PY, *script]
     c_cmd = [*cli_command(), "run", *steps, "--", "python", *script]
-    header(f"bench_simulated_generate: generate({args.new} tokens) simulated vs on the real CPU",
+    threads = f", OMP_NUM_THREADS={args.threads}" if args.threads else ""
+    header(f"bench_simulated_generate: generate({args.new} tokens) simulated vs on the real CPU{threads}",
            [f"A  {' '.join(a_cmd)}", f"B  {' '.join(b_cmd)}", f"C  {' '.join(c_cmd)} (traced, real CPU; shown only)"])
     ratios, traced = [], []
     for _ in range(args.pairs):
-        a, b, c = _loop(a_cmd, args.new, "cuda:0"), _loop(b_cmd, args.new, "cpu"), _loop(c_cmd, args.new, "cpu")
+        a, b, c = (_loop(a_cmd, args.new, "cuda:0", args.threads), _loop(b_cmd, args.new, "cpu", args.threads),
+                   _loop(c_cmd, args.new, "cpu", args.threads))
         ratios.append(a / b)
         traced.append(a / c)
         print(f"  simulated {a:.2f}s  cpu {b:.2f}s  traced cpu {c:.2f}s  ratio {a / b:.2f}", flush=True)

@@ -17,6 +17,7 @@ from dtype_doctor.records import Report, Subject
 from dtype_doctor.records.choices import AUTOCAST_DTYPES, DTYPE_ALIASES, MODEL_DTYPES, CheckedOnce, choice
 from dtype_doctor.load.memory import MAX_BATCH_SIZE
 from dtype_doctor.machine.control import DEFAULT_TIMEOUT, check_timeout
+from dtype_doctor.trace.heap import long_lived_heap
 from dtype_doctor.trace.request import TraceRequest
 
 
@@ -237,30 +238,6 @@ def with_loading(report: Report, p: Prepared) -> Report:
     if loading is None:
         return report
     return dataclasses.replace(report, target=dataclasses.replace(report.target, loading=loading))
-
-
-@contextmanager
-def long_lived_heap() -> Iterator[None]:
-    """Python's cyclic collector leaves alone what is alive when the block starts, and makes no
-    full pass until it ends. Loading a model (its library's classes, a simulated model's fake
-    tensors) and tracing it (a record per op) make hundreds of thousands of objects that live on;
-    each full pass walks all of them again, which cost a simulated 70B scan about a sixth of its
-    CPU time (8 passes, 1.1 s of 7.5 s, measured). The young generations are still collected, so
-    the short-lived cycles of a step are freed as before; the rest waits for the block's end.
-    A caller that froze the heap itself, or turned the collector off, keeps its own policy."""
-    import gc
-
-    if not gc.isenabled() or gc.get_freeze_count():
-        yield
-        return
-    threshold = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(threshold[0], threshold[1], max(threshold[2], 1_000_000))
-    try:
-        yield
-    finally:
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
 
 
 @contextmanager

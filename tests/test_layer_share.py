@@ -134,3 +134,47 @@ def test_the_cli_says_which_layers_it_shared_and_no_share_layers_traces_them_all
     assert coverage["--share-layers"]["shared_layers"] == [{"layer": "model.layers.1", "same_as": "model.layers.0"}]
     assert "shared_layers" not in coverage["--no-share-layers"]
     assert coverage["--share-layers"]["ops"] == coverage["--no-share-layers"]["ops"]
+
+
+class _Counted(torch.nn.Module):
+    """Identical layers whose forward reads what no signature sees (a class attribute naming one of them):
+    that one reshapes its input to a size it does not have, which fake tensors refuse as real ones do."""
+
+    odd: torch.nn.Module | None = None
+
+    class Layer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 8, dtype=torch.bfloat16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if _Counted.odd is self:
+                return x.reshape(3, 7)
+            return self.proj(x)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(self.Layer() for _ in range(5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_a_shared_layer_that_raises_stops_the_step_and_copies_nothing() -> None:
+    x = torch.ones(2, 8, dtype=torch.bfloat16)
+    model = _Counted()
+    _Counted.odd = model.layers[3]
+    try:
+        with pytest.raises(RuntimeError):
+            model(x)  # what the step does on a real device
+        report = dtype_doctor.diagnose(model, {"x": x}, simulate=True, device="cuda", gpu="a100")
+    finally:
+        _Counted.odd = None
+    shared = _shared(report)
+    assert "layers.3" not in shared and "layers.4" not in shared, shared  # layers.3 raised, layers.4 never ran
+    assert shared.get("layers.2") == "layers.1", shared
+    assert report.trace.failure is not None and report.trace.failure.module == "layers.3", report.trace.failure
+    assert not any(op.module.startswith(("layers.3", "layers.4")) for op in report.trace.ops)
+    assert report.findings, "a step that fails is never a clean report"

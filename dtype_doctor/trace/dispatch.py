@@ -86,7 +86,9 @@ class DispatchRecorder(TorchDispatchMode):
         name = facts(func).name
         wrapper = wrapper_type(types)
         if wrapper is None:
-            return self.rec.record(func, name, args, kwargs, lambda a, k: func(*a, **k), "aten")
+            outputs = rec.meta_outputs
+            run = (lambda a, k: func(*a, **k)) if outputs is None else (lambda a, k: outputs.run(func, a, k))
+            return rec.record(func, name, args, kwargs, run, "aten")
 
         # A library's tensor subclass (torchao's Float8TrainingTensor) runs its own ops on the plain
         # tensors it wraps (aten.mm becomes torch._scaled_mm): its handler runs with this mode

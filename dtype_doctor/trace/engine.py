@@ -307,6 +307,7 @@ def _run(session: TraceSession, staged: _Staged, request: TraceRequest, run_devi
         if staged.fake_mode is not None:
             fake.enter_context(_quiet_fake_kernels())
             fake.enter_context(staged.fake_mode)
+            session.recorder.meta_outputs = None  # fake tensors: the fake mode keeps its own table of outputs
         try:
             # Without --train the forward runs in the caller's grad mode, as the plain `model(**inputs)` would:
             # libraries choose kernels by it (bitsandbytes packs 4-bit weights for its CPU kernel when the input

@@ -23,6 +23,7 @@ from dtype_doctor.numerics import device_name, dtype_name
 from dtype_doctor.records import ModuleCall, OpCall, TensorMeta
 from dtype_doctor.trace.dispatch import DispatchRecorder, FunctionRecorder, NoTorchFunction
 from dtype_doctor.trace.layer_share import SharedRuns
+from dtype_doctor.trace.meta_outputs import MetaOutputs
 from dtype_doctor.trace.module_hooks import ModuleHooks
 from dtype_doctor.trace.op_attrs import call_attrs
 from dtype_doctor.trace.opfacts import ARG_ROLES, facts
@@ -82,6 +83,8 @@ class Recorder(ValueWatch, ModuleHooks, RepairedRuns, SharedRuns, SeveralModels)
         # Simulated traces run fake kernels, which accept mixed dtypes: `predict` says where a
         # real device would raise (the engine passes a KernelProbe, trace/probe.py).
         self.predict = predict
+        # What ops make of data-less tensors, worked out once per call signature (trace/meta_outputs.py).
+        self.meta_outputs = MetaOutputs() if predict is not None else None
         # A simulated CUDA autocast on a CPU-only build: CUDA's casts, applied per function.
         self.amp: Any = None
         self.amp_state: str | None = None  # its dtype where the model last called a torch function

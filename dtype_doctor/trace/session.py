@@ -30,6 +30,7 @@ from dtype_doctor.machine.placement import Placement
 from dtype_doctor.numerics import device_name
 from dtype_doctor.records import GradStats, Lineage, ModelInfo, SourceLoc, StandIn, Trace, TraceFailure
 from dtype_doctor.records.errors import first_line
+from dtype_doctor.trace.heap import long_lived_heap
 from dtype_doctor.trace.recorder import Recorder
 from dtype_doctor.trace.verdicts import classify_error
 
@@ -99,6 +100,7 @@ class TraceSession:
         rec = self.recorder
         rec.attach()  # before the call: the root's own pre-hook tags the forward's inputs
         self._dispatch = contextlib.ExitStack()
+        self._dispatch.enter_context(long_lived_heap())  # no full collector pass over the records (trace/heap.py)
         self._dispatch_mode = self._dispatch.enter_context(rec.dispatch_mode())
         self._function_modes = [rec.function_mode(), *self._extra]
         for mode in self._function_modes:
