@@ -243,6 +243,16 @@ def at_source(c: Change) -> list["cm.Attempt"]:
     return [Attempt(file, RetargetCast(enclosing_function(file, c.source.line), c.to, lines=[c.source.line]))]
 
 
+def inputs_cast(pipeline: Pipeline, changes: tuple[Change, ...]) -> Pipeline:
+    """The pipeline with each change's input cast to its dtype, in memory (cast-inputs, mps-float32)."""
+    import torch
+
+    inputs = dict(pipeline.inputs)
+    for c in changes:
+        inputs[c.target] = inputs[c.target].to(getattr(torch, c.to))
+    return pipeline.with_(inputs=inputs)
+
+
 def one_attempt(file: Path | None, mods: list["cm.Codemod"]) -> list["cm.Attempt"]:
     """The codemods as one attempt on `file` (all of them, or none)."""
     from dtype_doctor.fix.codemods.base import AllOf, Attempt

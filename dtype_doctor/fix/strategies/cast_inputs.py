@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from dtype_doctor.fix.outcome import Change
 from dtype_doctor.fix.strategies.base import (
-    SAFE, Context, ModulePart, Pipeline, Site, Skip, Strategy, at_source, identifier, listed, made_in_model, one_attempt,
-    resolve, said, set_literal,
+    SAFE, Context, ModulePart, Pipeline, Site, Skip, Strategy, at_source, identifier, inputs_cast, listed, made_in_model,
+    one_attempt, resolve, said, set_literal,
 )
 from dtype_doctor.records import LABEL_KEYS, Remedy, Report
 
@@ -51,12 +51,7 @@ class CastInputs(
         return tuple(changes)
 
     def apply(self, pipeline: Pipeline, changes: tuple[Change, ...]) -> Pipeline:
-        import torch
-
-        inputs = dict(pipeline.inputs)
-        for c in changes:
-            inputs[c.target] = inputs[c.target].to(getattr(torch, c.to))
-        return pipeline.with_(inputs=inputs)
+        return inputs_cast(pipeline, changes)
 
     def edits(self, c: Change, site: Site) -> list["Attempt"]:
         from dtype_doctor.fix import codemods as cm

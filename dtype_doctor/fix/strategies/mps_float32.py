@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from dtype_doctor.fix.outcome import Change
-from dtype_doctor.fix.strategies.base import SAFE, Context, Pipeline, Site, Skip, Strategy, listed, resolve
+from dtype_doctor.fix.strategies.base import SAFE, Context, Pipeline, Site, Skip, Strategy, inputs_cast, listed, resolve
 from dtype_doctor.records import Finding, Remedy, Report
 
 if TYPE_CHECKING:
@@ -64,12 +64,7 @@ class MpsFloat32(
         return tuple(changes.values())
 
     def apply(self, pipeline: Pipeline, changes: tuple[Change, ...]) -> Pipeline:
-        import torch
-
-        inputs = dict(pipeline.inputs)
-        for c in changes:
-            inputs[c.target] = inputs[c.target].to(getattr(torch, c.to))
-        return pipeline.with_(inputs=inputs)
+        return inputs_cast(pipeline, changes)
 
     def edits(self, c: Change, site: Site) -> list["Attempt"]:
         from dtype_doctor.fix.codemods.mps import CastBeforeMove
