@@ -280,3 +280,19 @@ def test_one_of_several_models_left_on_the_cpu_moves_where_the_script_placed_it(
     patch = (workdir / "fix.patch").read_text()
     added = [ln for ln in patch.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
     assert added == ["+text_encoder.to(device, dtype=weight_dtype)"]
+
+
+def test_a_model_left_on_the_cpu_whose_output_reaches_the_next_one_moves_where_placed(
+        workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    """diffusers' train_dreambooth.py: encode_prompt moves the ids to the text encoder's device, so the text
+    encoder left on the CPU runs there and the UNet on the GPU meets its output (on a GPU: "Expected all
+    tensors to be on the same device" in the UNet's cross-attention). The text encoder moves, not the batch."""
+    script = PLACED_SCRIPT.replace("    hidden = text_encoder(ids)", "    hidden = text_encoder(ids.to(text_encoder.weight.device))")
+    (workdir / "placed.py").write_text(script)
+    code, report, err = _run(["fix", "--run", "--simulate", "--gpu", "t4", "--write-patch", "fix.patch", "-f", "json",
+                              "--", "python", "placed.py"], capsys)
+    [f] = _by_code(report, "DD201")
+    assert f["module"].split(".")[0] == "vae" and f["source"]["line"] == _line(script, "text_encoder.to(dtype=weight_dtype)")
+    assert code == 0 and report["fix"]["verified"], err[-2000:]
+    added = [ln for ln in (workdir / "fix.patch").read_text().splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    assert added == ["+text_encoder.to(device, dtype=weight_dtype)"]

@@ -71,8 +71,14 @@ class ToDevice(
     def script_changes(self, finding: Finding, remedies: Sequence[Remedy], report: Report, ctx: Context) -> tuple[Change, ...]:
         """As any strategy's; a model of several that moves carries the line that placed it (the finding's)."""
         changes = super().script_changes(finding, remedies, report, ctx)
-        several = report.trace is not None and bool(report.trace.model.components)
-        return tuple(dataclasses.replace(c, placed=finding.source) if several and c.target == MODEL else c for c in changes)
+        model = report.trace.model if report.trace is not None else None
+        if model is None or not model.components:
+            return changes
+        # A weight of another model of the step (a text encoder left on the CPU, whose output reached the UNet):
+        # that model moves, where the script placed it (the finding's line, the weights' conversion).
+        moved = {(MODEL, c.to): dataclasses.replace(c, target=MODEL, placed=finding.source) for c in changes
+                 if c.target == MODEL or (c.target.startswith("param:") and model.component_of(c.target[6:]))}
+        return tuple(moved.values()) + tuple(c for c in changes if (MODEL, c.to) not in moved)
 
     def apply(self, pipeline: Pipeline, changes: tuple[Change, ...]) -> Pipeline:
         inputs = dict(pipeline.inputs)
