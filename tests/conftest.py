@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -271,3 +272,12 @@ def _validated_files(request: pytest.FixtureRequest) -> Any:
     if tmp is None or not Path(tmp).is_dir():
         return
     validate_files(Path(tmp))
+
+
+@pytest.fixture
+def git_workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty git checkout as the working directory, offline: where `fix --run` scripts are written and patched."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    subprocess.run(["git", "init", "-q", "."], cwd=tmp_path, check=True)
+    return tmp_path

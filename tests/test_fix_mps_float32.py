@@ -82,11 +82,8 @@ def test_the_refusal_is_the_one_torch_quotes_and_no_mps_is_here() -> None:
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    subprocess.run(["git", "init", "-q", "."], cwd=tmp_path, check=True)
-    return tmp_path
+def workdir(git_workdir: Path) -> Path:
+    return git_workdir
 
 
 def _fix(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, dict]:

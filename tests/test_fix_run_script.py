@@ -192,11 +192,8 @@ with open(args.save, "wb") as f:
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    subprocess.run(["git", "init", "-q", "."], cwd=tmp_path, check=True)
-    return tmp_path
+def workdir(git_workdir: Path) -> Path:
+    return git_workdir
 
 
 def _fix(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, dict, str]:
