@@ -175,3 +175,25 @@ def test_a_generation_loop_ends_at_its_length_limit(workdir: Path, capsys: pytes
     assert code == 0 and "generated (1, 9) cpu" in err  # 4 new tokens (no EOS met by this seed's greedy path)
     code, report, err = _run(["run", "--simulate", "--gpu", "a100", "--steps", "8", "-f", "json", "--", "python", "gen.py"], capsys)
     assert code == 0 and "generated (1, 9) cuda:0" in err and report["coverage"]["steps"] == 4
+
+
+# pytorch/examples mnist_hogwild (77f55b9): the model is moved, then shared with the training processes.
+SHARED_MODEL = """\
+import torch
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+model = torch.nn.Linear(8, 2).to(device)
+model.share_memory()
+print("shared", all(p.is_shared() for p in model.parameters()))
+model(torch.randn(2, 8, device=device)).sum().backward()
+"""
+
+
+def test_a_model_shared_after_its_move_to_cuda_shares_as_there(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    """torch/_tensor.py: share_memory_ "is a no-op ... for CUDA tensors" and is_shared is "always True for CUDA
+    tensors"; a meta stand-in's storage has no file descriptor (`_share_fd_: only available on CPU`)."""
+    (workdir / "main.py").write_text(SHARED_MODEL)
+    code, report, err = _run(["run", "-f", "json", "--", "python", "main.py"], capsys)  # plainly on this CPU: shared
+    assert code == 0 and "shared True" in err
+    code, report, err = _run(["run", "--simulate", "--gpu", "t4", "-f", "json", "--", "python", "main.py"], capsys)
+    assert code == 0 and "shared True" in err and _errors(report) == [] and report["target"]["device"] == "cuda:0"

@@ -142,6 +142,10 @@ class _CudaMode(TorchFunctionMode):
                 args = (self.sim.faked(args[0]), *args[1:])  # a plain meta tensor forgets its GPU; a fake one keeps it
         elif (func is torch.Tensor.pin_memory or func is torch.Tensor.is_pinned) and args:
             return self._pinned(func, args[0])
+        elif (func is torch.Tensor.share_memory_ or func is torch.Tensor.is_shared) and args and _simulated(args[0]):
+            # CUDA memory is shareable as it is (torch/_tensor.py: share_memory_ "is a no-op ... for CUDA tensors",
+            # is_shared "always True for CUDA tensors"); a meta stand-in's storage has no fd to share.
+            return args[0] if func is torch.Tensor.share_memory_ else True
         elif func is torch.Tensor.__getitem__ and len(args) == 2 and not _simulated(args[0]) and _simulated(args[1]) \
                 and args[1].dim() == 0:
             # A host table indexed by a CUDA scalar (a scheduler's alphas_cumprod[timestep]): torch reads the
