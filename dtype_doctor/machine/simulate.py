@@ -105,6 +105,10 @@ def _names_meta(device: Any) -> bool:
     return isinstance(device, (str, torch.device)) and torch.device(device).type == STAND_IN.type
 
 
+_PINNING = (torch.Tensor.pin_memory, torch.Tensor.is_pinned)
+_SHARING = (torch.Tensor.share_memory_, torch.Tensor.is_shared)
+
+
 class _CudaMode(TorchFunctionMode):
     """Every CUDA placement the script asks for lands on the stand-in device (cuda:k on meta:k with
     several GPUs); every read of a simulated tensor's values gets a stand-in (machine/stand_ins.py)."""
@@ -140,12 +144,8 @@ class _CudaMode(TorchFunctionMode):
             target = args[1] if len(args) > 1 and _is_device_arg(args[1]) else kwargs.get("device")
             if self.sim.indexed and target is not None and torch.device(target).type == "meta":
                 args = (self.sim.faked(args[0]), *args[1:])  # a plain meta tensor forgets its GPU; a fake one keeps it
-        elif (func is torch.Tensor.pin_memory or func is torch.Tensor.is_pinned) and args:
-            return self._pinned(func, args[0])
-        elif (func is torch.Tensor.share_memory_ or func is torch.Tensor.is_shared) and args and _simulated(args[0]):
-            # CUDA memory is shareable as it is (torch/_tensor.py: share_memory_ "is a no-op ... for CUDA tensors",
-            # is_shared "always True for CUDA tensors"); a meta stand-in's storage has no fd to share.
-            return args[0] if func is torch.Tensor.share_memory_ else True
+        elif args and (func in _PINNING or (func in _SHARING and _simulated(args[0]))):
+            return self._pinned(func, args[0]) if func in _PINNING else self._shared(func, args[0])
         elif func is torch.Tensor.__getitem__ and len(args) == 2 and not _simulated(args[0]) and _simulated(args[1]) \
                 and args[1].dim() == 0:
             # A host table indexed by a CUDA scalar (a scheduler's alphas_cumprod[timestep]): torch reads the
@@ -186,6 +186,12 @@ class _CudaMode(TorchFunctionMode):
             self.sim.memory.saw(out)
         return self.sim.place(out) if placed else out
 
+
+    @staticmethod
+    def _shared(func: Any, t: torch.Tensor) -> Any:
+        """CUDA memory is shareable as it is (torch/_tensor.py: share_memory_ "is a no-op ... for CUDA tensors",
+        is_shared "always True for CUDA tensors"); a meta stand-in's storage has no file descriptor to share."""
+        return t if func is torch.Tensor.share_memory_ else True
 
     def _pinned(self, func: Any, t: torch.Tensor) -> Any:
         """Page-locked host memory is a CUDA machine's: pin_memory() hands out a copy (the same data) that
