@@ -123,7 +123,7 @@ class FindingSources:
         if finding.source is not None:
             return finding
         held = [(t, t.origin.split(":", 1)[1]) for t in finding.tensors if t.origin and t.origin.startswith(("param:", "buffer:"))]
-        if finding.code == "DD201" and finding.module:  # another model's weights met here: that model's line first
+        if finding.code == "DD201" and finding.module and self.models.several:  # another model's weights: its line first
             held.sort(key=lambda h: h[1].split(".", 1)[0] == finding.module.split(".", 1)[0])
         sources = (self.conversions.source_for(self.reported, name, dtype=t.dtype) for t, name in held)
         # the load only for the finding's own weights: an input made from another model's weights is not theirs
