@@ -82,6 +82,60 @@ def test_a_cast_the_formatter_undoes_is_fixed_at_the_forward(workdir: Path, caps
     assert [e["status"] for e in report["fix"]["patch"]["edits"]] == ["skipped", "applied"]
 
 
+# diffusers' train_text_to_image shape: a transform library makes the float32 images, the script's
+# collate_fn only stacks them, and the call that should cast them for the half model (`vae.encode(
+# batch["pixel_values"].to(weight_dtype))`) lost its cast. No user line chose float32, so the finding
+# names the call, and the fix casts there.
+IMAGE_LIB = """\
+import numpy as np
+import torch
+
+
+def to_tensor(pixels):
+    return torch.from_numpy(np.ascontiguousarray(pixels)).permute(2, 0, 1).float().div(255)
+"""
+
+LIBRARY_IMAGES = """\
+import sys
+
+sys.path.insert(0, "site-packages")
+import numpy as np
+import torch
+from imagelib import to_tensor
+
+encoder = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 4 * 4, 8)).to(torch.bfloat16)
+rows = [{"pixel_values": to_tensor(np.random.randint(0, 255, (4, 4, 3), dtype=np.uint8))} for _ in range(4)]
+
+
+def collate_fn(examples):
+    pixel_values = torch.stack([example["pixel_values"] for example in examples])
+    return {"pixel_values": pixel_values.to(memory_format=torch.contiguous_format)}
+
+
+for step in range(2):
+    batch = collate_fn(rows[2 * step: 2 * step + 2])
+    latents = encoder(batch["pixel_values"])
+print("ok", latents.dtype)
+"""
+
+
+def test_a_library_made_input_passed_uncast_is_named_and_cast_at_the_call(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    (workdir / "site-packages/imagelib").mkdir(parents=True)
+    (workdir / "site-packages/imagelib/__init__.py").write_text(IMAGE_LIB)
+    script = workdir / "library_images.py"
+    script.write_text(LIBRARY_IMAGES)
+    plain = subprocess.run([sys.executable, script.name], cwd=workdir, capture_output=True, text=True, timeout=120, env=ENV)
+    assert plain.returncode != 0 and "RuntimeError" in plain.stderr  # float32 into bf16 weights
+    call = _line(script, "latents = encoder(")
+    code, report, _ = _run(["run", "-f", "json", "--", "python", script.name], capsys)
+    (finding,) = [f for f in report["findings"] if f["severity"] == "error"]
+    assert finding["source"] == {"file": script.name, "line": call}
+    chain = report["lineage"][next(iter(report["lineage"]))]
+    assert chain[0]["source"]["line"] == _line(script, "torch.stack") and chain[-1]["source"]["line"] == call
+    fixed, patch = _fix_apply_rerun(workdir, capsys, script.name, [])
+    assert "-    latents = encoder(batch[\"pixel_values\"])" in patch and "+    latents = encoder(" in patch
+
+
 @pytest.mark.parametrize("mode", [[], ["--simulate", "--device", "cuda"]], ids=["cpu", "simulated-cuda"])
 def test_int32_loss_target_is_cast_where_the_script_makes_it(mode: list[str], workdir: Path, capsys: pytest.CaptureFixture) -> None:
     # The target never enters the model: the step's loss uses it. The lineage names line 23.

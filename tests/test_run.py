@@ -205,7 +205,9 @@ def test_lineage_points_at_the_users_own_lines(workdir: Path, capsys: pytest.Cap
         ("processor", "float32"), ("preprocess", "float16"), ("formatter", "float32"), ("model-boundary", "float32")]
     lines = [s["source"]["line"] if s["source"] else None for s in chain]
     script = "seed_map_autocast.py"
-    assert lines == [_line(script, "processor(batch"), _line(script, "pixel_values.to(torch.float16)"), _line(script, "for step, batch"), None]
+    # ... and the boundary names the call that handed the tensor to the model.
+    assert lines == [_line(script, "processor(batch"), _line(script, "pixel_values.to(torch.float16)"), _line(script, "for step, batch"),
+                     _line(script, "output = model(input_tensor)")]
     assert finding["source"] == {"file": script, "line": _line(script, "for step, batch")}
 
 

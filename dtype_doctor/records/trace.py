@@ -55,6 +55,9 @@ class LineageStep:
     shape: tuple[int, ...] | None = None
     detail: str = ""  # e.g. "datasets TorchFormatter casts floating columns to float32"
     source: SourceLoc | None = None
+    # False where user code only first saw a dtype a library had already decided (`torch.stack` of
+    # a transform's tensors): that line is where the tensor appeared, not where its dtype was chosen.
+    decided: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -30,6 +30,9 @@ class CallBindings:
     model: SourceLoc | None = None
     inputs: dict[str, SourceLoc] = field(default_factory=dict)
     autocast: SourceLoc | None = None  # the line that made the autocast a `with` around the call entered
+    # The name the call's line calls the model by (`encoder(x)`, `vae.encode(x)`): a local of the calling
+    # frame that is the model or holds it, and is called on that line. None when not exactly one.
+    model_name: str | None = None
 
 
 def bound_at_call(model: Any, args: tuple, kwargs: dict) -> CallBindings:
@@ -60,7 +63,27 @@ def _bound_at_call(model: Any, args: tuple, kwargs: dict) -> CallBindings:
     callee = _bound(frame, site.callee, _DEPTH) if "." not in site.callee else None
     made = autocast_entered(file, frame.f_lineno)
     autocast = SourceLoc(display_path(file), made) if made is not None else None
-    return CallBindings(SourceLoc(display_path(file), frame.f_lineno), callee, inputs, autocast)
+    return CallBindings(SourceLoc(display_path(file), frame.f_lineno), callee, inputs, autocast, _called_as(frame, model))
+
+
+_ENTRIES = ("(", ".forward(", ".encode(", ".decode(")  # how a line calls a model: codemods.forward's entries
+
+
+def _called_as(frame: FrameType, model: Any) -> str | None:
+    """The one local of `frame` holding `model` that its line calls (`encoder(`, `vae.encode(`)."""
+    import linecache
+    import re
+
+    text = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    held = [name for name, value in frame.f_locals.items() if _holds(value, model)]
+    called = [n for n in held if any(re.search(rf"(?<![\w.]){re.escape(n)}{re.escape(e)}", text) for e in _ENTRIES)]
+    return called[0] if len(called) == 1 else None
+
+
+def _holds(value: Any, model: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.nn.Module) and (value is model or any(m is model for m in value.modules()))
 
 
 def _bound(frame: FrameType, name: str, depth: int) -> SourceLoc | None:

@@ -506,6 +506,7 @@ def script_site(before: RunResult, command: ScriptCommand) -> Any:
         run=True,
         call=call,
         call_line=capture.call_site.line if capture.call_site else None,
+        model_name=capture.bound.model_name,
         positions=_positions(capture),
         step_inputs=frozenset(capture.inputs),
         converted=conversion is not None,

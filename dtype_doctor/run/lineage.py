@@ -122,6 +122,7 @@ class LineageBook:
 
     def _user_step(self, func: Any, first: torch.Tensor | None, out: torch.Tensor, site: tuple[str, int], inherited: Chain) -> LineageStep | None:
         name = _func_name(func)
+        decided = True
         if first is None:
             what, stage = f"created by {name}", _caller_stage()
         elif self.device(out.device) != self.device(first.device):
@@ -129,10 +130,11 @@ class LineageBook:
         elif out.dtype != first.dtype:
             what, stage = f"cast to {dtype_name(out.dtype)} by {name}", _caller_stage()
         elif not inherited:
-            what, stage = f"first seen at {name}", _caller_stage()
+            what, stage, decided = f"first seen at {name}", _caller_stage(), False
         else:
             return None
-        return LineageStep(stage, dtype_name(out.dtype), self.device(out.device), tuple(out.shape), what, SourceLoc(display_path(site[0]), site[1]))
+        return LineageStep(stage, dtype_name(out.dtype), self.device(out.device), tuple(out.shape), what,
+                           SourceLoc(display_path(site[0]), site[1]), decided)
 
     # ------------------------------------------------------------- columns
 
@@ -337,13 +339,16 @@ def named_inputs(model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str,
     return named
 
 
-def boundary_lineage(book: LineageBook, model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, Chain]:
-    """Each tensor input of `model(*args, **kwargs)` by parameter name → its chain, ending at the boundary."""
+def boundary_lineage(book: LineageBook, model: torch.nn.Module, args: tuple, kwargs: dict,
+                     site: SourceLoc | None = None) -> dict[str, Chain]:
+    """Each tensor input of `model(*args, **kwargs)` by parameter name → its chain, ending at the boundary
+    (`site`: the user's line that made the call)."""
     named = boundary_tensors(named_inputs(model, args, kwargs))
     lineage: dict[str, Chain] = {}
     for name, value in named.items():
         if book.chain(value):
-            boundary = LineageStep("model-boundary", dtype_name(value.dtype), book.device(value.device), tuple(value.shape))
+            boundary = LineageStep("model-boundary", dtype_name(value.dtype), book.device(value.device), tuple(value.shape),
+                                   source=site)
             lineage[name] = book.made_of_values(name, book.chain(value)) + (boundary,)
     return lineage
 
@@ -379,7 +384,9 @@ def step_input_lineage(book: LineageBook, t: torch.Tensor, consumer: str, name: 
 
 
 def sources_of(lineage: dict[str, Chain]) -> dict[str, SourceLoc]:
-    """Input name → the user line that gave the input its dtype (else the last user line it passed)."""
+    """Input name → the user line that gave the input its dtype; where no user line chose it (a library's
+    tensor the user's code only passed on), the call that handed it to the model without a cast; else the
+    last user line it passed."""
     sources: dict[str, SourceLoc] = {}
     for name, chain in lineage.items():
         final = chain[-1].dtype
@@ -389,9 +396,12 @@ def sources_of(lineage: dict[str, Chain]) -> dict[str, SourceLoc]:
             if step.dtype != previous and step.dtype == final:
                 deciding = step
             previous = step.dtype
-        if deciding is not None and deciding.source is not None:
+        passed = [s for s in chain if s.source is not None]
+        if deciding is not None and not deciding.decided and passed and passed[-1].stage == "model-boundary":
+            sources[name] = passed[-1].source
+        elif deciding is not None and deciding.source is not None:
             sources[name] = deciding.source
-        elif (last := next((s for s in reversed(chain) if s.source is not None), None)) is not None:
+        elif (last := next((s for s in reversed(passed) if s.stage != "model-boundary"), None)) is not None:
             sources[name] = last.source
     return sources
 

@@ -250,7 +250,7 @@ class RunSession:
                 done = self.watch.step_done(self.forwards + 1, self.max_steps)
                 if not done:
                     self.forwards += 1
-                    self.lineage.update(boundary_lineage(self.book, module, args, kwargs))
+                    self.lineage.update(boundary_lineage(self.book, module, args, kwargs, user_site(1)))
                     self.joins.next_step()
                     is_model = True
                 else:
@@ -322,9 +322,10 @@ class RunSession:
         self.book.is_step_tensor = lambda t: self.report is None and session.recorder.knows(t)
         self.book.step_started()
         self._set_amp(self.surface.amp_dtype)
-        self.lineage = boundary_lineage(self.book, model, args, kwargs)
+        call_site = user_site(1)
+        self.lineage = boundary_lineage(self.book, model, args, kwargs, call_site)
         self.handled.update(handled_at_boundary(self.book, model, args, kwargs))
-        self.capture = StepCapture(model, named_inputs(model, args, kwargs), user_site(1), self._autocast_now(model),
+        self.capture = StepCapture(model, named_inputs(model, args, kwargs), call_site, self._autocast_now(model),
                                    self.conversions, self.handled, bound_at_call(model, args, kwargs))
         session.start()
         if self.models.pipeline is not None:  # a pipeline's component: its other components are the step's too

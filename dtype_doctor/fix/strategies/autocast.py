@@ -46,7 +46,8 @@ class Autocast(
         # fix --run for a GPU without bfloat16 tensor cores (a T4): the script's own bfloat16 autocast runs float16.
         retarget = [Attempt(f, cm.RetargetAutocast("bfloat16", c.to)) for f in site.user_files] if (
             site.run and site.bf16 is False and c.to == "float16") else []
-        return [*retarget, Attempt(file, cm.WrapForwardInAutocast(device_type=site.device_type, dtype=c.to, line=line))]
+        return [*retarget, Attempt(file, cm.WrapForwardInAutocast(device_type=site.device_type, dtype=c.to, line=line,
+                                                                 variable=site.model_name if site.run else None))]
 
     fix_module = ModulePart(
         function="autocast_context",

@@ -132,6 +132,7 @@ class Site:
     code: "UserCode | None" = None  # the scanned pipeline's preprocess function
     call: Path | None = None  # fix --run: the file holding the model call
     call_line: int | None = None
+    model_name: str | None = None  # fix --run: the name the call's line calls the model by (`encoder`, `vae`)
     positions: Mapping[str, int] = field(default_factory=dict)  # input → position in the call
     step_inputs: frozenset[str] = frozenset()  # fix --run: the inputs the model call took
     converted: bool = False  # fix --run: the script converted its model's dtype

@@ -64,10 +64,11 @@ class CastInputs(
             attempts = at_source(c)
             if site.call is not None and c.target in site.step_inputs:
                 if c.target in LABEL_KEYS and c.to == "int64":
-                    attempts.append(Attempt(site.call, cm.LabelsToLong(key=c.target, line=site.call_line)))
+                    attempts.append(Attempt(site.call, cm.LabelsToLong(key=c.target, variable=site.model_name, line=site.call_line)))
                 else:
                     dtype = None if c.to == site.model_dtype else c.to
-                    attempts.append(Attempt(site.call, cm.CastBatch(keys=(c.target,), dtype=dtype, line=site.call_line, positions=dict(site.positions))))
+                    attempts.append(Attempt(site.call, cm.CastBatch(keys=(c.target,), dtype=dtype, variable=site.model_name,
+                                                                          line=site.call_line, positions=dict(site.positions))))
             elif c.to == "int64" and site.script is not None:
                 attempts.append(Attempt(site.script, cm.CastLabelsToLong()))
             if c.source is not None and (file := resolve(c.source)) is not None:

@@ -118,7 +118,7 @@ class ToDevice(
             attempts.append(Attempt(file, cm.MoveWhereHandled(handled.source.line, handled.call)))
         if c.source is not None and (handled is None or c.source != handled.source) and (file := resolve(c.source)) is not None:
             attempts.append(Attempt(file, cm.MoveWhereHandled(c.source.line)))
-        return attempts + one_attempt(site.call, [cm.MoveBatchToDevice(line=site.call_line)])
+        return attempts + one_attempt(site.call, [cm.MoveBatchToDevice(variable=site.model_name, line=site.call_line)])
 
     fix_module = ModulePart(
         function="to_device",
