@@ -280,6 +280,28 @@ def test_a_model_left_on_the_cpu_moves_to_the_batch_device(workdir: Path, capsys
     assert plain.returncode == 0 and "val loss" in plain.stdout and (workdir / "model.pt").is_file(), plain.stderr[-2000:]
 
 
+def test_a_dataset_tensor_a_function_returned_on_the_cpu_moves_at_its_return(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    # word_language_model's batchify lost its `.to(device)`: the batches are slices of the corpus tensor it
+    # returned. The move belongs on its return, where the data's device is decided (train and val both),
+    # not on the slice the step took.
+    script = LEFT_ON_CPU.replace("    return data[: nbatch * bsz].view(bsz, -1).t().contiguous().to(device)",
+                                 "    data = data[: nbatch * bsz].view(bsz, -1).t().contiguous()\n    return data")
+    script = script.replace("model = RNNModel(11, 8)", "model = RNNModel(11, 8).to(device)")
+    assert script.count("return data\n") == 1 and ".to(device)" in script
+    (workdir / "main.py").write_text(script)
+    code, report, err = _fix(["--simulate", "--gpu", "t4", "--", "python", "main.py", "--cuda"], capsys)
+    assert code == 0, err
+    returned = next(i for i, text in enumerate(script.splitlines(), 1) if text == "    return data")
+    (finding,) = [f for f in report["findings"] if f["code"] == "DD201"]
+    assert finding["source"] == {"file": "main.py", "line": returned}
+    assert report["fix"]["verified"] is True
+    patch = (workdir / "fix.patch").read_text()
+    assert _added(patch) == ["return data.to(device)"]
+    subprocess.run(["git", "apply", "fix.patch"], cwd=workdir, check=True)
+    plain = _plain(workdir, "main.py")
+    assert plain.returncode == 0 and "val loss" in plain.stdout, plain.stderr[-2000:]
+
+
 def test_an_edit_that_cures_only_the_step_is_not_verified(workdir: Path, capsys: pytest.CaptureFixture) -> None:
     # The csv stores the labels as floats and the map function passes them on: no cast to rewrite at the
     # origin. Casting the batch before the training forward cures the traced step; the evaluation loop

@@ -43,7 +43,8 @@ def with_move_source(finding: Finding, handled: Mapping[str, Any]) -> Finding:
     """A DD201 on a named pipeline tensor: its source and its to-device remedy at the last line that handled it."""
     if finding.code != "DD201":
         return finding
-    moves = {r.target: handled[r.target].source for r in finding.remedies if _moves(r) and r.target in handled}
+    moves = {r.target: handled[r.target].origin or handled[r.target].source for r in finding.remedies
+             if _moves(r) and r.target in handled}
     if not moves:
         return finding
     remedies = tuple(dataclasses.replace(r, source=moves.get(r.target, r.source)) for r in finding.remedies)

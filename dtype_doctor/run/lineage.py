@@ -45,6 +45,9 @@ class Handled(NamedTuple):
 
     source: SourceLoc
     call: str  # what that line called: ".pin_memory()", "torch.stack"
+    # A slice of a tensor another function of the user's built and handed back as it was (batchify's
+    # `return data`, whose `.to(device)` was dropped): that `return`, where the device was decided.
+    origin: SourceLoc | None = None
 
 
 class Raised(NamedTuple):
@@ -63,6 +66,9 @@ class LineageBook:
         self.chains: WeakIdKeyDictionary = WeakIdKeyDictionary()
         # Tensor → the last user line that handled it, whether or not its dtype or device changed there.
         self.handled: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        # Tensor → what `handled` held for the tensor it was made from, where that was another line
+        # (get_batch's slice of the corpus tensor batchify made): where a stored tensor was last handled.
+        self.handled_from: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self.columns: dict[str, Chain] = {}
         self.values: dict[str, LineageStep] = {}  # column of plain values → the user's line that made it
         self.is_paused = is_paused
@@ -105,6 +111,8 @@ class LineageBook:
                 # module's __init__) would change how a simulated move keeps parameters one object.
                 if o is not first or inherited:
                     self.handled[o] = (site, func)  # made into a Handled at the model boundary: one tuple an op here
+                    if first is not None and (before := self.handled.get(first)) is not None and before[0] != site:
+                        self.handled_from[o] = before
         elif not inherited and func in _CREATORS and site is not None:
             step = _library_step(func, outs[0], site, self.device)
         elif inherited and site is not None and first is not None and self.device(outs[0].device) != self.device(first.device):
@@ -358,14 +366,23 @@ def handled_at_boundary(book: LineageBook, model: torch.nn.Module, args: tuple, 
     found = {}
     for name, value in boundary_tensors(named_inputs(model, args, kwargs)).items():
         if (handled := book.handled.get(value)) is not None:
-            found[name] = as_handled(handled)
+            found[name] = as_handled(handled, book.handled_from.get(value))
     return found
 
 
-def as_handled(noted: tuple[tuple[str, int], Any]) -> Handled:
-    """What LineageBook.handled holds for a tensor ((file, line), the function called), as a Handled."""
+def as_handled(noted: tuple[tuple[str, int], Any], before: tuple[tuple[str, int], Any] | None = None) -> Handled:
+    """What LineageBook.handled holds for a tensor ((file, line), the function called), as a Handled;
+    `before`, what it held for the tensor this one was made from (its `origin`, when another function
+    of the user's returned that one)."""
+    from dtype_doctor.source.bindings import returned_at, same_function
+
     (file, line), func = noted
-    return Handled(SourceLoc(display_path(file), line), _func_name(func))
+    origin = None
+    if before is not None:
+        (was, at), _ = before
+        returned = returned_at(was, at) if was != file or not same_function(file, at, line) else None
+        origin = SourceLoc(display_path(was), returned) if returned is not None else None
+    return Handled(SourceLoc(display_path(file), line), _func_name(func), origin)
 
 
 def joined_inputs(book: LineageBook, model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, torch.Tensor]:

@@ -86,7 +86,7 @@ def tag_pipeline_tensor(s: Any, name: str, t: torch.Tensor, consumer: str, *, bo
     rec.tag_input(unique, t)
     s.lineage[unique] = step_input_lineage(s.book, t, consumer, name, boundary=boundary)
     if (handled := s.book.handled.get(t)) is not None:
-        s.handled[unique] = as_handled(handled)
+        s.handled[unique] = as_handled(handled, s.book.handled_from.get(t))
 
 
 def named_operands(func: Any, args: tuple, kwargs: dict) -> list[tuple[str, Any]]:

@@ -117,6 +117,21 @@ def assigned_at(path: str, line: int) -> bool:
                                     for n in _own_nodes(_scope_at(tree, line)))
 
 
+def returned_at(path: str, line: int) -> int | None:
+    """When `line` assigns a plain name inside a function that then hands it back (`data = data.view(bsz,
+    -1).t().contiguous()` ... `return data`): the line of that `return`, where the function lets the tensor
+    go as it is; None otherwise."""
+    tree = _parsed(path)
+    scope = _scope_at(tree, line) if tree is not None else None
+    if scope is None or isinstance(scope, ast.Module):
+        return None
+    nodes = list(_own_nodes(scope))
+    names = {t.id for n in nodes if isinstance(n, ast.Assign) and n.lineno == line for t in n.targets if isinstance(t, ast.Name)}
+    returns = sorted((n.lineno for n in nodes if isinstance(n, ast.Return) and n.lineno > line
+                      and isinstance(n.value, ast.Name) and n.value.id in names))
+    return returns[0] if len(names) == 1 and returns else None
+
+
 def parameter_index(path: str, line: int, name: str) -> tuple[str, int | None] | None:
     """When `name` is a parameter of the function holding `line`: (the function's name, its
     positional index or None for keyword-only)."""

@@ -113,10 +113,13 @@ class ToDevice(
             return [Attempt(file, cm.RegisterBuffer(c.source.line, c.target.rpartition(".")[2].removeprefix("attribute:")))] if file and c.source else []
         attempts = []
         handled = site.handled.get(c.target)
+        if handled is not None and handled.origin is not None and (file := resolve(handled.origin)) is not None:
+            # A slice of a tensor a function of the user's built and returned on the CPU: the move goes on its return.
+            attempts.append(Attempt(file, cm.MoveWhereHandled(handled.origin.line)))
         if handled is not None and (file := resolve(handled.source)) is not None:
             # The move the script dropped belongs on the last line of its that handled the tensor.
             attempts.append(Attempt(file, cm.MoveWhereHandled(handled.source.line, handled.call)))
-        if c.source is not None and (handled is None or c.source != handled.source) and (file := resolve(c.source)) is not None:
+        if c.source is not None and (handled is None or c.source not in (handled.source, handled.origin)) and (file := resolve(c.source)) is not None:
             attempts.append(Attempt(file, cm.MoveWhereHandled(c.source.line)))
         return attempts + one_attempt(site.call, [cm.MoveBatchToDevice(variable=site.model_name, line=site.call_line)])
 
