@@ -93,3 +93,35 @@ def test_autocast_on_mps_takes_half_dtypes_only(tmp_path: Path, monkeypatch: pyt
     result = run_script(["python", "train.py"], options=RunOptions(simulate=True, device="mps"))
     assert result.report.trace.failure is None
     assert result.report.trace.autocast == (dtype if dtype != "float32" else None)
+
+
+MAC_WORDS = """
+import torch
+from torch import nn
+import torch.nn.functional as F
+dev = torch.device("mps")
+table = nn.Embedding(10, 16)  # left on the CPU: the mps index is refused
+qkv = nn.Linear(16, 48).to(dev)
+idx = torch.tensor([[1, 2, 3, 4]], device=dev)
+with torch.autocast("mps", dtype=torch.float16):
+    q, k, v = qkv(table(idx)).view(1, 4, 3, 2, 8).permute(2, 0, 3, 1, 4)
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+out.float().sum().backward()
+"""
+
+
+def test_every_report_line_describes_the_mac_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # The trust rule: a report for a machine other than the one asked for is the worst answer. A Mac has no
+    # CUDA SDPA backend choice (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp is CUDA's), no CUDA
+    # wrapper to name in a device error, and no "Ampere": bfloat16 there is a macOS question.
+    from dtype_doctor.report import render
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(MAC_WORDS)
+    report = run_script(["python", "train.py"], options=RunOptions(simulate=True, device="mps")).report
+    assert report.target.attention["sdpa_backend"] is None and "a Mac (mps)" in report.target.attention["why"]
+    assert {"DD201", "DD403"} <= {f.code for f in report.findings}
+    text = render(report, "rich", width=200)
+    env = next(line for line in text.splitlines() if "torch 2." in line)  # the runner's own versions, `cuda no`
+    said = text.replace(env, "")
+    assert "mps:0" in said and not [w for w in ("CUDA", "cuda", "Ampere") if w in said], said
