@@ -31,3 +31,6 @@ def test_the_scripts_own_processes_train_on_the_machine_asked_for(options: RunOp
     assert result.outcome.error is None and result.report.trace.failure is None, result.outcome.error
     assert result.report.trace.device == {"cpu": "cpu", "t4": "cuda:0", "mps": "mps:0"}[options.gpu or options.device]
     assert "Traceback" not in err and "failed" not in err, err  # (a Mac's DataLoader warns that it pins nothing on MPS)
+    if options.simulate:  # the report is the parent's step: the children's steps ran, untraced, and the run says so
+        assert "the script's own processes ran under the simulation, their steps not traced" in err
+        assert "train (spawn)" in err and "_worker_loop" not in err

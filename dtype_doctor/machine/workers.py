@@ -126,6 +126,7 @@ class Children:
         self._saved: list[tuple[Any, str, Any]] = []
         self._hook: Any = None
         self._waits: dict[int, tuple[int, float]] = {}  # id(loader iterator) → (the batch it awaits, since when)
+        self.own: list[str] = []  # the script's own processes (not DataLoader workers): "train (spawn)"
 
     def arms(self) -> ChildArms:
         if self._arms is not None:
@@ -151,6 +152,7 @@ class Children:
     def _patch(self) -> None:
         """Forked children capture their stderr; spawned ones unpickle the arms before the script is imported."""
         global _CURRENT
+        import multiprocessing
         import multiprocessing.process
         import multiprocessing.spawn
 
@@ -170,6 +172,16 @@ class Children:
 
         self._set(multiprocessing.process.BaseProcess, "_bootstrap", _bootstrap)
         self._set(multiprocessing.spawn, "get_preparation_data", get_preparation_data)
+        start = multiprocessing.process.BaseProcess.start
+
+        def started(process: Any) -> None:
+            target = getattr(process, "_target", None)
+            if getattr(target, "__module__", "") != "torch.utils.data._utils.worker":  # a DataLoader worker is the loader's
+                method = getattr(process, "_start_method", None) or multiprocessing.get_start_method(allow_none=True) or "fork"
+                children.own.append(f"{getattr(target, '__name__', None) or process.name} ({method})")
+            return start(process)
+
+        self._set(multiprocessing.process.BaseProcess, "start", started)
         _CURRENT = self
         if self._arms is not None:  # a child: its pin threads under its modes (the loader's bounded wait is the parent's)
             import torch.utils.data._utils.pin_memory as pin
@@ -294,8 +306,12 @@ class Children:
             return ""
 
     def said(self) -> list[str]:
-        """One line for each child that wrote to stderr and was not reported already."""
+        """One line for each child that wrote to stderr and was not reported already; and, where the script
+        started processes of its own, that they ran on the simulated machine with their steps untraced."""
         out = []
+        if self.own:
+            out.append(f"the script's own processes ran under the simulation, their steps not traced (the report is "
+                       f"this process's step): {', '.join(self.own)}")
         for name in sorted(os.listdir(self.capture)) if self.capture and os.path.isdir(self.capture) else ():
             pid = int(name.split(".")[0]) if name.endswith(".err") and name.split(".")[0].isdigit() else None
             text = self._read(pid)
