@@ -107,9 +107,9 @@ def not_simulated() -> list[str]:
 
 def patches(answers: Callable[[str, str], Any], refuse: Callable[[str], Callable[..., Any]]) -> Iterator[tuple[Any, str, Any]]:
     """(owner, name, value) for each row to set while the simulation is on: `answers(module, name)` for
-    an answered row, `refuse("module.name")` for a function that is not simulated (a class stays torch's,
-    so `isinstance` keeps working). torch's own rows are left as they are; a row the installed torch
-    lacks is skipped."""
+    an answered row, `refuse("module.name")` for a function that is not simulated, and for a class a
+    stand-in that refuses to be made (`isinstance` answers as torch's class does). torch's own rows are
+    left as they are; a row the installed torch lacks is skipped."""
     import importlib
 
     for module, rows in SURFACE.items():
@@ -121,5 +121,37 @@ def patches(answers: Callable[[str, str], Any], refuse: Callable[[str], Callable
                 continue
             if kind in ANSWERED:
                 yield owner, name, answers(module, name)
-            elif callable(present) and not isinstance(present, type):
+            elif isinstance(present, type):
+                yield owner, name, refused_class(present, refuse(f"{module}.{name}"))
+            elif callable(present):
                 yield owner, name, refuse(f"{module}.{name}")
+
+
+class _Refused(type):
+    """The metaclass of a not-simulated class's stand-in: making one, or calling one of its functions
+    (`GreenContext.create`), is refused and named; `isinstance` and `issubclass` answer as the class does."""
+
+    _original: type
+    _refuse: Callable[..., Any]
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        return cls._refuse(*args, **kwargs)
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, cls._original)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, cls._original)
+
+    def __getattr__(cls, name: str) -> Any:
+        value = getattr(cls._original, name)
+        return cls._refuse if callable(value) and not name.startswith("__") else value
+
+
+def refused_class(original: type, refuse: Callable[..., Any]) -> type:
+    """A stand-in for the not-simulated class `original` (torch.cuda.CUDAGraph, MemPool, FloatTensor): a
+    CPU-only build's own error ("Tried to instantiate dummy base class CUDAGraph", "Torch not compiled with
+    CUDA enabled") would be blamed on the script; the simulation names the class instead."""
+    return _Refused(original.__name__, (), {"_original": original, "_refuse": staticmethod(refuse),
+                                            "__module__": original.__module__, "__qualname__": original.__qualname__,
+                                            "__doc__": original.__doc__})
