@@ -140,3 +140,13 @@ def test_a_class_not_simulated_is_named_not_blamed_on_the_script(workdir: Path, 
     assert "fell back" not in err
     assert report["coverage"]["not_simulated"] == ["torch.cuda.CUDAGraph"]
     assert "torch.cuda.CUDAGraph is not simulated" in report["coverage"]["stopped"]
+
+
+def test_the_walk_covers_every_module_issue_43_names_and_their_own_modules() -> None:
+    # torch.accelerator.memory.memory_allocated is the function torch.accelerator re-exports: a row under
+    # torch.accelerator alone would leave the submodule's name reaching the CPU build.
+    named = {"torch.cuda", "torch.cuda.random", "torch.cuda.memory", "torch.cuda.amp", "torch.cuda.graphs",
+             "torch.cuda.streams", "torch.cuda.nvtx", "torch.accelerator", "torch.backends.cuda", "torch.backends.cudnn"}
+    own = {f"torch.accelerator.{n}" for n, v in vars(torch.accelerator).items()
+           if isinstance(v, types.ModuleType) and v.__name__.startswith("torch.accelerator.") and not n.startswith("_")}
+    assert own and named | own <= set(SURFACE)

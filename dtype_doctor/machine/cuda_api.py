@@ -60,21 +60,26 @@ def _part(rows: dict[str, str], module: str) -> dict[str, str]:
 
 
 _CUDA_ROWS = _rows(_CUDA)
+_ACCELERATOR_ROWS = _rows({
+    PROFILE: "is_available current_accelerator device_count current_device_index current_device_idx",
+    MEMORY: "memory_allocated max_memory_allocated memory_reserved max_memory_reserved memory_stats get_memory_info "
+            "reset_peak_memory_stats reset_accumulated_memory_stats",
+    STREAMS: "current_stream set_stream device_index",
+    NO_OP: "synchronize set_device_index set_device_idx empty_cache empty_host_cache",
+    NOT_SIMULATED: "get_device_capability Graph",
+})
 
 # module → public name → how the simulated GPU answers it. One row per name a script can reach.
 SURFACE: dict[str, dict[str, str]] = {
     "torch.cuda": _CUDA_ROWS,
     **{m: _part(_CUDA_ROWS, m) for m in ("torch.cuda.random", "torch.cuda.memory", "torch.cuda.graphs", "torch.cuda.streams")},
+    # the build's flag, left as this build says (False): a green context is a slice of a GPU's SMs
+    "torch.cuda.green_contexts": {**_part(_CUDA_ROWS, "torch.cuda.green_contexts"), "SUPPORTED": NOT_SIMULATED},
     "torch.cuda.amp": _rows({OWN: "autocast GradScaler custom_fwd custom_bwd amp_definitely_not_available"}),
     "torch.cuda.nvtx": _rows({NO_OP: "range_push range_pop range_start range_end mark range"}),
-    "torch.accelerator": _rows({
-        PROFILE: "is_available current_accelerator device_count current_device_index current_device_idx",
-        MEMORY: "memory_allocated max_memory_allocated memory_reserved max_memory_reserved memory_stats get_memory_info "
-                "reset_peak_memory_stats reset_accumulated_memory_stats",
-        STREAMS: "current_stream set_stream device_index",
-        NO_OP: "synchronize set_device_index set_device_idx empty_cache empty_host_cache",
-        NOT_SIMULATED: "get_device_capability Graph",
-    }),
+    "torch.accelerator": _ACCELERATOR_ROWS,
+    # the same functions and class under torch.accelerator's own modules (torch.accelerator.memory.memory_allocated)
+    **{m: _part(_ACCELERATOR_ROWS, m) for m in ("torch.accelerator.memory", "torch.accelerator.graphs")},
     "torch.backends.cuda": _rows({
         PROFILE: "is_built is_flash_attention_available can_use_flash_attention can_use_efficient_attention is_ck_sdpa_available",
         OWN: "preferred_linalg_library preferred_blas_library preferred_rocm_fa_library cublas_workspace_size "
