@@ -12,7 +12,8 @@ keeps it.
 The overlay sits at Python's file API, the one door of pure-Python writers (numpy, pickle,
 pathlib, logging, shutil, zipfile, fsspec): `open`, and `os`'s path functions that create,
 move, remove or describe files. Writers in compiled code that open a path themselves (torch's
-zip writer, safetensors) are routed by name (COMPILED). Behind both, an audit hook
+zip writer, TorchScript, safetensors, SQLite, Arrow) are routed by name (COMPILED), as are an
+AF_UNIX socket's bind and a FIFO: no audit event sees those opens. Behind both, an audit hook
 (`sys.addaudithook`) sees every file opened for writing, moved or removed through CPython;
 one that reaches a user's path unrouted is refused with PermissionError, so a path the overlay
 missed is an error in the script, never a changed file. Library caches (Hugging Face, torch's
@@ -26,6 +27,7 @@ import errno
 import io
 import os
 import shutil
+import socket
 import stat
 import sys
 import tempfile
@@ -53,7 +55,16 @@ COMPILED: tuple[tuple[str, str, int, str, str], ...] = (
     ("pyarrow.parquet", "read_table", 0, "source", "read"),
     ("tokenizers", "Tokenizer.save", 1, "path", "write"),  # a fast tokenizer's save_pretrained writes tokenizer.json in Rust
     ("tokenizers", "Tokenizer.from_file", 0, "path", "read"),
+    ("torch.jit._script", "RecursiveScriptModule.save", 1, "f", "write"),  # torch.jit.save(m, path): C++ writes the zip
+    ("torch.jit", "load", 0, "f", "read"),
+    ("sqlite3", "connect", 0, "database", "update"),  # a run log or an optuna study: SQLite opens the file in C
+    ("pyarrow", "OSFile", 0, "path", "by-mode"),  # pandas' to_parquet opens its local path with pa.OSFile(path, "wb")
+    ("pyarrow.feather", "write_feather", 1, "dest", "write"),
+    ("pyarrow.feather", "read_table", 0, "source", "read"),
+    ("pyarrow.feather", "_read_table_internal", 0, "source", "read"),  # read_feather's reader
+    ("pyarrow.csv", "write_csv", 1, "output_file", "write"),
 )
+_NOT_A_PATH = frozenset({"", ":memory:", b"", b":memory:"})  # SQLite's in-memory databases
 
 
 class Overlay(Layers):
@@ -291,6 +302,34 @@ class Overlay(Layers):
 
         return change
 
+    def node(self, name: str) -> Callable[..., Any]:
+        """os.mkfifo / os.mknod: a FIFO the script makes among its files is held back as a file is."""
+        real = REAL[name]
+
+        def make(path: Any, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("dir_fd") is not None:
+                return real(path, *args, **kwargs)
+            return real(self.write_path(path, exclusive=True), *args, **kwargs)
+
+        return make
+
+    def unix_address(self, real: Callable[..., Any], write: bool) -> Callable[..., Any]:
+        """socket.bind / connect of an AF_UNIX path among the user's files (a bind makes the socket file):
+        at its place in scratch, as a file; an abstract address ("\\0name") is no file."""
+
+        def call(sock: Any, address: Any, *args: Any, **kwargs: Any) -> Any:
+            if sock.family == getattr(socket, "AF_UNIX", None) and _a_path(address) and address[:1] not in ("\0", b"\0"):
+                address = self.write_path(address, exclusive=True) if write else self.read_path(address)
+                if len(os.fsencode(address)) > 100:  # AF_UNIX's limit (108) in scratch: named through its folder's fd
+                    fd = REAL["open"](os.path.dirname(address), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+                    try:
+                        return real(sock, f"/proc/self/fd/{fd}/{os.path.basename(os.fsdecode(address))}", *args, **kwargs)
+                    finally:
+                        os.close(fd)
+            return real(sock, address, *args, **kwargs)
+
+        return call
+
     # ------------------------------------------------------------ arming
 
     def __enter__(self) -> "Overlay":
@@ -325,6 +364,10 @@ class Overlay(Layers):
             (os, "readlink"): self.resolved("readlink"), (os, "link"): self.link, (os, "symlink"): self.symlink,
             (tempfile, "mkdtemp"): self.temporary(_mkdtemp, 2), (tempfile, "_mkstemp_inner"): self.temporary(_mkstemp_inner, 0),
             (os, "chmod"): self.metadata("chmod"), (os, "utime"): self.metadata("utime"), (os, "truncate"): self.metadata("truncate"),
+            (socket.socket, "bind"): self.unix_address(socket.socket.bind, write=True),
+            (socket.socket, "connect"): self.unix_address(socket.socket.connect, write=False),
+            (socket.socket, "connect_ex"): self.unix_address(socket.socket.connect_ex, write=False),
+            **{(os, name): self.node(name) for name in ("mkfifo", "mknod") if name in REAL},
         }
         patches.update(_attribute_calls(self))
         for (owner, name), fn in patches.items():
@@ -374,14 +417,32 @@ def _route_compiled(disk: Overlay, module: Any, rows: list[tuple[str, int, str, 
             continue
 
         def routed(*args: Any, _original: Any = original, _index: int = index, _keyword: str = keyword, _kind: str = kind, **kwargs: Any) -> Any:
-            route = disk.write_path if _kind == "write" else disk.read_path
-            if len(args) > _index and isinstance(args[_index], (str, bytes, os.PathLike)):
+            route = _route(disk, _kind, args[_index + 1] if len(args) > _index + 1 else kwargs.get("mode", "r"))
+            if len(args) > _index and _a_path(args[_index]):
                 args = (*args[:_index], route(args[_index]), *args[_index + 1:])
-            elif isinstance(kwargs.get(_keyword), (str, bytes, os.PathLike)):
+            elif _a_path(kwargs.get(_keyword)):
                 kwargs[_keyword] = route(kwargs[_keyword])
             return _original(*args, **kwargs)
 
         disk._set(owner, attr, routed)
+
+
+def _a_path(value: Any) -> bool:
+    if isinstance(value, str) and value.startswith("file:"):
+        return False  # a SQLite URI names its file itself
+    return isinstance(value, (str, bytes, os.PathLike)) and value not in _NOT_A_PATH
+
+
+def _route(disk: Overlay, kind: str, mode: Any) -> Callable[[Any], Any]:
+    """How a COMPILED row's path is routed: a write, a read, an update (the user's content copied up first, as
+    SQLite reads and writes one file), or by the call's mode ("rb" a read, "wb"/"ab" a write)."""
+    if kind == "by-mode":
+        if not isinstance(mode, str) or mode.startswith("r"):
+            return disk.read_path
+        kind = "update" if "a" in mode else "write"
+    if kind == "update":
+        return lambda p: disk.write_path(p, update=True)
+    return disk.write_path if kind == "write" else disk.read_path
 
 
 def _library_caches() -> list[str]:
