@@ -125,3 +125,24 @@ def test_every_report_line_describes_the_mac_asked_for(tmp_path: Path, monkeypat
     env = next(line for line in text.splitlines() if "torch 2." in line)  # the runner's own versions, `cuda no`
     said = text.replace(env, "")
     assert "mps:0" in said and not [w for w in ("CUDA", "cuda", "Ampere") if w in said], said
+
+
+AFTER_THE_STEP = """
+import numpy as np, torch
+from torch import nn
+model = nn.Linear(4, 2).to("mps")
+model(torch.ones(3, 4, device="mps")).sum().backward()
+with torch.no_grad():
+    model(torch.ones(3, 4, device="mps"))
+    sample = torch.from_numpy(np.random.randn(3, 4)).to("mps")  # a Mac refuses this float64 copy
+"""
+
+
+def test_a_simulated_mac_says_where_it_stopped_and_what_it_did_not_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # The script is stopped at its model's next call (line 7): the float64 copy after it (line 8, which a Mac refuses,
+    # tests/test_rules_dd120_dd121.py cites the check) never runs, so the clean step must not read as a clean script.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(AFTER_THE_STEP)
+    result = run_script(["python", "train.py"], options=RunOptions(simulate=True, device="mps"))
+    assert not [f for f in result.report.findings if f.severity == "error"]
+    assert result.note and "stopped the script at train.py:7" in result.note and "float64 copy to mps" in result.note
