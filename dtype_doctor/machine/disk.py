@@ -302,34 +302,6 @@ class Overlay(Layers):
 
         return change
 
-    def node(self, name: str) -> Callable[..., Any]:
-        """os.mkfifo / os.mknod: a FIFO the script makes among its files is held back as a file is."""
-        real = REAL[name]
-
-        def make(path: Any, *args: Any, **kwargs: Any) -> Any:
-            if kwargs.get("dir_fd") is not None:
-                return real(path, *args, **kwargs)
-            return real(self.write_path(path, exclusive=True), *args, **kwargs)
-
-        return make
-
-    def unix_address(self, real: Callable[..., Any], write: bool) -> Callable[..., Any]:
-        """socket.bind / connect of an AF_UNIX path among the user's files (a bind makes the socket file):
-        at its place in scratch, as a file; an abstract address ("\\0name") is no file."""
-
-        def call(sock: Any, address: Any, *args: Any, **kwargs: Any) -> Any:
-            if sock.family == getattr(socket, "AF_UNIX", None) and _a_path(address) and address[:1] not in ("\0", b"\0"):
-                address = self.write_path(address, exclusive=True) if write else self.read_path(address)
-                if len(os.fsencode(address)) > 100:  # AF_UNIX's limit (108) in scratch: named through its folder's fd
-                    fd = REAL["open"](os.path.dirname(address), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-                    try:
-                        return real(sock, f"/proc/self/fd/{fd}/{os.path.basename(os.fsdecode(address))}", *args, **kwargs)
-                    finally:
-                        os.close(fd)
-            return real(sock, address, *args, **kwargs)
-
-        return call
-
     # ------------------------------------------------------------ arming
 
     def __enter__(self) -> "Overlay":
@@ -364,12 +336,8 @@ class Overlay(Layers):
             (os, "readlink"): self.resolved("readlink"), (os, "link"): self.link, (os, "symlink"): self.symlink,
             (tempfile, "mkdtemp"): self.temporary(_mkdtemp, 2), (tempfile, "_mkstemp_inner"): self.temporary(_mkstemp_inner, 0),
             (os, "chmod"): self.metadata("chmod"), (os, "utime"): self.metadata("utime"), (os, "truncate"): self.metadata("truncate"),
-            (socket.socket, "bind"): self.unix_address(socket.socket.bind, write=True),
-            (socket.socket, "connect"): self.unix_address(socket.socket.connect, write=False),
-            (socket.socket, "connect_ex"): self.unix_address(socket.socket.connect_ex, write=False),
-            **{(os, name): self.node(name) for name in ("mkfifo", "mknod") if name in REAL},
         }
-        patches.update(_attribute_calls(self))
+        patches.update({**_attribute_calls(self), **_special_files(self)})
         for (owner, name), fn in patches.items():
             self._set(owner, name, fn)
         from dtype_doctor.machine.libraries import after_import
@@ -405,6 +373,42 @@ def _attribute_calls(disk: Overlay) -> dict[tuple[Any, str], Any]:
     answers = {"listxattr": disk.resolved, "getxattr": disk.resolved, "setxattr": disk.metadata,
                "removexattr": disk.metadata, "chown": disk.metadata}
     return {(os, name): answer(name) for name, answer in answers.items() if hasattr(os, name)}
+
+
+def _special_files(disk: Overlay) -> dict[tuple[Any, str], Any]:
+    """A FIFO (os.mkfifo / os.mknod) and an AF_UNIX socket's file (bind; connect reads it) among the user's
+    files: made in C, seen by no audit event, held back as a file is."""
+    out: dict[tuple[Any, str], Any] = {(os, name): _node(disk, REAL[name]) for name in ("mkfifo", "mknod") if name in REAL}
+    for name in ("bind", "connect", "connect_ex"):
+        out[(socket.socket, name)] = _unix_address(disk, getattr(socket.socket, name), write=name == "bind")
+    return out
+
+
+def _node(disk: Overlay, real: Callable[..., Any]) -> Callable[..., Any]:
+    def make(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("dir_fd") is not None:
+            return real(path, *args, **kwargs)
+        return real(disk.write_path(path, exclusive=True), *args, **kwargs)
+
+    return make
+
+
+def _unix_address(disk: Overlay, real: Callable[..., Any], write: bool) -> Callable[..., Any]:
+    """An abstract address ("\\0name") is no file; a path in scratch longer than AF_UNIX's limit (108) is
+    named through its folder's descriptor."""
+
+    def call(sock: Any, address: Any, *args: Any, **kwargs: Any) -> Any:
+        if sock.family == getattr(socket, "AF_UNIX", None) and _a_path(address) and address[:1] not in ("\0", b"\0"):
+            address = disk.write_path(address, exclusive=True) if write else disk.read_path(address)
+            if len(os.fsencode(address)) > 100:
+                fd = REAL["open"](os.path.dirname(address), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+                try:
+                    return real(sock, f"/proc/self/fd/{fd}/{os.path.basename(os.fsdecode(address))}", *args, **kwargs)
+                finally:
+                    os.close(fd)
+        return real(sock, address, *args, **kwargs)
+
+    return call
 
 
 def _route_compiled(disk: Overlay, module: Any, rows: list[tuple[str, int, str, str]]) -> None:
