@@ -146,3 +146,36 @@ def test_a_simulated_mac_says_where_it_stopped_and_what_it_did_not_check(tmp_pat
     result = run_script(["python", "train.py"], options=RunOptions(simulate=True, device="mps"))
     assert not [f for f in result.report.findings if f.severity == "error"]
     assert result.note and "stopped the script at train.py:7" in result.note and "float64 copy to mps" in result.note
+
+
+NO_CUDA_HERE = """
+import torch
+def asked():
+    out = {}
+    for name, fn in [("name", torch.cuda.get_device_name), ("capability", torch.cuda.get_device_capability),
+                     ("bf16", torch.cuda.is_bf16_supported), ("memory", torch.cuda.mem_get_info),
+                     ("version", lambda: torch.version.cuda), ("cudnn", torch.backends.cudnn.is_available)]:
+        try:
+            out[name] = fn()
+        except Exception as e:
+            out[name] = type(e).__name__
+    return out
+"""
+
+
+def test_a_simulated_mac_has_no_cuda_in_its_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    # A Mac's torch is built without CUDA, as this CPU-only build is: its CUDA answers are this build's own
+    # (plain, first). Before, the simulated Mac answered as the A100 it runs on: torch.version.cuda "12.8",
+    # is_bf16_supported True, get_device_name "NVIDIA A100-SXM4-80GB" (a script picking bf16 by it took a GPU's path).
+    namespace: dict = {}
+    exec(NO_CUDA_HERE, namespace)
+    plain = namespace["asked"]()
+    assert plain["version"] is None and plain["bf16"] is False and plain["name"] == "AssertionError"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(NO_CUDA_HERE + f"""
+assert asked() == {plain!r}, asked()
+model = torch.nn.Linear(4, 2).to("mps")
+model(torch.ones(3, 4, device="mps")).sum().backward()
+""")
+    result = run_script(["python", "train.py"], options=RunOptions(simulate=True, device="mps"))
+    assert result.outcome.error is None and result.report.trace.device == "mps:0"
