@@ -116,3 +116,37 @@ def test_every_answered_row_answers_and_a_row_not_simulated_is_named(workdir: Pa
     assert report["coverage"]["not_simulated"] == ["torch.cuda.utilization"]
     assert "torch.cuda.utilization is not simulated" in report["coverage"]["stopped"]
     assert report["trace_failure"]["kind"] == "simulation"
+
+
+NOT_SIMULATED_CLASS = """\
+import torch
+model = torch.nn.Linear(8, 2).to("cuda")
+model(torch.randn(2, 8, device="cuda")).sum().backward()
+assert not isinstance(model.weight, torch.cuda.CUDAGraph)  # isinstance answers as torch's class does
+try:
+    graph = torch.cuda.CUDAGraph()  # graph capture: no stand-in can replay a kernel
+except Exception as e:  # a script that falls back when capture is unavailable
+    print("fell back:", type(e).__name__, e)
+"""
+
+
+def test_a_class_not_simulated_is_named_not_blamed_on_the_script(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    # On this CPU-only build the class is torch's dummy: making one raises, which a simulated run would have
+    # blamed on the script (or the script's fallback would have taken a path a GPU never takes).
+    with pytest.raises(RuntimeError, match="dummy base class CUDAGraph"):
+        torch.cuda.CUDAGraph()
+    (workdir / "graphs.py").write_text(NOT_SIMULATED_CLASS)
+    code, report, err = _run(["run", "--simulate", "--gpu", "a100", "-f", "json", "--", "python", "graphs.py"], capsys)
+    assert "fell back" not in err
+    assert report["coverage"]["not_simulated"] == ["torch.cuda.CUDAGraph"]
+    assert "torch.cuda.CUDAGraph is not simulated" in report["coverage"]["stopped"]
+
+
+def test_the_walk_covers_every_module_issue_43_names_and_their_own_modules() -> None:
+    # torch.accelerator.memory.memory_allocated is the function torch.accelerator re-exports: a row under
+    # torch.accelerator alone would leave the submodule's name reaching the CPU build.
+    named = {"torch.cuda", "torch.cuda.random", "torch.cuda.memory", "torch.cuda.amp", "torch.cuda.graphs",
+             "torch.cuda.streams", "torch.cuda.nvtx", "torch.accelerator", "torch.backends.cuda", "torch.backends.cudnn"}
+    own = {f"torch.accelerator.{n}" for n, v in vars(torch.accelerator).items()
+           if isinstance(v, types.ModuleType) and v.__name__.startswith("torch.accelerator.") and not n.startswith("_")}
+    assert own and named | own <= set(SURFACE)

@@ -185,3 +185,54 @@ def test_a_cache_folder_that_does_not_exist_yet_is_made_as_the_plain_script_make
         assert builder(root)
     disk.cleanup()
     assert (root / ".hf-home" / "datasets" / "arrow").is_dir()  # a library cache, written as it is
+
+
+def _compiled_writers() -> dict[str, object]:
+    """Writers in compiled code that open the path themselves, none through Python's open: after its step a
+    script saves a TorchScript model over its old one, logs to an SQLite file, writes its predictions with
+    pandas (pyarrow's OSFile) and as feather, binds a control socket and a FIFO in its run folder."""
+    import sqlite3
+
+    import pandas as pd
+    import pyarrow.feather as feather
+    import torch
+
+    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), "run/model.pt")
+    with sqlite3.connect("run/log.db") as db:
+        db.execute("insert into steps values (2)")
+    rows = sqlite3.connect("run/log.db").execute("select count(*) from steps").fetchone()[0]
+    pd.DataFrame({"p": [0.5]}).to_parquet("run/pred.parquet")
+    feather.write_feather(pd.DataFrame({"p": [0.5]}), "run/pred.feather")
+    with socket.socket(socket.AF_UNIX) as server, socket.socket(socket.AF_UNIX) as client:
+        server.bind("run/ctl.sock")
+        server.listen(1)
+        client.connect("run/ctl.sock")
+    os.mkfifo("run/events")
+    return {"model": type(torch.jit.load("run/model.pt")).__name__, "rows": rows,
+            "pred": pd.read_parquet("run/pred.parquet")["p"].tolist(), "feather": feather.read_feather("run/pred.feather")["p"].tolist(),
+            "listed": sorted(os.listdir("run"))}
+
+
+def test_writers_in_compiled_code_are_held_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python's audit hook never sees these opens (C++, SQLite, Arrow, the socket's bind): before, each wrote the
+    user's run folder under --simulate (a TorchScript save replaced the user's model.pt)."""
+    import sqlite3
+
+    plain, overlaid = tmp_path / "plain", tmp_path / "overlaid"
+    for root in (plain, overlaid):
+        (root / "run").mkdir(parents=True)
+        (root / "run" / "model.pt").write_bytes(b"the user's model")
+        with sqlite3.connect(root / "run" / "log.db") as db:
+            db.execute("create table steps (n)")
+            db.execute("insert into steps values (1)")
+    before = {p.name: p.read_bytes() for p in (overlaid / "run").iterdir()}
+    monkeypatch.chdir(plain)
+    expected = _compiled_writers()
+    assert expected["rows"] == 2 and (plain / "run" / "ctl.sock").is_socket()  # the plain run wrote the user's folder
+    monkeypatch.chdir(overlaid)
+    with Overlay() as disk:
+        assert _compiled_writers() == expected
+        held = {w.path for w in disk.held()}
+    disk.cleanup()
+    assert {os.path.join("run", n) for n in ("model.pt", "log.db", "pred.parquet", "pred.feather", "ctl.sock", "events")} <= held
+    assert {p.name: p.read_bytes() for p in (overlaid / "run").iterdir()} == before  # the user's folder as it was

@@ -60,21 +60,26 @@ def _part(rows: dict[str, str], module: str) -> dict[str, str]:
 
 
 _CUDA_ROWS = _rows(_CUDA)
+_ACCELERATOR_ROWS = _rows({
+    PROFILE: "is_available current_accelerator device_count current_device_index current_device_idx",
+    MEMORY: "memory_allocated max_memory_allocated memory_reserved max_memory_reserved memory_stats get_memory_info "
+            "reset_peak_memory_stats reset_accumulated_memory_stats",
+    STREAMS: "current_stream set_stream device_index",
+    NO_OP: "synchronize set_device_index set_device_idx empty_cache empty_host_cache",
+    NOT_SIMULATED: "get_device_capability Graph",
+})
 
 # module → public name → how the simulated GPU answers it. One row per name a script can reach.
 SURFACE: dict[str, dict[str, str]] = {
     "torch.cuda": _CUDA_ROWS,
     **{m: _part(_CUDA_ROWS, m) for m in ("torch.cuda.random", "torch.cuda.memory", "torch.cuda.graphs", "torch.cuda.streams")},
+    # the build's flag, left as this build says (False): a green context is a slice of a GPU's SMs
+    "torch.cuda.green_contexts": {**_part(_CUDA_ROWS, "torch.cuda.green_contexts"), "SUPPORTED": NOT_SIMULATED},
     "torch.cuda.amp": _rows({OWN: "autocast GradScaler custom_fwd custom_bwd amp_definitely_not_available"}),
     "torch.cuda.nvtx": _rows({NO_OP: "range_push range_pop range_start range_end mark range"}),
-    "torch.accelerator": _rows({
-        PROFILE: "is_available current_accelerator device_count current_device_index current_device_idx",
-        MEMORY: "memory_allocated max_memory_allocated memory_reserved max_memory_reserved memory_stats get_memory_info "
-                "reset_peak_memory_stats reset_accumulated_memory_stats",
-        STREAMS: "current_stream set_stream device_index",
-        NO_OP: "synchronize set_device_index set_device_idx empty_cache empty_host_cache",
-        NOT_SIMULATED: "get_device_capability Graph",
-    }),
+    "torch.accelerator": _ACCELERATOR_ROWS,
+    # the same functions and class under torch.accelerator's own modules (torch.accelerator.memory.memory_allocated)
+    **{m: _part(_ACCELERATOR_ROWS, m) for m in ("torch.accelerator.memory", "torch.accelerator.graphs")},
     "torch.backends.cuda": _rows({
         PROFILE: "is_built is_flash_attention_available can_use_flash_attention can_use_efficient_attention is_ck_sdpa_available",
         OWN: "preferred_linalg_library preferred_blas_library preferred_rocm_fa_library cublas_workspace_size "
@@ -107,9 +112,9 @@ def not_simulated() -> list[str]:
 
 def patches(answers: Callable[[str, str], Any], refuse: Callable[[str], Callable[..., Any]]) -> Iterator[tuple[Any, str, Any]]:
     """(owner, name, value) for each row to set while the simulation is on: `answers(module, name)` for
-    an answered row, `refuse("module.name")` for a function that is not simulated (a class stays torch's,
-    so `isinstance` keeps working). torch's own rows are left as they are; a row the installed torch
-    lacks is skipped."""
+    an answered row, `refuse("module.name")` for a function that is not simulated, and for a class a
+    stand-in that refuses to be made (`isinstance` answers as torch's class does). torch's own rows are
+    left as they are; a row the installed torch lacks is skipped."""
     import importlib
 
     for module, rows in SURFACE.items():
@@ -121,5 +126,37 @@ def patches(answers: Callable[[str, str], Any], refuse: Callable[[str], Callable
                 continue
             if kind in ANSWERED:
                 yield owner, name, answers(module, name)
-            elif callable(present) and not isinstance(present, type):
+            elif isinstance(present, type):
+                yield owner, name, refused_class(present, refuse(f"{module}.{name}"))
+            elif callable(present):
                 yield owner, name, refuse(f"{module}.{name}")
+
+
+class _Refused(type):
+    """The metaclass of a not-simulated class's stand-in: making one, or calling one of its functions
+    (`GreenContext.create`), is refused and named; `isinstance` and `issubclass` answer as the class does."""
+
+    _original: type
+    _refuse: Callable[..., Any]
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        return cls._refuse(*args, **kwargs)
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, cls._original)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, cls._original)
+
+    def __getattr__(cls, name: str) -> Any:
+        value = getattr(cls._original, name)
+        return cls._refuse if callable(value) and not name.startswith("__") else value
+
+
+def refused_class(original: type, refuse: Callable[..., Any]) -> type:
+    """A stand-in for the not-simulated class `original` (torch.cuda.CUDAGraph, MemPool, FloatTensor): a
+    CPU-only build's own error ("Tried to instantiate dummy base class CUDAGraph", "Torch not compiled with
+    CUDA enabled") would be blamed on the script; the simulation names the class instead."""
+    return _Refused(original.__name__, (), {"_original": original, "_refuse": staticmethod(refuse),
+                                            "__module__": original.__module__, "__qualname__": original.__qualname__,
+                                            "__doc__": original.__doc__})

@@ -192,7 +192,8 @@ class Event:
 def surface_answers(gpu: GpuProfile | None, current: CurrentDevice, memory: SimulatedMemory | None = None) -> Callable[[str, str], Any]:
     """`answers(module, name)` for machine/cuda_api.py's rows: the simulated GPU's answer to `module.name`."""
     cuda = cuda_answers(gpu, current, memory)
-    tables = {"torch.accelerator": accelerator_answers(cuda, current), "torch.backends.cuda": backends_answers(gpu),
+    accelerator = accelerator_answers(cuda, current)
+    tables = {"torch.accelerator": accelerator, "torch.accelerator.memory": accelerator, "torch.backends.cuda": backends_answers(gpu),
               "torch.backends.cudnn": backends_answers(gpu), "torch.cuda.nvtx": nvtx_answers(),
               "torch.version": {"cuda": CUDA_VERSION}}
     return lambda module, name: tables.get(module, cuda)[name]

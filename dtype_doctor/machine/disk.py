@@ -12,7 +12,8 @@ keeps it.
 The overlay sits at Python's file API, the one door of pure-Python writers (numpy, pickle,
 pathlib, logging, shutil, zipfile, fsspec): `open`, and `os`'s path functions that create,
 move, remove or describe files. Writers in compiled code that open a path themselves (torch's
-zip writer, safetensors) are routed by name (COMPILED). Behind both, an audit hook
+zip writer, TorchScript, safetensors, SQLite, Arrow) are routed by name (COMPILED), as are an
+AF_UNIX socket's bind and a FIFO: no audit event sees those opens. Behind both, an audit hook
 (`sys.addaudithook`) sees every file opened for writing, moved or removed through CPython;
 one that reaches a user's path unrouted is refused with PermissionError, so a path the overlay
 missed is an error in the script, never a changed file. Library caches (Hugging Face, torch's
@@ -26,6 +27,7 @@ import errno
 import io
 import os
 import shutil
+import socket
 import stat
 import sys
 import tempfile
@@ -53,7 +55,16 @@ COMPILED: tuple[tuple[str, str, int, str, str], ...] = (
     ("pyarrow.parquet", "read_table", 0, "source", "read"),
     ("tokenizers", "Tokenizer.save", 1, "path", "write"),  # a fast tokenizer's save_pretrained writes tokenizer.json in Rust
     ("tokenizers", "Tokenizer.from_file", 0, "path", "read"),
+    ("torch.jit._script", "RecursiveScriptModule.save", 1, "f", "write"),  # torch.jit.save(m, path): C++ writes the zip
+    ("torch.jit", "load", 0, "f", "read"),
+    ("sqlite3", "connect", 0, "database", "update"),  # a run log or an optuna study: SQLite opens the file in C
+    ("pyarrow", "OSFile", 0, "path", "by-mode"),  # pandas' to_parquet opens its local path with pa.OSFile(path, "wb")
+    ("pyarrow.feather", "write_feather", 1, "dest", "write"),
+    ("pyarrow.feather", "read_table", 0, "source", "read"),
+    ("pyarrow.feather", "_read_table_internal", 0, "source", "read"),  # read_feather's reader
+    ("pyarrow.csv", "write_csv", 1, "output_file", "write"),
 )
+_NOT_A_PATH = frozenset({"", ":memory:", b"", b":memory:"})  # SQLite's in-memory databases
 
 
 class Overlay(Layers):
@@ -326,7 +337,7 @@ class Overlay(Layers):
             (tempfile, "mkdtemp"): self.temporary(_mkdtemp, 2), (tempfile, "_mkstemp_inner"): self.temporary(_mkstemp_inner, 0),
             (os, "chmod"): self.metadata("chmod"), (os, "utime"): self.metadata("utime"), (os, "truncate"): self.metadata("truncate"),
         }
-        patches.update(_attribute_calls(self))
+        patches.update({**_attribute_calls(self), **_special_files(self)})
         for (owner, name), fn in patches.items():
             self._set(owner, name, fn)
         from dtype_doctor.machine.libraries import after_import
@@ -364,6 +375,42 @@ def _attribute_calls(disk: Overlay) -> dict[tuple[Any, str], Any]:
     return {(os, name): answer(name) for name, answer in answers.items() if hasattr(os, name)}
 
 
+def _special_files(disk: Overlay) -> dict[tuple[Any, str], Any]:
+    """A FIFO (os.mkfifo / os.mknod) and an AF_UNIX socket's file (bind; connect reads it) among the user's
+    files: made in C, seen by no audit event, held back as a file is."""
+    out: dict[tuple[Any, str], Any] = {(os, name): _node(disk, REAL[name]) for name in ("mkfifo", "mknod") if name in REAL}
+    for name in ("bind", "connect", "connect_ex"):
+        out[(socket.socket, name)] = _unix_address(disk, getattr(socket.socket, name), write=name == "bind")
+    return out
+
+
+def _node(disk: Overlay, real: Callable[..., Any]) -> Callable[..., Any]:
+    def make(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("dir_fd") is not None:
+            return real(path, *args, **kwargs)
+        return real(disk.write_path(path, exclusive=True), *args, **kwargs)
+
+    return make
+
+
+def _unix_address(disk: Overlay, real: Callable[..., Any], write: bool) -> Callable[..., Any]:
+    """An abstract address ("\\0name") is no file; a path in scratch longer than AF_UNIX's limit (108) is
+    named through its folder's descriptor."""
+
+    def call(sock: Any, address: Any, *args: Any, **kwargs: Any) -> Any:
+        if sock.family == getattr(socket, "AF_UNIX", None) and _a_path(address) and address[:1] not in ("\0", b"\0"):
+            address = disk.write_path(address, exclusive=True) if write else disk.read_path(address)
+            if len(os.fsencode(address)) > 100:
+                fd = REAL["open"](os.path.dirname(address), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+                try:
+                    return real(sock, f"/proc/self/fd/{fd}/{os.path.basename(os.fsdecode(address))}", *args, **kwargs)
+                finally:
+                    os.close(fd)
+        return real(sock, address, *args, **kwargs)
+
+    return call
+
+
 def _route_compiled(disk: Overlay, module: Any, rows: list[tuple[str, int, str, str]]) -> None:
     """The compiled writers and readers of `module` (COMPILED's rows) given the path the overlay routes."""
     for attr, index, keyword, kind in rows:
@@ -374,14 +421,32 @@ def _route_compiled(disk: Overlay, module: Any, rows: list[tuple[str, int, str, 
             continue
 
         def routed(*args: Any, _original: Any = original, _index: int = index, _keyword: str = keyword, _kind: str = kind, **kwargs: Any) -> Any:
-            route = disk.write_path if _kind == "write" else disk.read_path
-            if len(args) > _index and isinstance(args[_index], (str, bytes, os.PathLike)):
+            route = _route(disk, _kind, args[_index + 1] if len(args) > _index + 1 else kwargs.get("mode", "r"))
+            if len(args) > _index and _a_path(args[_index]):
                 args = (*args[:_index], route(args[_index]), *args[_index + 1:])
-            elif isinstance(kwargs.get(_keyword), (str, bytes, os.PathLike)):
+            elif _a_path(kwargs.get(_keyword)):
                 kwargs[_keyword] = route(kwargs[_keyword])
             return _original(*args, **kwargs)
 
         disk._set(owner, attr, routed)
+
+
+def _a_path(value: Any) -> bool:
+    if isinstance(value, str) and value.startswith("file:"):
+        return False  # a SQLite URI names its file itself
+    return isinstance(value, (str, bytes, os.PathLike)) and value not in _NOT_A_PATH
+
+
+def _route(disk: Overlay, kind: str, mode: Any) -> Callable[[Any], Any]:
+    """How a COMPILED row's path is routed: a write, a read, an update (the user's content copied up first, as
+    SQLite reads and writes one file), or by the call's mode ("rb" a read, "wb"/"ab" a write)."""
+    if kind == "by-mode":
+        if not isinstance(mode, str) or mode.startswith("r"):
+            return disk.read_path
+        kind = "update" if "a" in mode else "write"
+    if kind == "update":
+        return lambda p: disk.write_path(p, update=True)
+    return disk.write_path if kind == "write" else disk.read_path
 
 
 def _library_caches() -> list[str]:

@@ -18,7 +18,7 @@ from dtype_doctor.records import HeldWrite, SourceLoc
 real_open = builtins.open
 REAL = {name: getattr(os, name) for name in ("open", "stat", "lstat", "replace", "rename", "remove", "unlink", "rmdir",
                                              "mkdir", "listdir", "chmod", "utime", "truncate", "scandir", "statvfs",
-                                             "access", "readlink", "symlink", "link")}
+                                             "access", "readlink", "symlink", "link", "mkfifo", "mknod") if hasattr(os, name)}
 # Extended attributes and owners (Linux): shutil.copy2 / copytree / move copy them after the bytes.
 REAL.update({name: getattr(os, name) for name in ("listxattr", "getxattr", "setxattr", "removexattr", "chown")
              if hasattr(os, name)})

@@ -55,3 +55,16 @@ def enter_simulation(stack: Any, placement: Any, target: Any, **options: Any) ->
 
         stack.enter_context(MpsFace(simulation, placement.macos))
     return simulation
+
+
+def stopped_on_a_mac() -> str:
+    """What a simulated Mac run says where it stops the script (its model's next call after the traced step):
+    the code after that line did not run, so a float64 copy to mps there (sampling after an epoch, an
+    evaluation loop's batch) is not seen. The script goes no further because past the step its tensors hold
+    no data: its own loop would run every batch on stand-in values (docs/mps.md, Limits)."""
+    from dtype_doctor.machine.user_code import user_site
+
+    at = user_site(2)
+    where = f" at {at.file}:{at.line}" if at is not None else ""
+    return (f"the simulated Mac stopped the script{where}, its model's next call after the traced step: code after it "
+            "(an evaluation loop, sampling) did not run, and a float64 copy to mps there is not checked")

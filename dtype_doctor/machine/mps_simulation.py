@@ -68,6 +68,10 @@ class _MpsMode(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+# Answered as a Mac by the face itself.
+_KEPT = frozenset({"is_available", "device_count"})
+
+
 class MpsFace:
     """`with MpsFace(simulation, macos):` inside a running CudaSimulation."""
 
@@ -97,8 +101,24 @@ class MpsFace:
         for name in ("synchronize", "empty_cache", "manual_seed", "seed"):
             self._set(torch.mps, name, lambda *a, **k: None)
         self._patch_autocast()
+        self._no_cuda_build()
         self._mode.__enter__()
         return self
+
+    def _no_cuda_build(self) -> None:
+        """What the script asks of CUDA is a Mac's torch's answer (no CUDA in the build: torch.version.cuda None,
+        is_bf16_supported False, get_device_name raising "Torch not compiled with CUDA enabled"), which is this
+        CPU-only build's own: the simulation's answers (and refusals) for the GPU it runs the Mac on are put back to those."""
+        from dtype_doctor.machine.cuda_api import OWN, SURFACE
+
+        asked = {(m, n) for m, rows in SURFACE.items() for n, k in rows.items()
+                 if k != OWN and not (m == "torch.cuda" and n in _KEPT) and not m.startswith("torch.accelerator")}
+        by_module = {id(__import__("importlib").import_module(m)): m for m, _ in asked}
+        cudnn = torch.backends.cudnn
+        by_module[id(getattr(cudnn, "m", cudnn))] = "torch.backends.cudnn"
+        for owner, name, original in self.sim.patches.saved():
+            if (by_module.get(id(owner)), name) in asked:
+                self._set(owner, name, original)
 
     def __exit__(self, *exc: Any) -> None:
         self._mode.__exit__(*exc)

@@ -63,6 +63,14 @@ class LibraryPatches:
                 setattr(owner, name, original)
         self._saved.clear()
 
+    def saved(self) -> list[tuple[Any, str, Any]]:
+        """(owner, name, the value before any patch) of each attribute patched that had one (machine/mps_simulation.py
+        puts a Mac's answers back)."""
+        first: dict[tuple[int, str], tuple[Any, str, Any]] = {}
+        for owner, name, original in self._saved:
+            first.setdefault((id(owner), name), (owner, name, original))
+        return [row for row in first.values() if row[2] is not _ABSENT]
+
     def set(self, owner: Any, name: str, value: Any) -> None:
         self._saved.append((owner, name, owner.__dict__.get(name, getattr(owner, name, _ABSENT))))
         setattr(owner, name, value)

@@ -15,6 +15,11 @@ GPU. Under the simulation the same holds, with what a child needs to see the sam
   forkserver's server process, which would import the script with neither, does not preload it.
 - pinned memory: the pin thread DataLoader starts runs under the parent's function modes (a
   thread starts with none), so a batch is pinned as the simulation pins it.
+- the script's own processes (`mp.Process(target=train)`, as pytorch/examples' mnist_hogwild trains
+  its shared model): a spawned one is armed as a worker is, on the machine asked for (a Mac's face
+  for `--device mps`), and arms its own children and pin threads the same way, so its DataLoader
+  (`pin_memory=True`) and its training step run as on that machine. Its step is not traced: the
+  report is the parent's step; what a child meets is said in one line.
 
 What a child writes to stderr (a traceback, a warning) goes to a file the parent reads, never to
 the user's terminal: a child that failed stops the loader's wait at once with one line naming
@@ -55,12 +60,14 @@ class ChildArms:
     device: str  # the simulated device the parent's script sees ("cuda:0")
     gpu: str | None  # the GPU profile's name
     gpus: int
+    macos: tuple[int, int] | None = None  # a simulated Mac's (--device mps): the child sees a Mac, not CUDA
 
     def __reduce__(self) -> tuple[Callable[..., None], tuple[Any, ...]]:
-        return _Armed, (self.disk, self.capture, self.device, self.gpu, self.gpus)
+        return _Armed, (self.disk, self.capture, self.device, self.gpu, self.gpus, self.macos)
 
 
-def _Armed(disk: Any, capture: str, device: str, gpu: str | None, gpus: int) -> None:  # noqa: N802 - pickle's callable
+def _Armed(disk: Any, capture: str, device: str, gpu: str | None, gpus: int,  # noqa: N802 - pickle's callable
+           macos: tuple[int, int] | None = None) -> None:
     """Run in a spawned child as spawn's preparation data is unpickled, before the script is imported."""
     _capture_stderr(capture)
     if disk is not None:
@@ -73,7 +80,13 @@ def _Armed(disk: Any, capture: str, device: str, gpu: str | None, gpus: int) -> 
         from dtype_doctor.machine.gpus import gpu_profile
         from dtype_doctor.machine.simulate import CudaSimulation
 
-        CudaSimulation(torch.device(device), gpu_profile(gpu), gpus=gpus, stops=False).__enter__()
+        sim = CudaSimulation(torch.device(device), gpu_profile(gpu), gpus=gpus, stops=False).__enter__()
+        if macos is not None:
+            from dtype_doctor.machine.mps_simulation import MpsFace
+
+            MpsFace(sim, macos).__enter__()
+        # its own children and pin threads as the parent's (a training process's DataLoader, pin_memory=True)
+        Children(None, device, gpu, gpus, macos).adopt(ChildArms(disk, capture, device, gpu, gpus, macos))
     except Exception as e:  # noqa: BLE001 - the child goes on as the plain CPU process it is, and says so
         print(f"{_TRACEBACK} (dtype-doctor)\nthe simulated CUDA could not be armed in this worker: {type(e).__name__}: {e}",
               file=sys.stderr, flush=True)
@@ -104,25 +117,45 @@ class Children:
     """`with Children(disk, device, gpu, gpus):` — child processes the script starts see the simulated
     machine, and what they meet is the parent's to say (`said()` after the run: one line a child)."""
 
-    def __init__(self, disk: Any, device: str, gpu: str | None, gpus: int = 1) -> None:
+    def __init__(self, disk: Any, device: str, gpu: str | None, gpus: int = 1, macos: tuple[int, int] | None = None) -> None:
         self.disk = disk
-        self.device, self.gpu, self.gpus = device, gpu, gpus
+        self.device, self.gpu, self.gpus, self.macos = device, gpu, gpus, macos
+        self._arms: ChildArms | None = None  # a spawned child's own arms, handed down to its children
         self.capture = ""
         self.reported: set[int] = set()
         self._saved: list[tuple[Any, str, Any]] = []
         self._hook: Any = None
         self._waits: dict[int, tuple[int, float]] = {}  # id(loader iterator) → (the batch it awaits, since when)
+        self.own: list[str] = []  # the script's own processes (not DataLoader workers): "train (spawn)"
 
     def arms(self) -> ChildArms:
-        return ChildArms(self.disk.state() if self.disk is not None else None, self.capture, self.device, self.gpu, self.gpus)
+        if self._arms is not None:
+            return self._arms
+        return ChildArms(self.disk.state() if self.disk is not None else None, self.capture, self.device, self.gpu,
+                         self.gpus, self.macos)
+
+    def adopt(self, arms: ChildArms) -> None:
+        """In a spawned child: its own children are armed as it was, and its pin threads run under its modes.
+        Never exited: the child's patches last as long as the child."""
+        self._arms, self.capture = arms, arms.capture
+        self._patch()
 
     def __enter__(self) -> "Children":
-        global _CURRENT
-        import multiprocessing.process
-        import multiprocessing.spawn
         import tempfile
 
         self.capture = tempfile.mkdtemp(prefix="dtype-doctor-children-")  # owned: a fresh name in the temp dir
+        self._patch()
+        self._quiet_forkserver()
+        self._patch_loader()
+        return self
+
+    def _patch(self) -> None:
+        """Forked children capture their stderr; spawned ones unpickle the arms before the script is imported."""
+        global _CURRENT
+        import multiprocessing
+        import multiprocessing.process
+        import multiprocessing.spawn
+
         children = self
         bootstrap = multiprocessing.process.BaseProcess._bootstrap
         prepared = multiprocessing.spawn.get_preparation_data
@@ -139,10 +172,21 @@ class Children:
 
         self._set(multiprocessing.process.BaseProcess, "_bootstrap", _bootstrap)
         self._set(multiprocessing.spawn, "get_preparation_data", get_preparation_data)
-        self._quiet_forkserver()
-        self._patch_loader()
+        start = multiprocessing.process.BaseProcess.start
+
+        def started(process: Any) -> None:
+            target = getattr(process, "_target", None)
+            if getattr(target, "__module__", "") != "torch.utils.data._utils.worker":  # a DataLoader worker is the loader's
+                method = getattr(process, "_start_method", None) or multiprocessing.get_start_method(allow_none=True) or "fork"
+                children.own.append(f"{getattr(target, '__name__', None) or process.name} ({method})")
+            return start(process)
+
+        self._set(multiprocessing.process.BaseProcess, "start", started)
         _CURRENT = self
-        return self
+        if self._arms is not None:  # a child: its pin threads under its modes (the loader's bounded wait is the parent's)
+            import torch.utils.data._utils.pin_memory as pin
+
+            self._set(pin, "_pin_memory_loop", _with_modes(pin._pin_memory_loop))
 
     def _quiet_forkserver(self) -> None:
         """The forkserver's server process would import the script before any arming: it preloads nothing."""
@@ -262,8 +306,12 @@ class Children:
             return ""
 
     def said(self) -> list[str]:
-        """One line for each child that wrote to stderr and was not reported already."""
+        """One line for each child that wrote to stderr and was not reported already; and, where the script
+        started processes of its own, that they ran on the simulated machine with their steps untraced."""
         out = []
+        if self.own:
+            out.append(f"the script's own processes ran under the simulation, their steps not traced (the report is "
+                       f"this process's step): {', '.join(self.own)}")
         for name in sorted(os.listdir(self.capture)) if self.capture and os.path.isdir(self.capture) else ():
             pid = int(name.split(".")[0]) if name.endswith(".err") and name.split(".")[0].isdigit() else None
             text = self._read(pid)

@@ -246,6 +246,12 @@ class Trace:
     shared_layers: tuple[tuple[str, str], ...] = ()
 
     @property
+    def on_mac(self) -> bool:
+        """Whether the machine asked for is Apple silicon (a simulated `--device mps`, or a real mps), even where
+        the model itself sits on the CPU: the report speaks of that machine, never of CUDA."""
+        return self.macos is not None or self.device.startswith("mps")
+
+    @property
     def values_measured(self) -> bool:
         return self.values == "measured"
 

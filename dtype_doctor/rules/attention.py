@@ -246,6 +246,14 @@ def attention_of(trace: Trace, capability: tuple[int, int] | None = None) -> dic
             out["gpu"] = trace.gpu or f"compute capability {cc[0]}.{cc[1]}"
         else:
             out["sdpa_backend"] = None
-            out["why"] = (f"the trace ran on {trace.device}; CUDA's choice depends on the GPU: "
-                          "trace with --simulate --device cuda --gpu NAME to see it")
+            out["why"] = _not_cuda(trace)
     return out
+
+
+def _not_cuda(trace: Trace) -> str:
+    """Why no CUDA backend is named, in the words of the machine the trace is for: on a Mac, CUDA's
+    flash / memory-efficient choice is no part of the answer (the report describes the machine asked for)."""
+    if trace.on_mac:
+        return "the target is a Mac (mps): SDPA runs torch's MPS kernels there (docs/mps.md)"
+    return (f"the trace ran on {trace.device}; CUDA's choice depends on the GPU: "
+            "trace with --simulate --device cuda --gpu NAME to see it")

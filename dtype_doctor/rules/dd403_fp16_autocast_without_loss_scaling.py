@@ -26,7 +26,8 @@ def check(trace: Trace) -> Iterator[Finding]:
         hints=(
             "scale the loss: scaler = torch.amp.GradScaler(); scaler.scale(loss).backward(); scaler.step(optimizer); "
             "scaler.update() (GradScaler(enabled=True); Trainer and accelerate do it with fp16=True)",
-            "or run autocast in bfloat16, which needs no scaling, where the GPU has it (Ampere and later)",
+            "or run autocast in bfloat16, which needs no scaling, where the "
+            + ("Mac has it (macOS 14 or newer)" if trace.on_mac else "GPU has it (Ampere and later)"),
         ),
     )
 

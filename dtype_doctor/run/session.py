@@ -50,6 +50,7 @@ from dtype_doctor.trace.engine import model_info
 from dtype_doctor.trace.session import TraceSession
 from dtype_doctor.numerics import dtype_name
 from dtype_doctor.machine.placement import HERE, Placement
+from dtype_doctor.machine.mps_placement import stopped_on_a_mac
 from dtype_doctor.run.step_joins import UNWATCHED, StepJoins, user_frame_of_call
 from dtype_doctor.run.step_report import StepEnd
 from dtype_doctor.run.surface import ScriptSurface
@@ -258,6 +259,8 @@ class RunSession:
                     if not self.keep_running or self.placement.simulated:
                         if self.keep_running:
                             self.note = "--keep-running: a simulated script cannot go on after the traced steps (its CUDA tensors hold no data); stopped"
+                        elif self.placement.apple:
+                            self.note = stopped_on_a_mac()
                         raise StopScript()
             elif self.model is not None and has_parameters(module):
                 joined = self.joins.joined(module, args, kwargs)

@@ -50,7 +50,8 @@ class ScriptSurface:
             from dtype_doctor.machine.workers import Children
 
             # DataLoader workers and other child processes see the simulated machine (machine/workers.py).
-            arms.enter_context(Children(self.disk, str(self.simulation.label), self.placement.gpu, self.placement.gpus))
+            arms.enter_context(Children(self.disk, str(self.simulation.label), self.placement.gpu, self.placement.gpus,
+                                        self.placement.macos))
             from dtype_doctor.machine.fake_packages import CudaOnlyPackages
 
             arms.enter_context(CudaOnlyPackages(self.simulation.refusal))  # flash-attn, xformers (machine/fake_packages.py)

@@ -261,13 +261,18 @@ def index_device_refusal(op: OpCall) -> str | None:
         # meta:k stands for cuda:k (several GPUs); a bare meta is named by machine/wording.py
         where = f"cuda:{gpu.split(':')[1]}" if gpu.startswith("meta:") else gpu
         return (f"Expected all tensors to be on the same device, but got index is on cpu, different from other "
-                f"tensors on {where} (when checking argument in method wrapper_CUDA__index_select)")
+                f"tensors on {where}" + _wrapper(where, " (when checking argument in method wrapper_CUDA__index_select)"))
     index = next((t.device for t in op.operands if t.role == "index" and t.device != "cpu" and not t.is_scalar), None)
     if index is not None and any(t.role != "index" and t.device == "cpu" and not t.is_scalar for t in op.operands):
         where = f"cuda:{index.split(':')[1]}" if index.startswith("meta:") else index
-        return (f"Expected all tensors to be on the same device, but found at least two devices, cpu and {where}! "
-                "(when checking argument for argument index in method wrapper_CUDA__index_select)")
+        return (f"Expected all tensors to be on the same device, but found at least two devices, cpu and {where}!"
+                + _wrapper(where, " (when checking argument for argument index in method wrapper_CUDA__index_select)"))
     return None
+
+
+def _wrapper(device: str, clause: str) -> str:
+    """CUDA's generated wrapper names itself in the message; a simulated Mac's error names no CUDA wrapper."""
+    return "" if device.startswith("mps") else clause
 
 def _signature(func: Any, args: tuple, kwargs: dict) -> tuple:
     def one(x: Any) -> Any:
