@@ -45,3 +45,10 @@ class AudioDecoder:
         a = int(start_seconds * self._rate)
         b = self._data.shape[1] if stop_seconds is None else int(stop_seconds * self._rate)
         return AudioSamples(self._data[:, a:b], start_seconds, (b - a) / self._rate, self._rate)
+
+
+class VideoDecoder:
+    """Named by datasets' isinstance checks only: the sweep has no video."""
+
+    def __init__(self, *_, **__):
+        raise NotImplementedError("the sweep's torchcodec stand-in decodes WAV audio only")
