@@ -119,6 +119,10 @@ def _text_data(data: Path) -> None:
                     f.write(json.dumps(make(r)) + "\n")
     with open(data / "alpaca.json", "w") as f:
         json.dump([{"instruction": s, "input": "", "output": " ".join(s.split()[:5])} for s in _sentences(12, 9)], f)
+    (data / "alpaca-folder").mkdir(exist_ok=True)  # load_dataset(folder): datasets 4 reads no lone file path
+    with open(data / "alpaca-folder" / "train.jsonl", "w") as f:
+        for s in _sentences(12, 9):
+            f.write(json.dumps({"instruction": s, "input": "", "output": " ".join(s.split()[:5])}) + "\n")
 
 
 def _write_csv(path: Path, rows: list[dict], cols: tuple[str, ...]) -> None:
@@ -141,6 +145,10 @@ def _models(models: Path) -> None:
                       "llama-tiny"),
         "llama-tiny": (tf.LlamaConfig(**small, num_key_value_heads=1, max_position_embeddings=64, vocab_size=0),
                        tf.LlamaForCausalLM, "llama-tiny"),
+        # bitsandbytes' 4-bit CPU inference packs the weight in 64-wide blocks: every quantized layer's input >= 64
+        "llama-qlora": (tf.LlamaConfig(num_hidden_layers=2, num_attention_heads=2, hidden_size=64, intermediate_size=128,
+                                       num_key_value_heads=1, max_position_embeddings=64, vocab_size=0),
+                        tf.LlamaForCausalLM, "llama-tiny"),
         "bert-tiny": (tf.BertConfig(**small, max_position_embeddings=64, vocab_size=0), tf.BertForMaskedLM,
                       "bert-tiny"),
         "t5-tiny": (tf.T5Config(d_model=32, d_ff=64, num_layers=2, num_heads=2, d_kv=16, vocab_size=0,
