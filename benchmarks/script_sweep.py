@@ -143,9 +143,9 @@ def _message(f: dict) -> str:
 
 
 def clean_cases(s: Script, targets: tuple[str, ...]) -> list[tuple[Script, str, str]]:
-    cases = [(s, "plain", s.modes[0][0])] if "cpu" in targets else []
+    cases = [(s, "plain", s.modes[0][0])] if "cpu" in targets and s.cpu else []
     for target in targets:
-        if target in runs.GPUS and not s.gpu:
+        if (target in runs.GPUS and not s.gpu) or (target == "cpu" and not s.cpu):
             continue
         for mode, _ in s.modes:
             if target == "cpu" and mode in s.gpu_modes:

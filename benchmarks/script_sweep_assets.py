@@ -14,7 +14,13 @@
                PYTHONPATH: `torchvision` (MNIST/FakeData/ImageFolder of generated images, the
                transforms the examples use, save_image), `evaluate` (accuracy/glue metrics),
                `sentencepiece` and `tiktoken` (imported, never called, by llama2.c and nanoGPT's sample.py) and `trl_dist` (the dist-info
-               trl asks importlib.metadata for when it runs from its checkout).
+               trl asks importlib.metadata for when it runs from its checkout), `torchcodec` (the
+               WAV files below decoded with the stdlib `wave`: datasets 4.x decodes Audio with it)
+               and `wandb` (imported, its Table built, never logged to).
+  hub/         also `facebook/bart-base` (a tiny BART) and the prepared datasets
+               `zeroshot/twitter-financial-news-sentiment` (text, label) and
+               `mozilla-foundation/common_voice_11_0` "hi" (16 kHz WAV clips with sentences), with
+               `whisper-tiny`: a tiny Whisper (8 mel bins, 1-second windows) and its processor.
                They keep the real packages' dtypes (ToTensor gives float32 in [0, 1], labels are
                Python ints the collate makes int64), so a dtype finding under them is the
                script's own.
@@ -32,7 +38,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures" / "models"
-VERSION = "22"
+VERSION = "23"
 WORDS = ("the cat sat on a mat while the dog ran to the red ball and a bird sang in the tall tree "
          "by the river where the boy read an old book about ships").split()
 
@@ -51,6 +57,8 @@ def make_assets(root: Path) -> Path:
     _sd_pipeline(root / "models" / "sd-tiny")
     _captioned_images(root / "data" / "sd-images")
     _hub(root)
+    _seq2seq_hub(root)
+    _speech(root)
     marker.write_text(VERSION)
     return root
 
@@ -111,6 +119,10 @@ def _text_data(data: Path) -> None:
                     f.write(json.dumps(make(r)) + "\n")
     with open(data / "alpaca.json", "w") as f:
         json.dump([{"instruction": s, "input": "", "output": " ".join(s.split()[:5])} for s in _sentences(12, 9)], f)
+    (data / "alpaca-folder").mkdir(exist_ok=True)  # load_dataset(folder): datasets 4 reads no lone file path
+    with open(data / "alpaca-folder" / "train.jsonl", "w") as f:
+        for s in _sentences(12, 9):
+            f.write(json.dumps({"instruction": s, "input": "", "output": " ".join(s.split()[:5])}) + "\n")
 
 
 def _write_csv(path: Path, rows: list[dict], cols: tuple[str, ...]) -> None:
@@ -133,6 +145,10 @@ def _models(models: Path) -> None:
                       "llama-tiny"),
         "llama-tiny": (tf.LlamaConfig(**small, num_key_value_heads=1, max_position_embeddings=64, vocab_size=0),
                        tf.LlamaForCausalLM, "llama-tiny"),
+        # bitsandbytes' 4-bit CPU inference packs the weight in 64-wide blocks: every quantized layer's input >= 64
+        "llama-qlora": (tf.LlamaConfig(num_hidden_layers=2, num_attention_heads=2, hidden_size=64, intermediate_size=128,
+                                       num_key_value_heads=1, max_position_embeddings=64, vocab_size=0),
+                        tf.LlamaForCausalLM, "llama-tiny"),
         "bert-tiny": (tf.BertConfig(**small, max_position_embeddings=64, vocab_size=0), tf.BertForMaskedLM,
                       "bert-tiny"),
         "t5-tiny": (tf.T5Config(d_model=32, d_ff=64, num_layers=2, num_heads=2, d_kv=16, vocab_size=0,
@@ -193,6 +209,138 @@ def _hub(root: Path) -> None:
         info = json.loads((dst / "dataset_info.json").read_text())
         info.update(config_name="mrpc", builder_name="glue", dataset_name="glue")
         (dst / "dataset_info.json").write_text(json.dumps(info))
+
+
+def _hub_model(root: Path, repo_id: str, folder: Path) -> None:
+    """`repo_id` in the offline hub cache (HF_HUB_CACHE): a snapshot copied from a saved folder."""
+    sha = "0" * 40
+    repo = root / "hub" / ("models--" + repo_id.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(sha)
+    shutil.rmtree(repo / "snapshots" / sha, ignore_errors=True)
+    shutil.copytree(folder, repo / "snapshots" / sha)
+
+
+def _prepared_dataset(root: Path, repo_id: str, config: str, splits: dict) -> None:
+    """`load_dataset(repo_id, config)` offline: the datasets cache one earlier download leaves (as `_hub`'s glue),
+    made from `splits` (split name -> a datasets.Dataset, its features kept through parquet)."""
+    import glob
+    import os
+
+    from datasets import load_dataset
+
+    name = repo_id.split("/")[-1]
+    src_dir = root / "hub-src" / repo_id.replace("/", "+")
+    shutil.rmtree(src_dir, ignore_errors=True)
+    src_dir.mkdir(parents=True)
+    files = {}
+    for split, ds in splits.items():
+        ds.to_parquet(str(src_dir / f"{split}.parquet"))
+        files[split] = str(src_dir / f"{split}.parquet")
+    load_dataset("parquet", data_files=files, cache_dir=str(src_dir / "prep"))
+    src = next(p for p in glob.glob(str(src_dir / "prep" / "parquet" / "*" / "*" / "*")) if os.path.isdir(p))
+    dst = root / "datasets-cache" / repo_id.replace("/", "___") / config / "0.0.0" / os.path.basename(src)
+    shutil.rmtree(dst, ignore_errors=True)
+    dst.mkdir(parents=True)
+    for f in os.listdir(src):
+        if not f.endswith(".lock"):
+            shutil.copy(os.path.join(src, f), dst / f.replace("parquet-", f"{name}-"))
+    info = json.loads((dst / "dataset_info.json").read_text())
+    info.update(config_name=config, builder_name=name, dataset_name=name)
+    (dst / "dataset_info.json").write_text(json.dumps(info))
+
+
+def _seq2seq_hub(root: Path) -> None:
+    """peft's peft_adalora_seq2seq.py names its model and data: `facebook/bart-base` (a tiny BART with the llama-tiny
+    tokenizer) and `zeroshot/twitter-financial-news-sentiment`, 1336 rows: the script's AdaLoRA schedule (tinit 200,
+    tfinal 1000, 8 epochs of batch 8, all written in it) needs more than 1200 steps (151 batches of its 90% train split),
+    or its first update_and_allocate masks with no rank pattern (AttributeError); its validation split must reach row 13."""
+    import torch
+    import transformers as tf
+    from datasets import Dataset
+
+    tok = tf.AutoTokenizer.from_pretrained(FIXTURES / "llama-tiny")
+    torch.manual_seed(0)
+    config = tf.BartConfig(vocab_size=len(tok), d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                           decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=128,
+                           pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                           decoder_start_token_id=tok.eos_token_id, forced_eos_token_id=tok.eos_token_id)
+    out = root / "models" / "bart-tiny"
+    tf.BartForConditionalGeneration(config).save_pretrained(out)
+    tok.save_pretrained(out)
+    _hub_model(root, "facebook/bart-base", out)
+    rows = _sentences(1336, 21)
+    _prepared_dataset(root, "zeroshot/twitter-financial-news-sentiment", "default",
+                      {"train": Dataset.from_dict({"text": rows, "label": [i % 3 for i in range(len(rows))]})})
+
+
+def _wav(seconds: float, freq: float, seed: int) -> bytes:
+    """16 kHz mono 16-bit PCM: a tone with a little noise (what a speech corpus's clip is, to a feature extractor)."""
+    import io
+    import wave
+
+    import numpy as np
+
+    t = np.arange(int(16000 * seconds)) / 16000
+    y = 0.3 * np.sin(2 * np.pi * freq * t) + 0.02 * np.random.default_rng(seed).standard_normal(t.size)
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes((y * 32767).astype("<i2").tobytes())
+    return buf.getvalue()
+
+
+def _speech(root: Path) -> None:
+    """peft's Whisper AdaLoRA example: `whisper-tiny` and common_voice_11_0 "hi" (WAV bytes in an Audio column)."""
+    from datasets import Audio, Dataset
+
+    _whisper(root / "models" / "whisper-tiny")
+    splits = {}
+    for k, (split, n) in enumerate((("train", 12), ("validation", 4), ("test", 4))):
+        text = _sentences(n, 30 + k)
+        audio = [{"bytes": _wav(0.25 + 0.05 * (i % 4), 200.0 + 40 * i, i), "path": f"{split}-{i}.wav"} for i in range(n)]
+        ds = Dataset.from_dict({"audio": audio, "sentence": text})
+        splits[split] = ds.cast_column("audio", Audio(sampling_rate=16000))
+    _prepared_dataset(root, "mozilla-foundation/common_voice_11_0", "hi", splits)
+
+
+def _whisper(out: Path) -> None:
+    """A tiny Whisper (8 mel bins, 1-second windows, one layer each side) and its processor: a byte-level
+    WhisperTokenizer of the 256 byte symbols (no merges) with Whisper's special tokens, every language's among them."""
+    import torch
+    import transformers as tf
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+    vocab = {c: i for i, c in enumerate(bytes_to_unicode().values())}
+    specials = ["<|endoftext|>", "<|startoftranscript|>", *(f"<|{k}|>" for k in LANGUAGES), "<|translate|>",
+                "<|transcribe|>", "<|startoflm|>", "<|startofprev|>", "<|nocaptions|>", "<|notimestamps|>"]
+    vocab.update({t: len(vocab) + i for i, t in enumerate(specials)})
+    src = out.parent / "whisper-tiny-vocab"
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "vocab.json").write_text(json.dumps(vocab))
+    (src / "merges.txt").write_text("#version: 0.2\n")
+    end = vocab["<|endoftext|>"]
+    tok = tf.WhisperTokenizer(str(src / "vocab.json"), str(src / "merges.txt"), unk_token="<|endoftext|>",
+                              bos_token="<|endoftext|>", eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    tok.add_special_tokens({"additional_special_tokens": specials[1:]})
+    processor = tf.WhisperProcessor(feature_extractor=tf.WhisperFeatureExtractor(feature_size=8, chunk_length=1),
+                                    tokenizer=tok)
+    torch.manual_seed(0)
+    config = tf.WhisperConfig(vocab_size=len(vocab), num_mel_bins=8, d_model=16, encoder_layers=1, decoder_layers=1,
+                              encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                              decoder_ffn_dim=32, max_source_positions=50, max_target_positions=448, pad_token_id=end,
+                              bos_token_id=end, eos_token_id=end, decoder_start_token_id=vocab["<|startoftranscript|>"])
+    model = tf.WhisperForConditionalGeneration(config)
+    gen = model.generation_config
+    gen.lang_to_id = {f"<|{k}|>": vocab[f"<|{k}|>"] for k in LANGUAGES}
+    gen.task_to_id = {"transcribe": vocab["<|transcribe|>"], "translate": vocab["<|translate|>"]}
+    gen.is_multilingual, gen.no_timestamps_token_id = True, vocab["<|notimestamps|>"]
+    gen.max_length = 448
+    model.save_pretrained(out)
+    processor.save_pretrained(out)
 
 
 def _images(folder: Path) -> None:

@@ -48,6 +48,7 @@ class Script:
     stubs: tuple[str, ...] = ()  # stand-in packages (script_sweep_stubs/) it needs: torchvision, evaluate, ...
     pythonpath: tuple[str, ...] = ()  # folders of the repo copy put on PYTHONPATH (minGPT's package)
     gpu: bool = True  # False: the script has no GPU path at all (no simulated targets)
+    cpu: bool = True  # False: no CPU path (its device from torch.accelerator, no flag to say cpu): no plain or CPU rows
     gpu_modes: tuple[str, ...] = ()  # modes only a GPU offers (fp16 AMP): not run on the CPU
     injections: tuple[Injection, ...] = ()
     place: tuple[tuple[str, str], ...] = ()  # (path in the copy, asset path) copied in before a run

@@ -116,6 +116,28 @@ def test_a_map_functions_half_column_comes_back_from_arrow_as_float32_and_says_s
     assert Dataset.__getitem__.__module__.startswith("datasets")  # the patch is undone
 
 
+def test_a_map_with_num_proc_1_runs_in_this_process_and_keeps_its_lineage() -> None:
+    """datasets >= 4 runs `map(f, num_proc=1)` in a pool of one, which pickles the function: the wrapped one (it
+    holds the book) failed to pickle and the script stopped (peft's peft_adalora_seq2seq.py). The same work runs here."""
+    from datasets import Dataset
+
+    def prep(row):
+        return {"x": torch.tensor(row["x"]).to(torch.float16), "pid": os.getpid()}
+
+    cast_line = inspect.getsourcelines(prep)[1] + 1
+    data = {"x": [[1.0, 2.0], [3.0, 4.0]]}
+    assert Dataset.from_dict(data).map(prep, num_proc=1)[0]["pid"] != os.getpid()  # plainly: another process
+    book, mode = watching()
+    undo = patch_datasets(book)
+    try:
+        with mode:
+            row = Dataset.from_dict(data).map(prep, num_proc=1).with_format("torch")[0]
+    finally:
+        undo()
+    assert int(row["pid"]) == os.getpid()
+    assert book.chain(row["x"])[-2].source.line == cast_line
+
+
 def test_a_refused_call_is_kept_only_until_a_step_starts() -> None:
     """run.before_model judges the last refused torch call when no model ran; once a step has started, a
     refusal the script catches (in a loop, say) is not kept: its operands and traceback would be held."""

@@ -489,6 +489,8 @@ def _patch_dataset(book: LineageBook, cls: Any) -> Callable[[], None]:
         if function is not None and (kwargs.get("num_proc") or 1) <= 1:
             function = book.wrap_function(function)
             kwargs["load_from_cache_file"] = False  # a cached result would not run the function
+            # datasets >= 4 runs num_proc=1 in a pool of one, which pickles the wrapped function: the same work here
+            kwargs.pop("num_proc", None)
         return saved["map"](self, function, *args, **kwargs)
 
     def transform_setter(name: str) -> Callable[..., Any]:
