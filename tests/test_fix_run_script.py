@@ -302,6 +302,65 @@ def test_a_dataset_tensor_a_function_returned_on_the_cpu_moves_at_its_return(wor
     assert plain.returncode == 0 and "val loss" in plain.stdout, plain.stderr[-2000:]
 
 
+# peft's examples/conditional_generation/peft_adalora_seq2seq.py shape: the map function tokenizes with
+# return_tensors="pt" and the labels go float there; the dataset stores them as values and transformers'
+# default_data_collator makes the batch's tensors anew. The evaluation loop reads the same column.
+SEQ2SEQ = """\
+import sys
+
+import torch
+from datasets import Dataset
+from torch.utils.data import DataLoader
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, default_data_collator
+
+path = sys.argv[1]
+tokenizer = AutoTokenizer.from_pretrained(path)
+model = AutoModelForSeq2SeqLM.from_pretrained(path)
+dataset = Dataset.from_dict({"sentence": ["good news", "bad news", "no news", "old news"] * 2,
+                             "text_label": ["positive", "negative", "neutral", "neutral"] * 2})
+
+
+def preprocess_function(examples):
+    model_inputs = tokenizer(examples["sentence"], max_length=8, padding="max_length", truncation=True, return_tensors="pt")
+    labels = tokenizer(examples["text_label"], max_length=3, padding="max_length", truncation=True, return_tensors="pt")
+    labels = labels["input_ids"].float()
+    labels[labels == tokenizer.pad_token_id] = -100
+    model_inputs["labels"] = labels
+    return model_inputs
+
+
+processed = dataset.map(preprocess_function, batched=True, remove_columns=dataset.column_names)
+train_dataloader = DataLoader(processed, batch_size=4, collate_fn=default_data_collator, shuffle=True)
+eval_dataloader = DataLoader(processed, batch_size=4, collate_fn=default_data_collator)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for batch in train_dataloader:
+    loss = model(**batch).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+model.eval()
+for batch in eval_dataloader:
+    with torch.no_grad():
+        print("eval loss", model(**batch).loss.item())
+"""
+
+
+def test_float_labels_a_map_function_returned_as_tensors_are_fixed_in_it(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    (workdir / "seq2seq.py").write_text(SEQ2SEQ)
+    model = str(FIX / "models/t5-tiny")
+    broken = _plain(workdir, "seq2seq.py", model)
+    assert broken.returncode != 0 and "RuntimeError" in broken.stderr  # float decoder ids into an embedding
+    code, report, err = _fix(["--", "python", "seq2seq.py", model], capsys)
+    assert code == 0, err
+    line = next(i for i, text in enumerate(SEQ2SEQ.splitlines(), 1) if ".float()" in text)
+    assert {f["source"]["line"] for f in report["findings"] if f["severity"] == "error"} == {line}  # the map, not the collator
+    patch = (workdir / "fix.patch").read_text()
+    assert _added(patch) == ['labels = labels["input_ids"].long()']
+    subprocess.run(["git", "apply", "fix.patch"], cwd=workdir, check=True)
+    plain = _plain(workdir, "seq2seq.py", model)
+    assert plain.returncode == 0 and "eval loss" in plain.stdout, plain.stderr[-2000:]  # the evaluation loop too
+
+
 def test_an_edit_that_cures_only_the_step_is_not_verified(workdir: Path, capsys: pytest.CaptureFixture) -> None:
     # The csv stores the labels as floats and the map function passes them on: no cast to rewrite at the
     # origin. Casting the batch before the training forward cures the traced step; the evaluation loop

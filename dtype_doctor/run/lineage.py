@@ -180,9 +180,20 @@ class LineageBook:
             return
         for key, value in batch.items():
             if isinstance(value, torch.Tensor) and len(chain := self.chain(value)) == 1:
-                joined = self.made_of_values(str(key), chain, made_here=True)
+                joined = self.made_of_columns(str(key), self.made_of_values(str(key), chain, made_here=True))
                 if joined is not chain:
                     self.chains[value] = joined
+
+    def made_of_columns(self, name: str, chain: Chain) -> Chain:
+        """`chain` (a tensor a collator made) after the chain of the tensor a map function returned in column
+        `name` (`return_tensors="pt"`), which the dataset stored as values: where that tensor's dtype was
+        decided is the map function's line. Only a tensor of the same kind (floating, integer)."""
+        column = self.columns.get(name)
+        if column is None or len(chain) != 1 or column[-1].dtype is None or chain[0].dtype is None:
+            return chain
+        if _kind(column[-1].dtype) != _kind(chain[0].dtype):
+            return chain
+        return (column + chain)[-MAX_STEPS:]
 
     def made_of_values(self, name: str, chain: Chain, *, made_here: bool = False) -> Chain:
         """`chain` with the step of the user's line that made column `name` of plain values in front,
