@@ -32,6 +32,7 @@ def _like(a: torch.Tensor, b: torch.Tensor) -> bool:
         (aten._to_copy.default, (_meta(4, 6).t(),), {"dtype": torch.float16}),  # keeps the operand's strides
         (aten.max.dim, (_meta(4, 6), 1), {}),  # two outputs
         (aten.mm.default, (_meta(4, 6), _meta(6, 2)), {}),
+        (aten.mul.Tensor, (torch.nn.Parameter(_meta(3)), _meta(1, 1, 3)), {}),  # a norm's weight: a Parameter operand
     ],
 )
 def test_outputs_from_the_table_are_pytorchs(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> None:

@@ -11,8 +11,10 @@ and, for the same call again, makes the same outputs as fresh meta tensors.
 Only where that is provably the same: an op whose schema says its outputs are fresh (no view,
 no alias of an operand, no operand written, no random stream), every operand a plain tensor on
 meta or a plain value, every output a plain contiguous-or-strided meta tensor at offset 0 with
-no conjugate or negative bit. Anything else (a view, `add_`, a subclass, a symbolic size, an op
-that raised) runs as PyTorch runs it, every time. FakeTensorMode's own dispatch cache is the
+no conjugate or negative bit. A Parameter is an operand like a plain tensor (its class overrides
+neither `__torch_dispatch__` nor what an op makes of it: a norm's `weight * x` is a plain tensor).
+Anything else (a view, `add_`, another subclass, a symbolic size, an op that raised) runs as
+PyTorch runs it, every time. FakeTensorMode's own dispatch cache is the
 same idea for fake tensors (torch/_subclasses/fake_tensor.py, `_cached_dispatch_impl`).
 """
 
@@ -25,6 +27,7 @@ import torch
 _META = torch.device("meta")
 _PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
 _UNCACHED = object()  # an op whose outputs are never taken from the table
+_OPERANDS = (torch.Tensor, torch.nn.Parameter)  # exactly these classes: any other subclass may answer for itself
 _empty_strided = torch.ops.aten.empty_strided.default
 
 
@@ -43,7 +46,7 @@ def _fresh_outputs(func: Any) -> bool:
 def _key(value: Any, depth: int = 0) -> Hashable:
     """One argument as a key; raises _Uncacheable where the call is not one to take from the table."""
     kind = type(value)
-    if kind is torch.Tensor:
+    if kind is torch.Tensor or kind is torch.nn.Parameter:
         if value.device != _META or value.layout is not torch.strided:
             raise _Uncacheable
         return (value.dtype, value.shape, value.stride(), value.storage_offset())
@@ -91,7 +94,7 @@ class MetaOutputs:
 
 
 def _has_operand(values: Any) -> bool:
-    return any(type(v) is torch.Tensor or (type(v) in (list, tuple) and any(type(x) is torch.Tensor for x in v)) for v in values)
+    return any(type(v) in _OPERANDS or (type(v) in (list, tuple) and any(type(x) in _OPERANDS for x in v)) for v in values)
 
 
 def _maker(out: Any) -> Callable[[], Any] | None:
