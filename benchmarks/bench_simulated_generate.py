@@ -17,7 +17,12 @@ second thread (0.2-0.9 s against 0.025 s with one, measured 2026-11-29), which f
 `--hidden H --layers L` run a bigger model of the same shape (default 32 and 2: the per-op cost of the
 simulation against the CPU's per-op cost on tensors of a few hundred elements, the hardest case).
 
-    python benchmarks/bench_simulated_generate.py [--pairs 3] [--new 20] [--threads 1] [--hidden 32 --layers 2]
+`--floors` also runs, in each pair, the same loop under each floor of floor_generate.py (one no-op
+dispatch mode on the CPU; a no-op function mode and dispatch mode; the simulated machine alone, with
+no recorder; that with the meta-output table) and prints each one's median over B: what no tool of
+this kind, and no simulated call of this one, can go under.
+
+    python benchmarks/bench_simulated_generate.py [--pairs 3] [--new 20] [--threads 1] [--hidden 32 --layers 2] [--floors]
 """
 
 from __future__ import annotations
@@ -50,7 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hidden", type=int, default=32, help="the model's hidden size (default 32)")
     ap.add_argument("--layers", type=int, default=2, help="its layers (default 2)")
     ap.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS for every child (default: inherited)")
+    ap.add_argument("--floors", action="store_true", help="also the loop under each floor of floor_generate.py")
     args = ap.parse_args(argv)
+    floors = {}
+    if args.floors:
+        from floor_generate import LAYERS  # imports torch: only when asked
+
+        floors = {name: [PY, str(BENCH_DIR / "floor_generate.py"), name, *map(str, (args.new, args.hidden, args.layers))]
+                  for name in LAYERS}
+    floor_ratios: dict[str, list[float]] = {name: [] for name in floors}
     script = [str(BENCH_DIR / "user_generate.py"), str(args.new), str(args.hidden), str(args.layers)]
     steps = ["--steps", str(args.new + 5)]
     a_cmd = [*cli_command(), "run", "--simulate", "--gpu", "a100", *steps, "--", "python", *script]
@@ -66,7 +79,13 @@ def main(argv: list[str] | None = None) -> int:
         ratios.append(a / b)
         traced.append(a / c)
         print(f"  simulated {a:.2f}s  cpu {b:.2f}s  traced cpu {c:.2f}s  ratio {a / b:.2f}", flush=True)
+        for name, cmd in floors.items():
+            f = _loop(cmd, args.new, "cuda:0" if name.startswith("cuda-view") else "cpu", args.threads)
+            floor_ratios[name].append(f / b)
+            print(f"    floor {name}: {f:.2f}s, {f / b:.2f}x the cpu loop", flush=True)
     print(f"  simulated / traced real run: median {statistics.median(traced):.2f}", flush=True)
+    for name, got in floor_ratios.items():
+        print(f"  floor {name} / cpu loop: median {statistics.median(got):.2f} ({min(got):.2f}-{max(got):.2f})", flush=True)
     ok = verdict(f"generate({args.new}) simulated / real CPU loop", statistics.median(ratios), LIMIT,
                  ratio_min=min(ratios), ratio_max=max(ratios), n=len(ratios))
     return 0 if ok else 1

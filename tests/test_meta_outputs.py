@@ -32,6 +32,7 @@ def _like(a: torch.Tensor, b: torch.Tensor) -> bool:
         (aten._to_copy.default, (_meta(4, 6).t(),), {"dtype": torch.float16}),  # keeps the operand's strides
         (aten.max.dim, (_meta(4, 6), 1), {}),  # two outputs
         (aten.mm.default, (_meta(4, 6), _meta(6, 2)), {}),
+        (aten.mul.Tensor, (torch.nn.Parameter(_meta(3)), _meta(1, 1, 3)), {}),  # a norm's weight: a Parameter operand
     ],
 )
 def test_outputs_from_the_table_are_pytorchs(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> None:
@@ -46,6 +47,21 @@ def test_outputs_from_the_table_are_pytorchs(func: torch._ops.OpOverload, args: 
     else:
         assert _like(again, plain) and _like(first, plain)
         assert again is not first  # a fresh tensor each call, as PyTorch makes
+
+
+def test_a_call_that_reads_the_default_dtype_follows_it() -> None:
+    table = MetaOutputs()
+    calls = [(aten.arange.default, (4.0,), {"device": torch.device("meta")}),  # a factory: no operand
+             (aten.add.Tensor, (_meta(3, dtype=torch.int64), 1.5), {})]  # an int tensor and a Python float
+    before = torch.get_default_dtype()
+    try:
+        for dtype in (torch.float32, torch.float64, torch.float32):
+            torch.set_default_dtype(dtype)
+            for func, args, kwargs in calls:
+                assert table.run(func, args, kwargs).dtype == func(*args, **kwargs).dtype == dtype
+    finally:
+        torch.set_default_dtype(before)
+    assert table.hits == 2 and table.misses == 4  # each call kept per default dtype, and taken from the table again
 
 
 def test_views_inplace_and_other_devices_always_run() -> None:

@@ -107,6 +107,11 @@ def _names_meta(device: Any) -> bool:
 
 _PINNING = (torch.Tensor.pin_memory, torch.Tensor.is_pinned)
 _SHARING = (torch.Tensor.share_memory_, torch.Tensor.is_shared)
+# The functions _CudaMode answers itself or changes before they run (with a method-wrapper getter and a `device=`
+# argument); every other call only runs, its outputs known and counted (_CudaMode._ran).
+_ASKED = frozenset({*_GETTERS, torch._C.TensorBase.get_device, torch._C.TensorBase.type, torch._C._nn._parse_to, torch.device,
+                    torch.Tensor.cuda, torch.Tensor.to, *_PINNING, *_SHARING, torch.Tensor.__getitem__, torch.Tensor.copy_,
+                    *SCALAR_READS, *COPY_READS, *AGREE_READS, torch.Tensor.__format__, torch.Tensor.__repr__})
 
 
 class _CudaMode(TorchFunctionMode):
@@ -120,6 +125,8 @@ class _CudaMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
+        if type(func) is not _METHOD_WRAPPER and func not in _ASKED and "device" not in kwargs:
+            return self._ran(func, args, kwargs)  # an op asking nothing of the machine: most of a step's
         read = _where_read(func)
         if read is not None and (read != "type" or (len(args) == 1 and not kwargs)):  # x.type(), not x.type(torch.half)
             return self.sim.where_read(read, args[0], func, args, kwargs)
@@ -165,6 +172,12 @@ class _CudaMode(TorchFunctionMode):
                 return values.formatted(args[0], "", str(self.sim.label))
         if "device" in kwargs and is_cuda(kwargs["device"]):
             kwargs["device"], placed = self.sim.stand_in(kwargs["device"]), True
+        return self._ran(func, args, kwargs, placed, meta_asked)
+
+    def _ran(self, func: Any, args: tuple, kwargs: dict, placed: bool = False, meta_asked: bool = False) -> Any:
+        """Run `func`; a read of values PyTorch refuses on meta gets its stand-in (or stops the script), and what
+        it makes is known, counted as the GPU's memory, and placed where the script put it."""
+        values = self.sim.stand_ins
         try:
             out = self._call(func, args, kwargs)
         except (RuntimeError, NotImplementedError, TypeError) as exc:

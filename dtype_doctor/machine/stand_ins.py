@@ -56,6 +56,9 @@ _FILLS: dict[Any, Callable[[tuple, dict], Any]] = {
     torch.ones: lambda a, k: 1.0, torch.ones_like: lambda a, k: 1.0, torch.Tensor.new_ones: lambda a, k: 1.0,
     torch.tensor: lambda a, k: a[0] if a else None, torch.scalar_tensor: lambda a, k: a[0] if a else None,
 }
+# Every function learn() knows something of (one lookup for the ops that teach nothing).
+_LEARNS = frozenset({*_TRUE_IF_FINITE, *_KEEP, *_REDUCE, *_COMPARE, *_NOT, *_AND, *_OR, *_FILLS, torch.all, torch.Tensor.all,
+                     torch.any, torch.Tensor.any, torch._amp_foreach_non_finite_check_and_unscale_})
 # Reads of one value, and of a whole tensor's values.
 SCALAR_READS = frozenset({torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.__float__, torch.Tensor.__int__,
                           torch.Tensor.__index__})
@@ -83,6 +86,8 @@ class StandIns:
 
     def learn(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         """After `func` ran on simulated tensors: what its output is known to hold."""
+        if func not in _LEARNS and (out is None or not args or out is not args[0]):
+            return  # most ops of a step: nothing known comes out of them, and nothing known is written
         if not simulated(out):
             if func is torch._amp_foreach_non_finite_check_and_unscale_ and len(args) > 1 and simulated(args[1]):
                 self._known[args[1]] = (0.0, "GradScaler's inf check: no inf or NaN found, the optimizer steps")
