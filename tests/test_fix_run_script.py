@@ -361,6 +361,54 @@ def test_float_labels_a_map_function_returned_as_tensors_are_fixed_in_it(workdir
     assert plain.returncode == 0 and "eval loss" in plain.stdout, plain.stderr[-2000:]  # the evaluation loop too
 
 
+# peft's olora_finetuning.py / alpaca-lora's shape: the map function returns what a helper of the script's
+# (`tokenize`) built, and the float token ids are made in the helper.
+THROUGH_A_HELPER = """\
+import torch, datasets
+from torch.utils.data import DataLoader
+
+
+def main():
+    ds = datasets.Dataset.from_dict({"text": ["a b", "b c", "c a", "a a"]})
+    vocab = {"a": 1, "b": 2, "c": 3}
+
+    def tokenize(prompt):
+        result = {"input_ids": [vocab[w] for w in prompt.split()]}
+        result["input_ids"] = [float(t) for t in result["input_ids"]]
+        result["labels"] = result["input_ids"].copy()
+        return result
+
+    def describe(example):
+        return "".join(example["text"])
+
+    def generate_and_tokenize_prompt(example):
+        full_prompt = describe(example)
+        return tokenize(example["text"])
+
+    data = ds.map(generate_and_tokenize_prompt, remove_columns=["text"])
+    data.set_format("torch")
+    model = torch.nn.Embedding(10, 4)
+    for batch in DataLoader(data, batch_size=2):
+        model(batch["input_ids"])
+
+
+main()
+"""
+
+
+def test_float_ids_a_map_functions_helper_made_are_fixed_in_the_helper(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    (workdir / "tokenize_helper.py").write_text(THROUGH_A_HELPER)
+    broken = _plain(workdir, "tokenize_helper.py")
+    assert broken.returncode != 0 and "RuntimeError" in broken.stderr  # float indices into an embedding
+    code, report, err = _fix(["--", "python", "tokenize_helper.py"], capsys)
+    assert code == 0, err
+    line = next(i for i, text in enumerate(THROUGH_A_HELPER.splitlines(), 1) if "float(t)" in text)
+    assert {f["source"]["line"] for f in report["findings"] if f["severity"] == "error"} == {line}  # not the map function's def
+    assert _added((workdir / "fix.patch").read_text()) == ['result["input_ids"] = [int(t) for t in result["input_ids"]]']
+    subprocess.run(["git", "apply", "fix.patch"], cwd=workdir, check=True)
+    assert _plain(workdir, "tokenize_helper.py").returncode == 0
+
+
 def test_an_edit_that_cures_only_the_step_is_not_verified(workdir: Path, capsys: pytest.CaptureFixture) -> None:
     # The csv stores the labels as floats and the map function passes them on: no cast to rewrite at the
     # origin. Casting the batch before the training forward cures the traced step; the evaluation loop

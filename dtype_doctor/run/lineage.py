@@ -583,7 +583,8 @@ def _library_made(step: LineageStep) -> bool:
 
 def _key_line(filename: str, first_line: int, key: str) -> int | None:
     """The last line of the function starting at `first_line` that sets `key`: `out["key"] = …`,
-    `{"key": …}`, `dict(key=…)`."""
+    `{"key": …}`, `dict(key=…)`; where it sets none, of a function of the same file it calls that does
+    (a map function that returns `tokenize(prompt)`, peft's and alpaca-lora's shape), two calls deep."""
     import ast
 
     try:
@@ -591,10 +592,21 @@ def _key_line(filename: str, first_line: int, key: str) -> int | None:
             tree = ast.parse(f.read())
     except (OSError, SyntaxError, ValueError):
         return None
-    fn = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-               and min([n.lineno, *(d.lineno for d in n.decorator_list)]) == first_line), None)
-    if fn is None:
-        return None
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    level = [n for n in functions if min([n.lineno, *(d.lineno for d in n.decorator_list)]) == first_line][:1]
+    seen: list[Any] = []
+    for _ in range(3):
+        if lines := [line for fn in level for line in _key_lines(fn, key)]:
+            return max(lines)
+        seen += level
+        called = {n.func.id for fn in level for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        level = [n for n in functions if n.name in called and all(n is not f for f in seen)]
+    return None
+
+
+def _key_lines(fn: Any, key: str) -> list[int]:
+    import ast
+
     lines = []
     for node in ast.walk(fn):
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
@@ -605,4 +617,4 @@ def _key_line(filename: str, first_line: int, key: str) -> int | None:
             lines += [v.lineno for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant) and k.value == key]
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict":
             lines += [kw.value.lineno for kw in node.keywords if kw.arg == key]
-    return max(lines) if lines else None
+    return lines
