@@ -205,7 +205,24 @@ def scan(
         p = prepare(model, dataset, options, progress=progress)
         if progress:
             progress("tracing")
-        return with_loading(diagnose(p.loaded.model, p.batch.inputs, p.request()), p)
+        request = p.request()
+        with _inference_forward(request):
+            return with_loading(diagnose(p.loaded.model, p.batch.inputs, request), p)
+
+
+def _inference_forward(request: TraceRequest) -> Any:
+    """A simulated scan without --train runs its forward without gradients, as an inference forward
+    does (and the hand-written check of a big model's shapes under FakeTensorMode): no autograd graph
+    of fake tensors that nothing reads. No rule reads the grad mode (the parameters' requires_grad and
+    --train are what they read). A real scan keeps the caller's grad mode: real kernels choose their
+    path by it (trace/engine.py)."""
+    import contextlib
+
+    if request.simulate and not request.train:
+        import torch
+
+        return torch.no_grad()
+    return contextlib.nullcontext()
 
 
 def refused_load(model: str, dataset: str, options: ScanOptions) -> Report | None:

@@ -32,14 +32,15 @@ def _table_rows(values: list[torch.Tensor], xp: object) -> list[list[float]]:
 
     probe = ValueProbe()
     handles = [probe.observe(v) for v in values]
-    wide = any(s.dtype == torch.float64 for s in probe._samples)
-    padded = torch.nn.utils.rnn.pad_sequence([s.double() if wide else s for s in probe._samples], batch_first=True)
+    samples = [probe.sample(h) for h in handles]
+    wide = any(s.dtype == torch.float64 for s in samples)
+    padded = torch.nn.utils.rnn.pad_sequence([s.double() if wide else s for s in samples], batch_first=True)
     if xp is torch:
         table = torch.stack([c.double() for c in _table(padded, torch)], dim=1).tolist()
     else:
         with numpy.errstate(all="ignore"):
             table = _table(padded.numpy(), numpy)
-    return [table[h] for h in handles]
+    return table
 
 
 def test_numpy_statistics_table_equals_torchs_on_edge_values() -> None:

@@ -37,9 +37,12 @@ class ValueProbe:
     """
 
     def __init__(self) -> None:
-        # (min, max) per handle, on the tensor's device; or the handles whose extremes bound it.
-        self._extremes: list[tuple[torch.Tensor, torch.Tensor] | list[int]] = []
-        self._samples: list[torch.Tensor] = []  # ≤ SAMPLE values per handle (float32, or float64 for float64)
+        # (min, max) per handle, on the tensor's device (read at once on the CPU); or the handles whose extremes bound it.
+        self._extremes: list[tuple[Any, Any] | list[int]] = []
+        # ≤ SAMPLE values per handle: a row of `_rows` (a CPU tensor's, in float32), or a tensor of its own
+        # (float32 on another device, float64 for float64).
+        self._samples: list[torch.Tensor | int] = []
+        self._rows = _SampleRows()
         self._numel: list[int] = []
         self._seen: WeakIdMap[tuple[int, int]] = WeakIdMap()
         self._resolved: list[ValueStats] | None = None
@@ -89,13 +92,20 @@ class ValueProbe:
             whole = t if flat is None else flat
             if whole.element_size() == 1:  # float8: no aminmax kernel; its values are exact in float32
                 whole = whole.float()
-            self._extremes.append(list(bounded_by) if bounded_by else _EXTREMES.of(whole, flat is not None))
+            on_cpu = t.device.type == "cpu"
+            ends = list(bounded_by) if bounded_by else _EXTREMES.of(whole, flat is not None)
+            if on_cpu and isinstance(ends, tuple):  # read now (no synchronisation on the CPU): no small tensors kept
+                ends = (float(ends[0]), float(ends[1]))
+            self._extremes.append(ends)
             if flat is None:
                 flat = t.reshape(-1)  # an overlapping or gapped layout: the one copy
             # Every step-th element: a strided view, copied as at most SAMPLE values. float32 holds
             # every float16, bfloat16 and float32 value exactly, at half float64's cost.
             sample = flat[:: -(-n // SAMPLE)] if n > SAMPLE else flat
-            self._samples.append(sample.to(torch.float64 if t.dtype == torch.float64 else torch.float32, copy=True))
+            if on_cpu and t.dtype != torch.float64:
+                self._samples.append(self._rows.add(sample))
+            else:
+                self._samples.append(sample.to(torch.float64 if t.dtype == torch.float64 else torch.float32, copy=True))
         self._numel.append(n)
         handle = len(self._numel) - 1
         self._seen[t] = (handle, t._version + written)
@@ -120,13 +130,19 @@ class ValueProbe:
         rows: list[list[float]] = [[] for _ in self._numel]
         by_device: dict[str, list[int]] = {}
         for i, s in enumerate(self._samples):
-            by_device.setdefault(str(s.device), []).append(i)
+            by_device.setdefault("rows" if isinstance(s, int) else str(s.device), []).append(i)
+        if "rows" in by_device:
+            table, lengths = self._rows.table(), self._rows.lengths
+            for i in by_device.pop("rows"):
+                row, ends = self._samples[i], self._extremes[i]
+                lo, hi = ends if isinstance(ends, tuple) else (0.0, 0.0)
+                rows[i] = _row(lo, hi, table[row], lengths[row])  # type: ignore[index]
         for device, indices in by_device.items():
-            zero = self._samples[indices[0]].new_zeros(())
+            zero = self._samples[indices[0]].new_zeros(())  # type: ignore[union-attr]
             extremes = [e if isinstance(e, tuple) else (zero, zero) for e in (self._extremes[i] for i in indices)]
             # The user's own autocast may still be on (watch() inside an autocast block).
             with torch.autocast(torch.device(device).type, enabled=False):
-                batch = _batch(extremes, [self._samples[i] for i in indices])
+                batch = _batch(extremes, [self._samples[i] for i in indices])  # type: ignore[misc]
             for i, row in zip(indices, batch):
                 rows[i] = row
         for i, bound in enumerate(self._extremes):
@@ -139,6 +155,11 @@ class ValueProbe:
             rows[i] = rows[i][:8]
         self._resolved = [_stats(row, n) for row, n in zip(rows, self._numel)]
         return self._resolved
+
+    def sample(self, handle: int) -> torch.Tensor:
+        """The values sampled from the tensor of `handle` (float32, or float64 for float64)."""
+        s = self._samples[handle]
+        return self._rows.row(s) if isinstance(s, int) else s
 
     def get(self, handle: int | None) -> ValueStats | None:
         return None if handle is None else self.resolve()[handle]
@@ -209,13 +230,58 @@ def _batch(extremes: list[tuple[torch.Tensor, torch.Tensor]], samples: list[torc
 
         with numpy.errstate(all="ignore"):  # inf * scale is inf, as in torch: no warning
             table = _table(padded.numpy(), numpy)
-        lows_highs = [(lo.item(), hi.item()) for lo, hi in extremes]
+        lows_highs = [(float(lo), float(hi)) for lo, hi in extremes]
     else:  # one read-back for the whole table: one synchronisation
         columns = torch.stack([c.double() for c in _table(padded, torch)], dim=1)
         ends = torch.stack([torch.stack([lo.double(), hi.double()]) for lo, hi in extremes])
         joined = torch.cat([ends, columns], dim=1).tolist()
         lows_highs, table = [r[:2] for r in joined], [r[2:] for r in joined]
-    return [[lo, hi, *row[:5], float(n), row[5]] for (lo, hi), row, n in zip(lows_highs, table, lengths)]
+    return [_row(lo, hi, row, n) for (lo, hi), row, n in zip(lows_highs, table, lengths)]
+
+
+def _row(lo: float, hi: float, row: list[float], n: int) -> list[float]:
+    return [lo, hi, *row[:5], float(n), row[5]]
+
+
+class _SampleRows:
+    """The CPU tensors' samples as float32 rows of SAMPLE values, BLOCK rows a block, zero-padded.
+
+    A sample kept as a 16 KB tensor of its own lands in a hole that the step's freed activations left
+    in the heap; the next step's activation no longer fits there and the heap grows. Over ten traced
+    steps of MiniLM that kept 4.3 GB resident (1.3 GB plain) and took twice the page faults, a
+    fresh page for each new activation. A block holds BLOCK samples and leaves the holes whole.
+    """
+
+    BLOCK = 256
+
+    def __init__(self) -> None:
+        self._blocks: list[torch.Tensor] = []
+        self.lengths: list[int] = []
+
+    def add(self, sample: torch.Tensor) -> int:
+        """Copy `sample` (≤ SAMPLE values, any floating dtype) into the next row: its index."""
+        index = len(self.lengths)
+        block, row = divmod(index, self.BLOCK)
+        if row == 0:
+            self._blocks.append(torch.zeros(self.BLOCK, SAMPLE, dtype=torch.float32, device="cpu"))
+        n = sample.numel()
+        self._blocks[block][row, :n].copy_(sample)
+        self.lengths.append(n)
+        return index
+
+    def row(self, index: int) -> torch.Tensor:
+        block, row = divmod(index, self.BLOCK)
+        return self._blocks[block][row, : self.lengths[index]]
+
+    def table(self) -> list[list[float]]:
+        """`_table`'s row for each sample, in order (the zeros past a sample's length count nowhere)."""
+        import numpy
+
+        rows: list[list[float]] = []
+        with numpy.errstate(all="ignore"):
+            for block in self._blocks:
+                rows.extend(_table(block.numpy(), numpy))
+        return rows[: len(self.lengths)]
 
 
 def _table(padded: Any, xp: Any) -> Any:
