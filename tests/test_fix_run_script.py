@@ -409,6 +409,52 @@ def test_float_ids_a_map_functions_helper_made_are_fixed_in_the_helper(workdir: 
     assert _plain(workdir, "tokenize_helper.py").returncode == 0
 
 
+# peft's peft_adalora_seq2seq.py loop: the map tokenizes with return_tensors="pt", the loop moves the batch in a
+# dict comprehension and calls `model(**batch)`. With the `.to(device)` dropped, the move belongs on that line,
+# not on the map's (where the tensors were made, on the CPU as they should be).
+UNPACKED_BATCH = """\
+import torch, datasets
+from torch.utils.data import DataLoader
+from transformers import default_data_collator
+
+device = "cuda"
+ds = datasets.Dataset.from_dict({"x": [[1, 2, 3]] * 8})
+
+
+def prep(examples):
+    return {"input_ids": torch.tensor(examples["x"])}
+
+
+ds = ds.map(prep, batched=True, remove_columns=["x"])
+dl = DataLoader(ds, batch_size=4, collate_fn=default_data_collator)
+
+
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+
+    def forward(self, input_ids):
+        return self.emb(input_ids)
+
+
+model = M().to(device)
+for batch in dl:
+    batch = {k: v for k, v in batch.items()}
+    out = model(**batch)
+"""
+
+
+def test_a_batch_passed_as_keywords_names_the_line_that_bound_it(workdir: Path, capsys: pytest.CaptureFixture) -> None:
+    (workdir / "unpacked.py").write_text(UNPACKED_BATCH)
+    code, report, err = _fix(["--simulate", "--gpu", "t4", "--", "python", "unpacked.py"], capsys)
+    assert code == 0, err
+    line = next(i for i, text in enumerate(UNPACKED_BATCH.splitlines(), 1) if "batch = {k: v" in text)
+    (finding,) = [f for f in report["findings"] if f["code"] == "DD201"]
+    assert finding["source"] == {"file": "unpacked.py", "line": line}
+    assert _added((workdir / "fix.patch").read_text()) == ["batch = {k: v.to(device) for k, v in batch.items()}"]
+
+
 def test_an_edit_that_cures_only_the_step_is_not_verified(workdir: Path, capsys: pytest.CaptureFixture) -> None:
     # The csv stores the labels as floats and the map function passes them on: no cast to rewrite at the
     # origin. Casting the batch before the training forward cures the traced step; the evaluation loop

@@ -59,6 +59,8 @@ def _bound_at_call(model: Any, args: tuple, kwargs: dict) -> CallBindings:
         names = []
     passed = {names[i]: arg for i, arg in enumerate(site.positional[:len(args)]) if i < len(names) and arg}
     passed.update({k: v for k, v in site.keywords if v and k in kwargs})
+    if site.unpacked:  # `model(**batch)`: each keyword the call did not name came out of `batch`
+        passed.update({k: site.unpacked for k in kwargs if k not in passed})
     inputs = {param: loc for param, arg in passed.items() if (loc := _bound(frame, arg, _DEPTH)) is not None}
     callee = _bound(frame, site.callee, _DEPTH) if "." not in site.callee else None
     made = autocast_entered(file, frame.f_lineno)

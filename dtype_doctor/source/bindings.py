@@ -30,6 +30,7 @@ class CallSite:
     callee: str | None
     positional: tuple[str | None, ...]
     keywords: tuple[tuple[str, str | None], ...]
+    unpacked: str | None = None  # `model(**batch)`: the plain name unpacked into keywords
 
 
 def call_at(path: str, line: int, callee: str | None = None) -> CallSite | None:
@@ -48,8 +49,10 @@ def call_at(path: str, line: int, callee: str | None = None) -> CallSite | None:
                 found = node
     if found is None:
         return None
+    unpacked = [_name(k.value) for k in found.keywords if k.arg is None]
     return CallSite(_dotted(found.func), tuple(_name(a) for a in found.args),
-                    tuple((k.arg, _name(k.value)) for k in found.keywords if k.arg is not None))
+                    tuple((k.arg, _name(k.value)) for k in found.keywords if k.arg is not None),
+                    unpacked[0] if len(unpacked) == 1 else None)
 
 
 def last_binding(path: str, line: int, name: str) -> int | None:
