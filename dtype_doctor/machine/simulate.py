@@ -35,7 +35,7 @@ from dtype_doctor.machine.user_code import display_path, first_outside_tool, fir
 from dtype_doctor.machine.cuda_surface import device_index
 from dtype_doctor.machine.gpus import GpuProfile
 from dtype_doctor.machine.modes import tensors_in
-from dtype_doctor.machine.module_moves import is_cuda
+from dtype_doctor.machine.module_moves import host_and_cuda, is_cuda, set_data_across
 from dtype_doctor.machine.sim_patches import METHOD_WRAPPER as _METHOD_WRAPPER, LibraryPatches, read_by_script as _read_by_script, simulated as _simulated
 
 
@@ -105,6 +105,15 @@ def _names_meta(device: Any) -> bool:
     return isinstance(device, (str, torch.device)) and torch.device(device).type == STAND_IN.type
 
 
+_DATA = torch._C.TensorBase.__dict__["data"]
+_COMPATIBLE = torch._has_compatible_shallow_copy_type
+
+
+def _sets_data(func: Any) -> bool:
+    """`param.data = t`: torch's `set_data`, handed to a function mode as the descriptor's `__set__`."""
+    return type(func) is _METHOD_WRAPPER and func.__self__ is _DATA and func.__name__ == "__set__"
+
+
 _PINNING = (torch.Tensor.pin_memory, torch.Tensor.is_pinned)
 _SHARING = (torch.Tensor.share_memory_, torch.Tensor.is_shared)
 
@@ -125,6 +134,10 @@ class _CudaMode(TorchFunctionMode):
             return self.sim.where_read(read, args[0], func, args, kwargs)
         if func is torch._C._nn._parse_to or func is torch.device:
             return _device_parsed(func, args, kwargs)
+        if (func is _COMPATIBLE or _sets_data(func)) and len(args) == 2 and not self.sim.indexed \
+                and host_and_cuda(args[0], args[1], self.sim.sees_cuda):
+            # CPU and CUDA tensors take each other's `.data` on a GPU (machine/module_moves.py says why).
+            return True if func is _COMPATIBLE else set_data_across(args[0], args[1])
         values = self.sim.stand_ins
         placed = False
         # The script (or a library: transformers' empty init) asks for meta itself: those tensors are not CUDA's.
