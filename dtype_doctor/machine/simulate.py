@@ -52,6 +52,7 @@ NO_DATA = (
     "meta device type tensor to numpy",
     "data-independent implementation",  # nonzero, masked_select: the output's shape depends on values
     "with Meta tensors",  # an op without a meta kernel (_unique2, histc)
+    "data-dependent shape",  # a library op whose fake implementation asks a size the values decide
 )
 
 
@@ -186,6 +187,11 @@ class _CudaMode(TorchFunctionMode):
                     out = sized(func, args, kwargs, values)
                     if out is not NotImplemented:
                         return out
+                from dtype_doctor.machine.libraries import outlier_columns
+
+                out = outlier_columns(func, args, kwargs, values.took_size)
+                if out is not NotImplemented:
+                    return out
                 op = _without_fake_impl(str(exc))
                 if op is not None:
                     self.sim.data_read(op, limit=op)
