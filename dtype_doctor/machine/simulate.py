@@ -182,21 +182,10 @@ class _CudaMode(TorchFunctionMode):
         try:
             out = self._call(func, args, kwargs)
         except (RuntimeError, NotImplementedError, TypeError) as exc:
-            if any(s in str(exc) for s in NO_DATA) and _simulated_any(args, kwargs):
-                if func in SIZE_OPS:
-                    out = sized(func, args, kwargs, values)
-                    if out is not NotImplemented:
-                        return out
-                from dtype_doctor.machine.libraries import outlier_columns
-
-                out = outlier_columns(func, args, kwargs, values.took_size)
-                if out is not NotImplemented:
-                    return out
-                op = _without_fake_impl(str(exc))
-                if op is not None:
-                    self.sim.data_read(op, limit=op)
-                self.sim.data_read(_func_name(func))
-            raise
+            out = self._without_data(func, args, kwargs, exc)
+            if out is NotImplemented:
+                raise
+            return out
         if out is not None or func is torch._amp_foreach_non_finite_check_and_unscale_:
             values.learn(func, args, kwargs, out)
         if meta_asked or (self.sim.explicit and not placed and self.sim.all_explicit(args, kwargs)):
@@ -205,6 +194,26 @@ class _CudaMode(TorchFunctionMode):
             self.sim.memory.saw(out)
         return self.sim.place(out) if placed else out
 
+
+    def _without_data(self, func: Any, args: tuple, kwargs: dict, exc: Exception) -> Any:
+        """An op that needs values simulated tensors do not hold: a data-dependent size is taken as the largest
+        the op can give (stand_ins.sized, bitsandbytes' outlier columns), else the simulation stops there.
+        NotImplemented: not such an error, or a simulation that does not stop (torch's own error stands)."""
+        if not (any(s in str(exc) for s in NO_DATA) and _simulated_any(args, kwargs)):
+            return NotImplemented
+        from dtype_doctor.machine.libraries import outlier_columns
+
+        values = self.sim.stand_ins
+        out = sized(func, args, kwargs, values) if func in SIZE_OPS else NotImplemented
+        if out is NotImplemented:
+            out = outlier_columns(func, args, kwargs, values.took_size)
+        if out is not NotImplemented:
+            return out
+        op = _without_fake_impl(str(exc))
+        if op is not None:
+            self.sim.data_read(op, limit=op)
+        self.sim.data_read(_func_name(func))
+        return NotImplemented
 
     @staticmethod
     def _shared(func: Any, t: torch.Tensor) -> Any:
