@@ -110,3 +110,36 @@ class _AfterImport:
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
+
+
+# bitsandbytes' LLM.int8 ops whose outlier count depends on the values (the columns past the threshold).
+_OUTLIER_OPS = frozenset({"bitsandbytes::int8_vectorwise_quant", "bitsandbytes::int8_double_quant",
+                          "bitsandbytes::int8_mixed_scaled_mm"})
+
+
+def outlier_columns(func: Any, args: tuple, kwargs: dict, took_size: Callable[[str, int], None]) -> Any:
+    """An LLM.int8 op with an outlier threshold on simulated tensors: its fake implementation asks a size that
+    depends on the values (`new_dynamic_size`), which tensors without data cannot give; taken as every column
+    of the input, the largest the op can give, as every data-dependent size is (machine/stand_ins.py).
+    Returns the op's outputs, or NotImplemented when `func` is not one of those ops."""
+    if isinstance(func, torch._ops.OpOverloadPacket):  # torch.ops.bitsandbytes.int8_mixed_scaled_mm(...)
+        func = func.default
+    name = func.name() if isinstance(func, torch._ops.OpOverload) else None
+    if name not in _OUTLIER_OPS or not args or not isinstance(args[0], torch.Tensor):
+        return NotImplemented
+    from torch._library import fake_impl
+    from torch._library.simple_registry import singleton
+
+    kernel = singleton.find(name).fake_impl.kernel
+    if kernel is None:
+        return NotImplemented
+    columns = int(args[0].shape[-1])
+
+    class EveryColumn:
+        @staticmethod
+        def new_dynamic_size(**_: Any) -> int:
+            return columns
+
+    took_size(f"{name} (its outlier columns)", columns)
+    with fake_impl.set_ctx_getter(EveryColumn):
+        return kernel(*args, **kwargs)

@@ -1,5 +1,15 @@
-"""`model.to("cuda")`, `model.cuda(0)`, `model.to(0)` under `run --simulate`: a module moves to the
-simulated GPU as it moves to a real one."""
+"""`model.to("cuda")`, `model.cuda(0)`, `model.to(0)`, `param.data = t` under `run --simulate`: a module
+and its parameters move to the simulated GPU as they move to a real one.
+
+torch lets `param.data = t` (`Variable::set_data`) join two tensors of compatible types only
+(torch/csrc/autograd/variable.cpp, `VariableHooks::set_data`: `_has_compatible_shallow_copy_type`), and
+CPU and CUDA are compatible: both dense (c10/core/TensorImpl.h, `has_compatible_shallow_copy_type`:
+"CPU is compatible with CUDA"). `meta`, where a simulated CUDA tensor lives, is not dense, so on this
+machine a CPU parameter given a CUDA tensor, or a CUDA one given a CPU tensor, is refused where a GPU
+takes it: peft's OLoRA init, bitsandbytes' 8-bit quantize on load, `Module._apply` moving a 4-bit
+weight. The simulation answers the pair as a GPU does (`host_and_cuda`), and `set_data_across` gives
+the parameter the new tensor keeping it the same object, its class and attributes.
+"""
 
 from __future__ import annotations
 
@@ -30,23 +40,52 @@ def _indices_as_cuda(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return args, kwargs
 
 
+def _host(t: torch.Tensor) -> bool:
+    """A plain dense CPU tensor (torch's `is_dense`: no sparse, quantized or dispatching subclass)."""
+    return t.device.type == "cpu" and t.layout == torch.strided and not t.is_quantized \
+        and type(t).__torch_dispatch__ is torch.Tensor.__torch_dispatch__
+
+
+def host_and_cuda(a: Any, b: Any, sees_cuda: Callable[[torch.Tensor], bool]) -> bool:
+    """One of `a`, `b` a CPU tensor and the other a simulated CUDA one (`sees_cuda`; a meta tensor the script
+    made itself stays meta, which a GPU refuses too): a pair whose types torch's `set_data` takes on a GPU."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return False
+    return any(_host(x) and y.device.type == "meta" and type(y).__torch_dispatch__ is torch.Tensor.__torch_dispatch__
+               and sees_cuda(y) for x, y in ((a, b), (b, a)))
+
+
+def set_data_across(param: torch.Tensor, new: torch.Tensor) -> None:
+    """`param.data = new` across the CPU and the simulated GPU, as `set_data` does it on a GPU: `param` stays
+    the same Python object (its class, its attributes, its requires_grad) and now holds `new`'s storage,
+    dtype, shape and device. The tensor under it is exchanged (torch._C._swap_tensor_impl) for one made from
+    `new`, whose autograd record is fresh: a gradient hook registered on `param` before is not carried
+    over; its `.grad` is, moved to `new`'s device and dtype where its old one would not fit (Module._apply
+    then gives it its own moved gradient)."""
+    if param.requires_grad and not (new.is_floating_point() or new.is_complex()):
+        raise RuntimeError("data set to a tensor that requires gradients must be floating point or complex dtype")
+    grad = param.grad
+    carrier = new.detach().requires_grad_(param.requires_grad)
+    torch._C._swap_tensor_impl(param, carrier)
+    if grad is None:
+        return
+    if host_and_cuda(grad, new, lambda _t: True):  # the old gradient fits no more: its object moves with param
+        set_data_across(grad, torch.zeros_like(grad, device=new.device, dtype=new.dtype))
+    try:
+        param.grad = grad
+    except RuntimeError:  # a gradient of another shape: the parameter starts without one
+        pass
+
+
 def moved_keeping_identity(module: torch.nn.Module, move: Callable[[], Any], swap: bool = True) -> Any:
     """Run `move` (a Module.to / .cuda to the stand-in device) keeping each parameter one object.
 
-    `swap` False (several GPUs, whose tensors are fake: the fake mode holds weak references to
-    them, and torch.utils.swap_tensors refuses those): the moved parameters are new objects, and
+    `swap` True (one simulated GPU): torch's own `Module._apply` keeps it, as on a GPU, by setting each
+    parameter's `.data`, which the simulation takes across the CPU and the stand-in (`host_and_cuda`).
+    `swap` False (several GPUs, whose tensors are fake): the moved parameters are new objects, and
     parameters tied before the move are tied again after it."""
-    import weakref
-
-    params = list(module.parameters())
-    referenced = any(weakref.getweakrefcount(p) or (p.grad is not None and weakref.getweakrefcount(p.grad)) for p in params)
-    if swap and not referenced:
-        swap = torch.__future__.get_swap_module_params_on_conversion()
-        torch.__future__.set_swap_module_params_on_conversion(True)
-        try:
-            return move()
-        finally:
-            torch.__future__.set_swap_module_params_on_conversion(swap)
+    if swap:
+        return move()
     owners: dict[int, list[tuple[torch.nn.Module, str]]] = {}
     for m in module.modules():
         for key, p in m._parameters.items():
@@ -63,8 +102,8 @@ def moved_keeping_identity(module: torch.nn.Module, move: Callable[[], Any], swa
 def patch_module_moves(set_attr: Callable[[Any, str, Any], None], swap: bool) -> None:
     """`model.to("cuda")` / `model.cuda()` keep the model's tensors as a GPU does: each
     parameter stays the same object (tied weights stay tied, an optimizer made before the
-    move sees the moved parameters). torch's own swap_tensors does it (a CPU → meta move
-    cannot set `.data`); where a parameter is weakly referenced, it is re-tied after the move.
+    move sees the moved parameters): torch's own `_apply` sets `.data` across the CPU and the
+    simulated GPU, as on a GPU; with several GPUs, whose tensors are fake, they are re-tied after the move.
     `set_attr` is the simulation's, which puts torch's own back when it ends."""
     cls = torch.nn.Module
     for name in ("to", "cuda"):

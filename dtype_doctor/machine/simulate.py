@@ -35,7 +35,7 @@ from dtype_doctor.machine.user_code import display_path, first_outside_tool, fir
 from dtype_doctor.machine.cuda_surface import device_index
 from dtype_doctor.machine.gpus import GpuProfile
 from dtype_doctor.machine.modes import tensors_in
-from dtype_doctor.machine.module_moves import is_cuda
+from dtype_doctor.machine.module_moves import host_and_cuda, is_cuda, set_data_across
 from dtype_doctor.machine.sim_patches import METHOD_WRAPPER as _METHOD_WRAPPER, LibraryPatches, read_by_script as _read_by_script, simulated as _simulated
 
 
@@ -52,6 +52,7 @@ NO_DATA = (
     "meta device type tensor to numpy",
     "data-independent implementation",  # nonzero, masked_select: the output's shape depends on values
     "with Meta tensors",  # an op without a meta kernel (_unique2, histc)
+    "data-dependent shape",  # a library op whose fake implementation asks a size the values decide
 )
 
 
@@ -105,6 +106,15 @@ def _names_meta(device: Any) -> bool:
     return isinstance(device, (str, torch.device)) and torch.device(device).type == STAND_IN.type
 
 
+_DATA = torch._C.TensorBase.__dict__["data"]
+_COMPATIBLE = torch._has_compatible_shallow_copy_type
+
+
+def _sets_data(func: Any) -> bool:
+    """`param.data = t`: torch's `set_data`, handed to a function mode as the descriptor's `__set__`."""
+    return type(func) is _METHOD_WRAPPER and func.__self__ is _DATA and func.__name__ == "__set__"
+
+
 _PINNING = (torch.Tensor.pin_memory, torch.Tensor.is_pinned)
 _SHARING = (torch.Tensor.share_memory_, torch.Tensor.is_shared)
 # The functions _CudaMode answers itself or changes before they run (with a method-wrapper getter and a `device=`
@@ -132,6 +142,10 @@ class _CudaMode(TorchFunctionMode):
             return self.sim.where_read(read, args[0], func, args, kwargs)
         if func is torch._C._nn._parse_to or func is torch.device:
             return _device_parsed(func, args, kwargs)
+        if (func is _COMPATIBLE or _sets_data(func)) and len(args) == 2 and not self.sim.indexed \
+                and host_and_cuda(args[0], args[1], self.sim.sees_cuda):
+            # CPU and CUDA tensors take each other's `.data` on a GPU (machine/module_moves.py says why).
+            return True if func is _COMPATIBLE else set_data_across(args[0], args[1])
         values = self.sim.stand_ins
         placed = False
         # The script (or a library: transformers' empty init) asks for meta itself: those tensors are not CUDA's.
@@ -181,16 +195,10 @@ class _CudaMode(TorchFunctionMode):
         try:
             out = self._call(func, args, kwargs)
         except (RuntimeError, NotImplementedError, TypeError) as exc:
-            if any(s in str(exc) for s in NO_DATA) and _simulated_any(args, kwargs):
-                if func in SIZE_OPS:
-                    out = sized(func, args, kwargs, values)
-                    if out is not NotImplemented:
-                        return out
-                op = _without_fake_impl(str(exc))
-                if op is not None:
-                    self.sim.data_read(op, limit=op)
-                self.sim.data_read(_func_name(func))
-            raise
+            out = self._without_data(func, args, kwargs, exc)
+            if out is NotImplemented:
+                raise
+            return out
         if out is not None or func is torch._amp_foreach_non_finite_check_and_unscale_:
             values.learn(func, args, kwargs, out)
         if meta_asked or (self.sim.explicit and not placed and self.sim.all_explicit(args, kwargs)):
@@ -199,6 +207,26 @@ class _CudaMode(TorchFunctionMode):
             self.sim.memory.saw(out)
         return self.sim.place(out) if placed else out
 
+
+    def _without_data(self, func: Any, args: tuple, kwargs: dict, exc: Exception) -> Any:
+        """An op that needs values simulated tensors do not hold: a data-dependent size is taken as the largest
+        the op can give (stand_ins.sized, bitsandbytes' outlier columns), else the simulation stops there.
+        NotImplemented: not such an error, or a simulation that does not stop (torch's own error stands)."""
+        if not (any(s in str(exc) for s in NO_DATA) and _simulated_any(args, kwargs)):
+            return NotImplemented
+        from dtype_doctor.machine.libraries import outlier_columns
+
+        values = self.sim.stand_ins
+        out = sized(func, args, kwargs, values) if func in SIZE_OPS else NotImplemented
+        if out is NotImplemented:
+            out = outlier_columns(func, args, kwargs, values.took_size)
+        if out is not NotImplemented:
+            return out
+        op = _without_fake_impl(str(exc))
+        if op is not None:
+            self.sim.data_read(op, limit=op)
+        self.sim.data_read(_func_name(func))
+        return NotImplemented
 
     @staticmethod
     def _shared(func: Any, t: torch.Tensor) -> Any:

@@ -53,7 +53,7 @@ class KernelProbe:
     def __call__(self, func: Any, args: tuple, kwargs: dict, op: OpCall) -> str | None:
         self.last_accepted = False
         self.last_output_dtypes = None
-        if self.cuda and (refusal := index_device_refusal(op)) is not None:
+        if self.cuda and (refusal := index_device_refusal(op) or matmul_device_refusal(op)) is not None:
             return refusal
         if self.cuda and isinstance(func, torch._ops.OpOverload):
             # A backward reads what its forward saved, in the dtype CUDA's forward saved it.
@@ -268,6 +268,22 @@ def index_device_refusal(op: OpCall) -> str | None:
         return (f"Expected all tensors to be on the same device, but found at least two devices, cpu and {where}!"
                 + _wrapper(where, " (when checking argument for argument index in method wrapper_CUDA__index_select)"))
     return None
+
+
+_MATMULS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm"})
+
+
+def matmul_device_refusal(op: OpCall) -> str | None:
+    """CUDA's refusal of a matrix product whose operands sit on the GPU and the CPU (a weight given a host
+    tensor, a layer left on the CPU without a bias); the meta kernels of mm, addmm, bmm and baddbmm check no
+    devices, where CUDA's generated wrapper refuses two (check_and_update_common_device)."""
+    if op.op.split(".")[:2] not in [["aten", name] for name in _MATMULS]:
+        return None
+    gpu = next((t.device for t in op.operands if t.device != "cpu"), None)
+    if gpu is None or not any(t.device == "cpu" and not t.is_scalar for t in op.operands):
+        return None
+    where = f"cuda:{gpu.split(':')[1]}" if gpu.startswith("meta:") else gpu
+    return f"Expected all tensors to be on the same device, but found at least two devices, {where} and cpu!"
 
 
 def _wrapper(device: str, clause: str) -> str:
