@@ -119,7 +119,7 @@ _PINNING = (torch.Tensor.pin_memory, torch.Tensor.is_pinned)
 _SHARING = (torch.Tensor.share_memory_, torch.Tensor.is_shared)
 # The functions _CudaMode answers itself or changes before they run (with a method-wrapper getter and a `device=`
 # argument); every other call only runs, its outputs known and counted (_CudaMode._ran).
-_ASKED = frozenset({*_GETTERS, torch._C.TensorBase.get_device, torch._C.TensorBase.type, torch._C._nn._parse_to, torch.device,
+_ASKED = frozenset({*_GETTERS, _COMPATIBLE, torch._C.TensorBase.get_device, torch._C.TensorBase.type, torch._C._nn._parse_to, torch.device,
                     torch.Tensor.cuda, torch.Tensor.to, *_PINNING, *_SHARING, torch.Tensor.__getitem__, torch.Tensor.copy_,
                     *SCALAR_READS, *COPY_READS, *AGREE_READS, torch.Tensor.__format__, torch.Tensor.__repr__})
 
