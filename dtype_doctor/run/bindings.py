@@ -16,7 +16,7 @@ from typing import Any
 
 from dtype_doctor.machine.user_code import display_path, first_user_frame, frames_above, is_user_file
 from dtype_doctor.records import SourceLoc
-from dtype_doctor.source.bindings import assigned_at, autocast_entered, call_at, last_binding, parameter_index, unpacked_from
+from dtype_doctor.source.bindings import FORWARD_ENTRIES, assigned_at, autocast_entered, call_at, last_binding, parameter_index, unpacked_from
 
 _DEPTH = 3  # callers followed for a name that is a parameter
 
@@ -68,7 +68,7 @@ def _bound_at_call(model: Any, args: tuple, kwargs: dict) -> CallBindings:
     return CallBindings(SourceLoc(display_path(file), frame.f_lineno), callee, inputs, autocast, _called_as(frame, model))
 
 
-_ENTRIES = ("(", ".forward(", ".encode(", ".decode(")  # how a line calls a model: codemods.forward's entries
+_CALLS = ("(", *(f".{m}(" for m in sorted(FORWARD_ENTRIES)))  # how a line calls a model
 
 
 def _called_as(frame: FrameType, model: Any) -> str | None:
@@ -78,7 +78,7 @@ def _called_as(frame: FrameType, model: Any) -> str | None:
 
     text = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
     held = [name for name, value in frame.f_locals.items() if _holds(value, model)]
-    called = [n for n in held if any(re.search(rf"(?<![\w.]){re.escape(n)}{re.escape(e)}", text) for e in _ENTRIES)]
+    called = [n for n in held if any(re.search(rf"(?<![\w.]){re.escape(n)}{re.escape(e)}", text) for e in _CALLS)]
     return called[0] if len(called) == 1 else None
 
 

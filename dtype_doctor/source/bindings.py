@@ -21,6 +21,10 @@ from dataclasses import dataclass
 
 _Scope = ast.FunctionDef | ast.AsyncFunctionDef | ast.Module
 
+# The methods through which a script runs a model's forward: its own, and a VAE's encode/decode
+# (`latents = vae.encode(pixels).latent_dist.sample()`, diffusers' training examples).
+FORWARD_ENTRIES = frozenset({"forward", "encode", "decode"})
+
 
 @dataclass(frozen=True, slots=True)
 class CallSite:

@@ -15,6 +15,7 @@ from dtype_doctor.fix.codemods.base import HALF, _Skip, normalize_dtype
 from dtype_doctor.fix.codemods.casts import dtype_of, _label_int_sites, _rewrite_sites
 from dtype_doctor.fix.codemods.context import _arg_name, _CSTCodemod, _Ctx, dotted, _method_call
 from dtype_doctor.fix.codemods.model import _model_names
+from dtype_doctor.source.bindings import FORWARD_ENTRIES
 
 
 # --- the forward call
@@ -52,9 +53,6 @@ class _Forward:
     line: int
 
 
-# The methods through which a script runs a model's forward: its own, and a VAE's encode/decode
-# (`latents = vae.encode(pixels).latent_dist.sample()`, diffusers' training examples).
-_ENTRIES = frozenset({"forward", "encode", "decode"})
 
 
 def _select_forward(ctx: _Ctx, variable: str | None, line: int | None) -> _Forward:
@@ -66,7 +64,7 @@ def _select_forward(ctx: _Ctx, variable: str | None, line: int | None) -> _Forwa
         callee = ctx.code(node.func)
         if callee in names:
             calls.append((node, callee))
-        elif isinstance(node.func, cst.Attribute) and node.func.attr.value in _ENTRIES:
+        elif isinstance(node.func, cst.Attribute) and node.func.attr.value in FORWARD_ENTRIES:
             owner = ctx.code(node.func.value)
             if owner in names:
                 calls.append((node, owner))
