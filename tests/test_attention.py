@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dtype_doctor.rules.attention import SdpaCall, cuda_backend
+from dtype_doctor.ops.sdpa import SdpaCall, cuda_backend
 from dtype_doctor.pipeline import ScanOptions, scan
 from dtype_doctor.records import TensorMeta
 
