@@ -16,14 +16,14 @@ from typing import Any, Callable
 
 import torch
 
-from dtype_doctor.machine.gpus import DEFAULT_PROPERTIES, PROPERTIES, GpuProfile
+from dtype_doctor.machine.gpus import DEFAULT_PROPERTIES, PROPERTIES, GpuProfile, capability_of
 
 def device_properties(gpu: GpuProfile | None) -> Any:
     """`torch.cuda.get_device_properties()` for the profile: name, major, minor, total_memory, ..."""
     name, total, sms = PROPERTIES.get(gpu.name, DEFAULT_PROPERTIES) if gpu is not None else DEFAULT_PROPERTIES
     if gpu is not None and gpu.name not in PROPERTIES:
         name = f"CUDA GPU sm_{gpu.capability[0]}{gpu.capability[1]}"
-    major, minor = gpu.capability if gpu is not None else (8, 0)
+    major, minor = capability_of(gpu)
     return types.SimpleNamespace(name=name, major=major, minor=minor, total_memory=total, multi_processor_count=sms,
                                  is_integrated=False, is_multi_gpu_board=False, L2_cache_size=40 * 2**20,
                                  warp_size=32, max_threads_per_multi_processor=2048 if major < 9 else 2048,
@@ -377,7 +377,7 @@ def accelerator_answers(cuda: dict[str, Any], current: CurrentDevice) -> dict[st
 
 def backends_answers(gpu: GpuProfile | None) -> dict[str, Any]:
     """torch.backends.cuda / torch.backends.cudnn: built with CUDA and cuDNN, kernels as the profile's capability allows."""
-    major, minor = gpu.capability if gpu is not None else (8, 0)
+    major, minor = capability_of(gpu)
     half = (torch.float16, torch.bfloat16)
 
     def query_dtype(params: Any) -> Any:

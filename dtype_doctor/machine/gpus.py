@@ -26,7 +26,8 @@ PROPERTIES = {
     "b200": ("NVIDIA B200", round(178.35 * 2**30), 148),
     "rtx5090": ("NVIDIA GeForce RTX 5090", 32 * 2**30, 170),
 }
-DEFAULT_PROPERTIES = PROPERTIES["a100"]  # no --gpu, or a bare compute capability: an A100's size
+DEFAULT_GPU = "a100"  # no --gpu: the simulated machine answers as an A100
+DEFAULT_PROPERTIES = PROPERTIES[DEFAULT_GPU]  # no --gpu, or a bare compute capability: an A100's size
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,12 @@ class GpuProfile:
 
     def __str__(self) -> str:
         return f"{self.name} (compute capability {self.capability[0]}.{self.capability[1]})"
+
+
+def capability_of(gpu: GpuProfile | None) -> tuple[int, int]:
+    """The compute capability the simulated machine answers with (torch.cuda.get_device_capability):
+    the profile's, else the default GPU's."""
+    return gpu.capability if gpu is not None else CAPABILITIES[DEFAULT_GPU]
 
 
 def gpu_memory(gpu: GpuProfile | None) -> int:

@@ -17,8 +17,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from dtype_doctor.machine.gpus import capability_of
 from dtype_doctor.records import FP16_MAX, OpCall
 from dtype_doctor.trace.opfacts import facts
+from dtype_doctor.trace.sdpa_route import fused_run
 from dtype_doctor.trace.subclass import wrapper_type
 
 if TYPE_CHECKING:
@@ -138,6 +140,8 @@ class FunctionRecorder(TorchFunctionMode):
             return func(*args, **kwargs)
         name, arg_names = watched
         run = _eager_checked(func) if func in _MODE_DEPENDENT and self.rec.predict is None else (lambda a, k: func(*a, **k))
+        if func is _SDPA and getattr(rec.predict, "cuda", False):  # the kernel the GPU picks (trace/sdpa_route.py)
+            run = fused_run(args, kwargs, capability_of(rec.predict.gpu)) or run
         return self.rec.record(_FunctionSchema(arg_names, func), name, args, kwargs, run, "function")
 
     def _opened(self, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -200,6 +204,7 @@ class FunctionRecorder(TorchFunctionMode):
 
 
 _SETITEM = torch.Tensor.__setitem__
+_SDPA = torch.nn.functional.scaled_dot_product_attention
 # How a tensor is printed: no op of the step's, and the simulation below answers it with the device the script
 # sees (`print(logits)` reads cuda:0, never the meta stand-in), so it is handed on, not opened.
 _SHOWN = frozenset({torch.Tensor.__repr__, torch.Tensor.__format__})
