@@ -23,9 +23,9 @@ no recorder; that with the meta-output table) and prints each one's median over 
 this kind, and no simulated call of this one, can go under.
 
 `--torch-floor` also runs, in each pair, user_greedy_loop.py's hand-written greedy loop of the same
-model on the real CPU and under PyTorch's own FakeTensorMode (nothing of the doctor's) and prints the
-median of their ratio: what PyTorch's fake tensors alone cost a loop of this size, the floor under
-any loop on stand-ins.
+model on the real CPU and on stand-ins with nothing of the doctor's (bare `meta` tensors; those under a
+no-op function mode and dispatch mode; PyTorch's own FakeTensorMode) and prints each one's median
+over the CPU loop: the floors under any loop on stand-ins, and under any traced one.
 
     python benchmarks/bench_simulated_generate.py [--pairs 3] [--new 20] [--threads 1] [--hidden 32 --layers 2] [--floors] [--torch-floor]
 """
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, default=2, help="its layers (default 2)")
     ap.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS for every child (default: inherited)")
     ap.add_argument("--floors", action="store_true", help="also the loop under each floor of floor_generate.py")
-    ap.add_argument("--torch-floor", action="store_true", help="also a hand loop on the CPU and under PyTorch's FakeTensorMode")
+    ap.add_argument("--torch-floor", action="store_true", help="also a hand loop on the CPU and on stand-ins without the doctor (user_greedy_loop.py)")
     args = ap.parse_args(argv)
     floors = {}
     if args.floors:
@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     floor_ratios: dict[str, list[float]] = {name: [] for name in floors}
     size = [str(args.new), str(args.hidden), str(args.layers)]
     hand = [PY, str(BENCH_DIR / "user_greedy_loop.py")]
-    torch_floor: list[float] = []
+    torch_floors = {"meta": ["--meta"], "meta+modes": ["--meta", "--modes"], "FakeTensorMode": ["--fake"]}
+    torch_floor: dict[str, list[float]] = {name: [] for name in torch_floors} if args.torch_floor else {}
     script = [str(BENCH_DIR / "user_generate.py"), str(args.new), str(args.hidden), str(args.layers)]
     steps = ["--steps", str(args.new + 5)]
     a_cmd = [*cli_command(), "run", "--simulate", "--gpu", "a100", *steps, "--", "python", *script]
@@ -93,15 +94,16 @@ def main(argv: list[str] | None = None) -> int:
             floor_ratios[name].append(f / b)
             print(f"    floor {name}: {f:.2f}s, {f / b:.2f}x the cpu loop", flush=True)
         if args.torch_floor:
-            fake, real = _loop([*hand, "--fake", *size], args.new, "cpu", args.threads), _loop([*hand, *size], args.new, "cpu", args.threads)
-            torch_floor.append(fake / real)
-            print(f"    hand loop: PyTorch's FakeTensorMode {fake:.2f}s, cpu {real:.2f}s, {fake / real:.2f}x", flush=True)
+            real = _loop([*hand, *size], args.new, "cpu", args.threads)
+            for name, flags in torch_floors.items():
+                f = _loop([*hand, *flags, *size], args.new, "meta" if "--meta" in flags else "cpu", args.threads)
+                torch_floor[name].append(f / real)
+                print(f"    hand loop on {name}: {f:.2f}s, cpu {real:.2f}s, {f / real:.2f}x", flush=True)
     print(f"  simulated / traced real run: median {statistics.median(traced):.2f}", flush=True)
     for name, got in floor_ratios.items():
         print(f"  floor {name} / cpu loop: median {statistics.median(got):.2f} ({min(got):.2f}-{max(got):.2f})", flush=True)
-    if torch_floor:
-        print(f"  floor PyTorch's fake tensors alone (hand loop) / cpu: median {statistics.median(torch_floor):.2f} "
-              f"({min(torch_floor):.2f}-{max(torch_floor):.2f})", flush=True)
+    for name, got in torch_floor.items():
+        print(f"  floor hand loop on {name} / cpu: median {statistics.median(got):.2f} ({min(got):.2f}-{max(got):.2f})", flush=True)
     ok = verdict(f"generate({args.new}) simulated / real CPU loop", statistics.median(ratios), LIMIT,
                  ratio_min=min(ratios), ratio_max=max(ratios), n=len(ratios))
     return 0 if ok else 1
