@@ -21,8 +21,7 @@ import sys
 import time
 
 import torch
-from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
+from floor_generate import _NoOpDispatch, _NoOpFunction  # the same no-op modes as the generate floors
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 FLAGS = ("--meta", "--modes", "--fake")
@@ -33,16 +32,6 @@ hidden = int(rest[1]) if len(rest) > 1 else 32
 layers = int(rest[2]) if len(rest) > 2 else 2
 config = LlamaConfig(vocab_size=128, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers, num_attention_heads=4,
                      num_key_value_heads=2, max_position_embeddings=128)
-
-
-class _NoOpFunction(TorchFunctionMode):
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        return func(*args, **(kwargs or {}))
-
-
-class _NoOpDispatch(TorchDispatchMode):
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        return func(*args, **(kwargs or {}))
 
 
 def loop() -> tuple[torch.Tensor, float]:
