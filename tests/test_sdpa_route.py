@@ -133,3 +133,6 @@ def test_memory_efficient_grouped_query_heads_keep_the_math_fallback() -> None:
     assert _expected("a100", inputs, False, True) == "efficient"
     assert report.trace.failure is None and [f.code for f in report.findings if f.severity == "error"] == []
     assert not any(op.op.startswith(tuple(FUSED.values())) for op in report.trace.ops)
+    with torch.no_grad():  # no backward to run: the kernel the GPU picks
+        report = dtype_doctor.diagnose(Attention(False, True), inputs, simulate=True, device="cuda", gpu="a100")
+    assert any(op.op.startswith(FUSED["efficient"]) for op in report.trace.ops)

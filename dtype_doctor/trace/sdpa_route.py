@@ -13,8 +13,10 @@ aten/src/ATen/native/transformers/attention.cpp):
   8-aligned padded to 8 and sliced back, expanded to (batch, heads, L, S);
   `_scaled_dot_product_efficient_attention`, log-sum-exp kept when autograd will need it;
 - math: torch's own composite, as before. So is a memory-efficient call with grouped-query heads
-  (fewer key/value heads than query heads): the meta backward of that kernel gives key and value
-  gradients with the query's head count (torch/_meta_registrations.py), which autograd refuses.
+  (fewer key/value heads than query heads) that autograd will differentiate: the meta backward of
+  that kernel gives key and value gradients with the query's head count
+  (torch/_meta_registrations.py), which autograd refuses. Without gradients (generate, evaluation)
+  it runs the kernel.
 
 A backend the script turned off (`torch.backends.cuda.enable_flash_sdp(False)`,
 `torch.nn.attention.sdpa_kernel`) is not chosen, as on the GPU.
@@ -67,7 +69,7 @@ def fused_run(args: tuple, kwargs: dict, capability: tuple[int, int]) -> Callabl
     backend = cuda_backend(call, capability, _enabled()).backend
     if backend == "flash":
         return lambda a, kw: _flash(_bound(a, kw))
-    if backend == "efficient" and q.shape[-3] == k.shape[-3] == v.shape[-3]:
+    if backend == "efficient" and (not grad or q.shape[-3] == k.shape[-3] == v.shape[-3]):
         return lambda a, kw: _efficient(_bound(a, kw))
     return None
 
