@@ -6,8 +6,9 @@ can say what an A100 or a T4 would run. The rules name the choice in the report
 
 The SDPA choice follows torch's own dispatcher, `select_sdp_backend` in
 aten/src/ATen/native/transformers/cuda/sdp_utils.cpp (and its checks in sdp_utils_cpp.h), for dense
-inputs with every backend enabled: flash attention first, then memory-efficient attention, then the
-math fallback. Each backend's filters, in the order torch runs them:
+inputs with the fused backends `enabled` (the trace passes torch.backends.cuda's flags; the report's
+rows assume every backend on): flash attention first, then memory-efficient attention, then the math
+fallback. Each backend's filters, in the order torch runs them:
 
 - flash (can_use_flash_attention): 4-D q/k/v; no attn_mask; q, k, v with one head dim <= 256;
   compute capability in [8.0, 12.1]; on sm86/89/120/121 with gradients, head dim <= 192 (or > 224
@@ -21,8 +22,8 @@ math fallback. Each backend's filters, in the order torch runs them:
 
 Not modelled: the cuDNN backend, which torch tries first on sm90/sm100 when the cuDNN it loads is
 newer than 9.15 (check_prefer_cudnn_attention; the installed cuDNN decides, which a simulation
-cannot see), backends a user turned off (torch.nn.attention.sdpa_kernel), nested tensors, and
-storage alignment (dense tensors from the caching allocator are aligned).
+cannot see), nested tensors, and storage alignment (dense tensors from the caching allocator are
+aligned).
 """
 
 from __future__ import annotations
