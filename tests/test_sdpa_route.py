@@ -136,3 +136,39 @@ def test_memory_efficient_grouped_query_heads_keep_the_math_fallback() -> None:
     with torch.no_grad():  # no backward to run: the kernel the GPU picks
         report = dtype_doctor.diagnose(Attention(False, True), inputs, simulate=True, device="cuda", gpu="a100")
     assert any(op.op.startswith(FUSED["efficient"]) for op in report.trace.ops)
+
+
+LEFT_ON_THE_CPU = """\
+import torch
+import torch.nn.functional as F
+
+class Encoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(8, 24)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(2, 6, 3, 1, 8).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).squeeze(1)
+
+encoder, unet = Encoder(), torch.nn.Linear(8, 8).to("cuda")  # the script forgot encoder.to("cuda")
+context = encoder(torch.randn(2, 6, 8))
+loss = unet(context.to("cuda")).float().pow(2).mean()
+loss.backward()
+print("trained", context.device, loss.device)
+"""
+
+
+def test_attention_the_script_left_on_the_cpu_runs_the_cpus_kernel(tmp_path, monkeypatch, capsys) -> None:  # noqa: ANN001
+    """diffusers' DreamBooth with its text encoder left on the CPU (the script sweep's injected `model-to`):
+    the encoder's SDPA gets real CPU tensors and runs as the CPU runs it (here: to the end), not as a CUDA
+    kernel, which has no CPU implementation."""
+    from helpers_cli import run_json
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(LEFT_ON_THE_CPU)
+    code, report, err = run_json(["run", "--simulate", "--gpu", "a100", "-f", "json", "--", "python", "train.py"], capsys)
+    assert report is not None, err
+    assert [f["code"] for f in report["findings"] if f["severity"] == "error"] == [], report["findings"]
+    [row] = report["target"]["attention"]["sdpa"]  # the encoder's call was traced, on the CPU
+    assert row["calls"] == 1 and "scaled_dot_product" not in err, (row, err)

@@ -40,6 +40,7 @@ _ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale"
 _DEFAULTS = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False}
 _MASK_ALIGN = 8  # attention.cpp preprocess_mask: mem_eff_alignment
 _HEAD_ALIGN = 8  # attention.cpp pad_last_dim<8, false>: FlashAttention-2's head dims
+_SIMULATED_GPU = ("meta", "cuda")  # where a simulated GPU's tensors live (machine/home.py)
 
 
 def _bound(args: tuple, kwargs: dict) -> dict[str, Any] | None:
@@ -63,6 +64,8 @@ def fused_run(args: tuple, kwargs: dict, capability: tuple[int, int]) -> Callabl
     tensors = (q, k, v) if mask is None else (q, k, v, mask)
     if not all(isinstance(t, torch.Tensor) and not t.is_nested and t.layout == torch.strided for t in tensors):
         return None
+    if len({t.device for t in tensors}) > 1 or q.device.type not in _SIMULATED_GPU:
+        return None  # a module the script left on the CPU runs the CPU's SDPA; a device mix, torch's own checks
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     call = SdpaCall(_meta(q), _meta(k), _meta(v), None if mask is None else _meta(mask), float(b["dropout_p"]),
                     bool(b["is_causal"]), bool(b["enable_gqa"]), grad)
