@@ -103,7 +103,9 @@ def test_the_kernel_is_the_one_the_gpu_runs(dtype: torch.dtype, mask: str | None
     major, minor = torch.cuda.get_device_capability()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         F.scaled_dot_product_attention(inputs["q"], inputs["k"], inputs["v"], attn_mask=inputs.get("mask"), is_causal=mask is None)
-    ran = {e.name for e in prof.events()}
+    ran = {e.name.replace("::", ".") for e in prof.events()}  # the profiler names aten::op
+    if "aten._scaled_dot_product_cudnn_attention" in ran:
+        pytest.skip("this GPU's cuDNN took the call: the cuDNN backend is not modelled (docs/simulation.md)")
     meta = {n: TensorMeta(str(t.dtype).removeprefix("torch."), "cuda", tuple(t.shape)) for n, t in inputs.items()}
     backend = cuda_backend(SdpaCall(meta["q"], meta["k"], meta["v"], meta.get("mask"), 0.0, mask is None), (major, minor)).backend
     if backend in FUSED:
