@@ -81,6 +81,12 @@ class LineageBook:
         self.raised: Raised | None = None
         self.stepping = False
 
+    def forget(self, *tensors: torch.Tensor) -> None:
+        """Let go of these tensors (torch.utils.swap_tensors is about to exchange them)."""
+        for table in (self.chains, self.handled, self.handled_from):
+            for t in tensors:
+                table.pop(t, None)
+
     def step_started(self) -> None:
         self.raised, self.stepping = None, True
 
@@ -246,6 +252,7 @@ class LineageMode(TorchFunctionMode):
         super().__init__()
         self.book = book
         self._from_numpy: Any = None
+        self._swap_tensors: Any = None
 
     def __enter__(self) -> "LineageMode":
         # torch.from_numpy is not overridable: the mode never sees it, so it is wrapped instead.
@@ -262,6 +269,16 @@ class LineageMode(TorchFunctionMode):
             return out
 
         torch.from_numpy = from_numpy
+        # torch.utils.swap_tensors refuses a tensor anything holds a weak reference to, and the book's
+        # are weak references: Module._apply swaps each parameter where parameters swap on conversion
+        # (FSDP2's DTensors: `model.to_empty(device=...)` after fully_shard). The book lets go of the two.
+        swap = self._swap_tensors = torch.utils.swap_tensors
+
+        def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
+            mode.book.forget(t1, t2)
+            return swap(t1, t2)
+
+        torch.utils.swap_tensors = swap_tensors
         push_function_mode(self)
         return self
 
@@ -270,6 +287,9 @@ class LineageMode(TorchFunctionMode):
         if self._from_numpy is not None:
             torch.from_numpy = self._from_numpy
             self._from_numpy = None
+        if self._swap_tensors is not None:
+            torch.utils.swap_tensors = self._swap_tensors
+            self._swap_tensors = None
         remove_function_mode(self)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
